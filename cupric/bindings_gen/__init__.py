@@ -1,0 +1,1 @@
+"""cupric.bindings_gen (under construction)."""

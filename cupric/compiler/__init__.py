@@ -1,0 +1,1 @@
+"""cupric.compiler (under construction)."""

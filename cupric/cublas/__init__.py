@@ -1,0 +1,1 @@
+"""cupric.cublas (under construction)."""

@@ -1,0 +1,1 @@
+"""cupric.cudnn (under construction)."""

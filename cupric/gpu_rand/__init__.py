@@ -1,0 +1,1 @@
+"""cupric.gpu_rand (under construction)."""

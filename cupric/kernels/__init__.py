@@ -1,0 +1,1 @@
+"""cupric.kernels (under construction)."""

@@ -1,0 +1,1 @@
+"""cupric.optix (under construction)."""

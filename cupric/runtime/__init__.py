@@ -1,0 +1,1 @@
+"""cupric.runtime (under construction)."""

@@ -1,0 +1,1 @@
+"""cupric.simulator (under construction)."""
