@@ -1,0 +1,192 @@
+"""`python -m cupric info`: what cupric found on this machine.
+
+Reports the driver and every GPU, the compile toolchain (libNVVM, libdevice, ptxas,
+nvJitLink), the CUDA libraries (cuBLAS, cuBLASLt, cuRAND, cuDNN, NCCL, OptiX) and the cache
+directory. Every probe is independent: a missing driver or library is reported as such and
+the rest is still shown.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import platform
+import sys
+from importlib import metadata
+
+
+def _package_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _driver_section() -> dict:
+    try:
+        from cuda.bindings import driver as drv
+    except ImportError as exc:
+        return {"available": False, "reason": f"cuda-python is not installed ({exc})"}
+    try:
+        (err,) = drv.cuInit(0)
+    except Exception as exc:  # DynamicLibNotFoundError when libcuda.so is absent
+        return {"available": False,
+                "reason": f"no CUDA driver found ({type(exc).__name__}: {exc})"}
+    if err != drv.CUresult.CUDA_SUCCESS:
+        return {"available": False, "reason": f"cuInit failed: {err.name}"}
+    _, version = drv.cuDriverGetVersion()
+    _, count = drv.cuDeviceGetCount()
+    attr = drv.CUdevice_attribute
+    devices = []
+    for ordinal in range(count):
+        _, dev = drv.cuDeviceGet(ordinal)
+        _, name = drv.cuDeviceGetName(256, dev)
+        _, total = drv.cuDeviceTotalMem(dev)
+        _, major = drv.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
+        _, minor = drv.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
+        _, sms = drv.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)
+        _, uuid = drv.cuDeviceGetUuid(dev)
+        devices.append({
+            "ordinal": ordinal,
+            "name": name.split(b"\0", 1)[0].decode(),
+            "compute_capability": f"{major}.{minor}",
+            "memory_gib": round(total / 2**30, 1),
+            "multiprocessors": sms,
+            "uuid": bytes(uuid.bytes).hex(),
+        })
+    return {"available": True, "driver_cuda_version": f"{version // 1000}.{version % 1000 // 10}",
+            "devices": devices}
+
+
+def _toolchain_section() -> dict:
+    try:
+        from .compiler import toolchain
+    except ImportError as exc:
+        return {"error": f"cupric.compiler.toolchain is not importable: {exc}"}
+    return toolchain.report()
+
+
+def _version_cublas(lib) -> str:
+    value = ctypes.c_int()
+    parts = []
+    for prop in (0, 1, 2):  # MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL
+        if lib.cublasGetProperty(prop, ctypes.byref(value)) != 0:
+            raise OSError("cublasGetProperty failed")
+        parts.append(str(value.value))
+    return ".".join(parts)
+
+
+def _version_int_out(symbol: str):
+    def probe(lib) -> str:
+        value = ctypes.c_int()
+        status = getattr(lib, symbol)(ctypes.byref(value))
+        if status != 0:
+            raise OSError(f"{symbol} returned {status}")
+        return str(value.value)
+    return probe
+
+
+def _version_size_t(symbol: str):
+    def probe(lib) -> str:
+        function = getattr(lib, symbol)
+        function.restype = ctypes.c_size_t
+        return str(function())
+    return probe
+
+
+# label -> (cuda.pathfinder library name, pip package, version probe)
+_LIBRARIES = {
+    "cuBLAS": ("cublas", "nvidia-cublas", _version_cublas),
+    "cuBLASLt": ("cublasLt", "nvidia-cublas", _version_size_t("cublasLtGetVersion")),
+    "cuRAND": ("curand", "nvidia-curand", _version_int_out("curandGetVersion")),
+    "cuDNN": ("cudnn", "nvidia-cudnn-cu13", _version_size_t("cudnnGetVersion")),
+    "NCCL": ("nccl", "nvidia-nccl-cu13", _version_int_out("ncclGetVersion")),
+}
+
+
+def _library_section() -> dict:
+    out: dict = {}
+    try:
+        from cuda import pathfinder
+    except ImportError as exc:
+        return {"error": f"cuda-pathfinder is not installed ({exc})"}
+    for label, (name, package, probe) in _LIBRARIES.items():
+        try:
+            found = pathfinder.load_nvidia_dynamic_lib(name)
+        except Exception as exc:  # DynamicLibNotFoundError and friends
+            out[label] = {"found": False, "install": f"pip install {package}",
+                          "reason": type(exc).__name__}
+            continue
+        entry = {"found": True, "path": found.abs_path, "found_via": found.found_via}
+        if probe is not None:
+            try:
+                entry["version"] = probe(ctypes.CDLL(found.abs_path))
+            except (OSError, AttributeError) as exc:
+                entry["version_error"] = str(exc)
+        out[label] = entry
+    try:
+        ctypes.CDLL("libnvoptix.so.1")
+        out["OptiX"] = {"found": True, "path": "libnvoptix.so.1 (driver)"}
+    except OSError:
+        out["OptiX"] = {"found": False, "reason": "libnvoptix.so.1 ships with the NVIDIA driver"}
+    return out
+
+
+def _cache_dir() -> str:
+    root = os.environ.get("CUPRIC_CACHE_DIR")
+    if root:
+        return root
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "cupric")
+
+
+def collect() -> dict:
+    """Everything `info` reports, as a JSON-able dict."""
+    from . import __version__
+
+    return {
+        "cupric": __version__,
+        "python": platform.python_version(),
+        "packages": {name: _package_version(name) for name in
+                     ("numpy", "cuda-bindings", "cuda-pathfinder", "cffi", "pycparser")},
+        "driver": _driver_section(),
+        "toolchain": _toolchain_section(),
+        "libraries": _library_section(),
+        "cache_dir": _cache_dir(),
+    }
+
+
+def _print_text(info: dict) -> None:
+    print(f"cupric {info['cupric']} on Python {info['python']}")
+    print("packages: " + ", ".join(f"{k} {v or 'missing'}" for k, v in info["packages"].items()))
+    drv = info["driver"]
+    if drv["available"]:
+        print(f"driver: CUDA {drv['driver_cuda_version']}, {len(drv['devices'])} GPU(s)")
+        for d in drv["devices"]:
+            print(f"  [{d['ordinal']}] {d['name']}  sm_{d['compute_capability'].replace('.', '')}"
+                  f"  {d['memory_gib']} GiB  {d['multiprocessors']} SMs  uuid {d['uuid']}")
+    else:
+        print(f"driver: none ({drv['reason']}); kernels run on the CPU simulator")
+    print("toolchain:")
+    for name, entry in info["toolchain"].items():
+        print(f"  {name}: {entry}")
+    print("libraries:")
+    for name, entry in info["libraries"].items():
+        if entry.get("found"):
+            version = entry.get("version", "?")
+            print(f"  {name}: {entry['path']} (version {version})")
+        else:
+            hint = entry.get("install") or entry.get("reason", "")
+            print(f"  {name}: not found ({hint})")
+    print(f"cache: {info['cache_dir']}")
+
+
+def main(argv: list[str]) -> int:
+    info = collect()
+    if "--json" in argv:
+        json.dump(info, sys.stdout, indent=2)
+        print()
+    else:
+        _print_text(info)
+    return 0
