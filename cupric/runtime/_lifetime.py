@@ -1,0 +1,188 @@
+"""Ownership of driver handles: one pattern for every object that must release something.
+
+A CUDA handle (stream, event, module, device allocation...) must be released exactly once,
+either explicitly (`close()`, which raises if the driver refuses) or when its Python object
+dies. A garbage-collection pass may run in any thread at any allocation, even in the middle
+of another driver call, so the finalizer never calls the driver: it queues the release,
+and the queue is drained by the next runtime call (`drain()`, run by `_driver.check`) and at
+interpreter exit.
+
+Usage (every handle-owning class of cupric.runtime, including memory)::
+
+    class Stream(Resource):
+        __slots__ = ("_device",)            # optional; Resource itself is slotted
+
+        @classmethod
+        def _create(cls, handle, device):
+            self = cls.__new__(cls)          # context-bound: no public constructor
+            self._device = device
+            # release(handle, *args) runs at close() or (deferred) after the object dies.
+            # args must not reference `self`, or the object would never die.
+            self._init_resource(handle, _destroy_stream)
+            return self
+
+        def synchronize(self):
+            check(driver().cuStreamSynchronize(self.handle))   # `handle` raises if closed
+
+    def _destroy_stream(handle):
+        check(driver().cuStreamDestroy(handle))
+
+A borrowed object (`from_handle()`) is made with ``self._init_resource(handle, None)``: it
+never releases what it borrows, and `close()` only marks it closed.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import warnings
+import weakref
+
+from .errors import ClosedError
+
+__all__ = ["Resource", "drain", "pending_count"]
+
+# (release, handle, args, label) tuples waiting for a safe moment. deque.append and
+# popleft are atomic, so finalizers in any thread may push without a lock.
+_pending: collections.deque = collections.deque()
+# Held while draining: a release that itself calls check() must not re-enter drain().
+_drain_lock = threading.Lock()
+
+
+def _finalize(release, handle, args, label) -> None:
+    # weakref.finalize sets its private `_shutdown` flag while it runs the remaining
+    # finalizers at interpreter exit; there we are not inside a GC pass, and nothing
+    # would drain the queue later, so release at once.
+    if getattr(weakref.finalize, "_shutdown", False):
+        _release_quietly_at_exit(release, handle, args, label)
+    else:
+        _pending.append((release, handle, args, label))
+
+
+def _release_quietly_at_exit(release, handle, args, label) -> None:
+    from .errors import STICKY_CODES, ContextLostError, CudaError
+    try:
+        release(handle, *args)
+    except CudaError as exc:
+        # At exit the driver may already be shutting down (CUDA_ERROR_DEINITIALIZED), the
+        # context be gone or lost; the process is ending and the OS reclaims everything.
+        # Anything else is still reported.
+        expected = (exc.code in (4, 201, 709) or exc.code in STICKY_CODES
+                    or isinstance(exc, ContextLostError))
+        if not expected:
+            warnings.warn(f"cupric: releasing {label} at exit failed: {exc}",
+                          RuntimeWarning, stacklevel=1)
+
+
+def pending_count() -> int:
+    """How many releases are queued (for tests and diagnostics)."""
+    return len(_pending)
+
+
+def drain() -> None:
+    """Run the releases queued by finalizers.
+
+    Called by `_driver.check` after each successful driver call when the queue is not
+    empty, by allocation paths, and at exit. A release that fails cannot raise into an
+    unrelated caller; it is reported as a `RuntimeWarning` naming the object.
+
+    Thread safety
+    -------------
+    Safe from any thread; one thread drains at a time, and a drain started from within a
+    release (re-entry through `check`) returns at once.
+    """
+    if not _drain_lock.acquire(blocking=False):
+        return
+    try:
+        while True:
+            try:
+                release, handle, args, label = _pending.popleft()
+            except IndexError:
+                return
+            try:
+                release(handle, *args)
+            except Exception as exc:  # reported, not swallowed: see the docstring
+                warnings.warn(f"cupric: deferred release of {label} failed: {exc}",
+                              RuntimeWarning, stacklevel=2)
+    finally:
+        _drain_lock.release()
+
+
+class Resource:
+    """Base of objects that own (or borrow) a driver handle.
+
+    Subclasses call `_init_resource(handle, release, *args)` once, read the handle through
+    `handle` (which raises `ClosedError` once closed) and may override `_label()`.
+
+    Thread safety
+    -------------
+    `close()` may race with itself or with the finalizer: exactly one of them releases.
+    Using an object while another thread closes it is the caller's error (as with files).
+    """
+
+    __slots__ = ("_handle", "_finalizer", "_closed", "__weakref__")
+
+    def _init_resource(self, handle, release, *args) -> None:
+        self._handle = handle
+        self._closed = False
+        if release is None:  # borrowed: never destroyed by us
+            self._finalizer = None
+        else:
+            # The finalizer holds the raw handle and the release function, never `self`.
+            self._finalizer = weakref.finalize(self, _finalize, release, handle, args,
+                                               self._label())
+
+    def _label(self) -> str:
+        return type(self).__name__
+
+    @property
+    def handle(self):
+        """The raw driver handle (a cuda.bindings object).
+
+        Raises
+        ------
+        ClosedError
+            If the object was closed.
+        """
+        if self._closed:
+            raise ClosedError(f"this {type(self).__name__} is closed")
+        return self._handle
+
+    @property
+    def closed(self) -> bool:
+        """True once `close()` ran (or, for owned handles, the handle was released)."""
+        return self._closed
+
+    @property
+    def owns_handle(self) -> bool:
+        """False for objects made by `from_handle()`, which borrow and never destroy."""
+        return self._finalizer is not None
+
+    def close(self) -> None:
+        """Release the handle now. A second call does nothing.
+
+        Raises
+        ------
+        CudaError
+            If the driver fails to release the handle (the object is closed anyway: the
+            handle must not be released twice).
+        """
+        if self._closed:
+            return
+        self._closed = True
+        fin = self._finalizer
+        if fin is None:
+            return
+        info = fin.detach()  # atomic: only one of close()/finalizer gets the arguments
+        if info is None:
+            return
+        _obj, _func, (release, handle, args, _label), _kwargs = info
+        release(handle, *args)
+
+    def __enter__(self):
+        if self._closed:
+            raise ClosedError(f"cannot enter a closed {type(self).__name__}")
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
