@@ -186,7 +186,8 @@ class CompileOptions:
     def nvjitlink_flags(self) -> list[str]:
         """nvJitLink options (`nvJitLinkCreate`) for linking PTX into a cubin."""
         arch = self._require_arch()
-        flags = [f"-arch={arch}", f"-O{self.opt_level}", "-verbose"]
+        # Like ptxas (which it runs), nvJitLink refuses -g together with optimization.
+        flags = [f"-arch={arch}", f"-O{0 if self.debug else self.opt_level}", "-verbose"]
         if self.debug:
             flags.append("-g")
         elif self.lineinfo:
