@@ -1,0 +1,162 @@
+"""A minimal fake C library, enough for pycparser to parse the CUDA libraries' headers.
+
+The generator never uses the system's libc headers: they are full of compiler extensions
+pycparser cannot read, and they differ between machines, which would break
+byte-for-byte reproducible output. The CUDA headers only need the standard type names
+and a few limits. Declarations that come from these files are dropped after parsing;
+cffi knows every type named here as a built-in, with the platform's real size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+
+# Typedefs are the LP64 (Linux x86-64 and aarch64) ones, so that constant folding of
+# `sizeof(size_t)` and friends gives the sizes the C compiler would.
+_INTEGER_TYPES = """\
+typedef signed char int8_t;
+typedef short int16_t;
+typedef int int32_t;
+typedef long int64_t;
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef unsigned long uint64_t;
+typedef signed char int_least8_t;
+typedef short int_least16_t;
+typedef int int_least32_t;
+typedef long int_least64_t;
+typedef unsigned char uint_least8_t;
+typedef unsigned short uint_least16_t;
+typedef unsigned int uint_least32_t;
+typedef unsigned long uint_least64_t;
+typedef signed char int_fast8_t;
+typedef long int_fast16_t;
+typedef long int_fast32_t;
+typedef long int_fast64_t;
+typedef unsigned char uint_fast8_t;
+typedef unsigned long uint_fast16_t;
+typedef unsigned long uint_fast32_t;
+typedef unsigned long uint_fast64_t;
+typedef long intptr_t;
+typedef unsigned long uintptr_t;
+typedef long intmax_t;
+typedef unsigned long uintmax_t;
+"""
+
+_STDDEF = """\
+typedef unsigned long size_t;
+typedef long ssize_t;
+typedef long ptrdiff_t;
+typedef int wchar_t;
+#define NULL ((void*)0)
+#define offsetof(type, member) __builtin_offsetof(type, member)
+"""
+
+_LIMITS = """\
+#define CHAR_BIT 8
+#define SCHAR_MIN (-128)
+#define SCHAR_MAX 127
+#define UCHAR_MAX 255
+#define CHAR_MIN SCHAR_MIN
+#define CHAR_MAX SCHAR_MAX
+#define SHRT_MIN (-32768)
+#define SHRT_MAX 32767
+#define USHRT_MAX 65535
+#define INT_MIN (-INT_MAX - 1)
+#define INT_MAX 2147483647
+#define UINT_MAX 4294967295U
+#define LONG_MAX 9223372036854775807L
+#define LONG_MIN (-LONG_MAX - 1L)
+#define ULONG_MAX 18446744073709551615UL
+#define LLONG_MAX 9223372036854775807LL
+#define LLONG_MIN (-LLONG_MAX - 1LL)
+#define ULLONG_MAX 18446744073709551615ULL
+"""
+
+_STDINT_LIMITS = """\
+#define INT8_MIN (-128)
+#define INT8_MAX 127
+#define UINT8_MAX 255
+#define INT16_MIN (-32768)
+#define INT16_MAX 32767
+#define UINT16_MAX 65535
+#define INT32_MIN (-INT32_MAX - 1)
+#define INT32_MAX 2147483647
+#define UINT32_MAX 4294967295U
+#define INT64_MIN (-INT64_MAX - 1L)
+#define INT64_MAX 9223372036854775807L
+#define UINT64_MAX 18446744073709551615UL
+#define SIZE_MAX UINT64_MAX
+#define INT8_C(c) c
+#define INT16_C(c) c
+#define INT32_C(c) c
+#define INT64_C(c) c ## L
+#define UINT8_C(c) c
+#define UINT16_C(c) c
+#define UINT32_C(c) c ## U
+#define UINT64_C(c) c ## UL
+"""
+
+# One entry per header the CUDA headers include. Guards make repeated inclusion harmless.
+FILES: dict[str, str] = {
+    "stddef.h": "#ifndef _FAKE_STDDEF_H\n#define _FAKE_STDDEF_H\n" + _STDDEF + "#endif\n",
+    "stdint.h": "#ifndef _FAKE_STDINT_H\n#define _FAKE_STDINT_H\n#include <stddef.h>\n"
+    + _INTEGER_TYPES + _STDINT_LIMITS + "#endif\n",
+    "inttypes.h": "#include <stdint.h>\n",
+    "limits.h": "#ifndef _FAKE_LIMITS_H\n#define _FAKE_LIMITS_H\n" + _LIMITS + "#endif\n",
+    "stdbool.h": "#ifndef _FAKE_STDBOOL_H\n#define _FAKE_STDBOOL_H\n"
+    "#define bool _Bool\n#define true 1\n#define false 0\n#endif\n",
+    "stdio.h": "#ifndef _FAKE_STDIO_H\n#define _FAKE_STDIO_H\n#include <stddef.h>\n"
+    "typedef struct _IO_FILE FILE;\n#endif\n",
+    "stdlib.h": "#include <stddef.h>\n",
+    "string.h": "#include <stddef.h>\n",
+    "stdarg.h": "#ifndef _FAKE_STDARG_H\n#define _FAKE_STDARG_H\n"
+    "typedef struct __va_list_opaque *va_list;\n#endif\n",
+    "math.h": "",
+    "float.h": "",
+    "time.h": "#include <stddef.h>\n",
+    "ctype.h": "",
+    "assert.h": "",
+    "memory.h": "#include <stddef.h>\n",
+}
+
+# Names the fake libc defines that cffi knows natively; declarations using them stay valid.
+CFFI_BUILTIN_TYPES = frozenset(
+    line.split()[-1].rstrip(";")
+    for line in (_INTEGER_TYPES + _STDDEF).splitlines()
+    if line.startswith("typedef")
+) | {"FILE", "_Bool"}
+
+
+def digest() -> str:
+    """A hash of the fake libc's text; part of the generator's identity."""
+    h = hashlib.sha256()
+    for name in sorted(FILES):
+        h.update(name.encode() + b"\0" + FILES[name].encode() + b"\0")
+    return h.hexdigest()
+
+
+def materialize() -> str:
+    """Write the fake libc into a private directory (once per digest) and return its path.
+
+    Both preprocessor backends read headers from disk, so the files must exist. The
+    directory name carries the digest so that concurrent processes agree on its content.
+    """
+    user = os.getuid() if hasattr(os, "getuid") else 0
+    root = os.path.join(tempfile.gettempdir(), f"cupric-fakelibc-{user}-{digest()[:12]}")
+    marker = os.path.join(root, ".complete")
+    if os.path.exists(marker):
+        return root
+    os.makedirs(root, exist_ok=True)
+    for name, text in FILES.items():
+        path = os.path.join(root, name)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="ascii") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    with open(marker, "w", encoding="ascii") as f:
+        f.write(digest())
+    return root

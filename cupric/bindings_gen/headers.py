@@ -1,0 +1,131 @@
+"""Finding a library's headers: a given directory, the installed wheels, CUDA_HOME.
+
+Order, first hit wins:
+
+1. the directory passed explicitly (``--headers DIR`` or ``headers=``);
+2. `cuda.pathfinder` (the NVIDIA wheels in site-packages, then what pathfinder itself
+   checks: conda environments and CUDA_HOME/CUDA_PATH);
+3. ``$CUDA_HOME/include`` and ``$CUDA_PATH/include``, for libraries pathfinder has no
+   entry for;
+4. ``/usr/include`` and ``/usr/local/cuda/include`` (distribution packages of cuDNN and NCCL).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+
+from .errors import HeadersNotFoundError
+from .libraries import LibrarySpec
+
+
+@dataclass(frozen=True)
+class HeaderSet:
+    """Where one library's headers live.
+
+    Attributes
+    ----------
+    top_header : str
+        Absolute path of the header a C program includes.
+    include_dirs : tuple of str
+        Search path in order: the library's directory, then others it needs (cudart).
+    """
+
+    top_header: str
+    include_dirs: tuple[str, ...]
+
+    def label(self, path: str) -> str | None:
+        """Path relative to the first include directory containing it, or None."""
+        real = os.path.realpath(path)
+        for directory in self.include_dirs:
+            root = os.path.realpath(directory) + os.sep
+            if real.startswith(root):
+                return real[len(root):].replace(os.sep, "/")
+        return None
+
+
+def _pathfinder_dir(key: str) -> str | None:
+    try:
+        from cuda import pathfinder
+    except ImportError:
+        return None
+    try:
+        located = pathfinder.locate_nvidia_header_directory(key)
+    except Exception:
+        # Unknown name (RuntimeError) or lookup failure: fall through to the next source.
+        return None
+    return None if located is None else located.abs_path
+
+
+def _environment_dirs() -> list[str]:
+    dirs = []
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        root = os.environ.get(var)
+        if root:
+            dirs.append(os.path.join(root, "include"))
+    dirs += ["/usr/local/cuda/include", "/usr/include"]
+    return dirs
+
+
+def _find_dir(key: str, header: str, explicit: str | None) -> tuple[str | None, list[str]]:
+    tried = []
+    candidates = []
+    if explicit:
+        candidates.append(explicit)
+    else:
+        found = _pathfinder_dir(key)
+        if found:
+            candidates.append(found)
+        candidates += _environment_dirs()
+    for directory in candidates:
+        tried.append(directory)
+        if os.path.isfile(os.path.join(directory, header)):
+            return os.path.abspath(directory), tried
+    return None, tried
+
+
+def find_headers(spec: LibrarySpec, headers: str | None = None) -> HeaderSet:
+    """Locate a library's headers and the include directories they need.
+
+    Parameters
+    ----------
+    spec : LibrarySpec
+        The library.
+    headers : str, optional
+        A directory to use instead of searching. The CUDA runtime headers some
+        libraries need are still searched for when they are not in it.
+
+    Raises
+    ------
+    HeadersNotFoundError
+        Naming the package to install.
+    """
+    directory, tried = _find_dir(spec.header_key, spec.top_header, headers)
+    if directory is None:
+        raise HeadersNotFoundError(spec.name, spec.package, f"no {spec.top_header} in {tried}")
+    include_dirs = [directory]
+    # cuComplex.h, driver_types.h, cuda_runtime_api.h come with the CUDA runtime headers.
+    needs = "cuda_runtime_api.h" if spec.needs_cudart_headers else "driver_types.h"
+    if not os.path.isfile(os.path.join(directory, needs)):
+        cudart, tried = _find_dir("cudart", needs, None)
+        if cudart is None:
+            raise HeadersNotFoundError(
+                spec.name, "nvidia-cuda-runtime", f"{spec.top_header} needs {needs}; tried {tried}"
+            )
+        include_dirs.append(cudart)
+    return HeaderSet(os.path.join(directory, spec.top_header), tuple(include_dirs))
+
+
+def content_hash(paths: list[str], header_set: HeaderSet) -> str:
+    """SHA-256 over the labels and contents of the headers a translation unit read.
+
+    Labels (paths relative to their include directory), not absolute paths, go in, so
+    the same headers installed elsewhere hash the same.
+    """
+    h = hashlib.sha256()
+    for label, path in sorted((header_set.label(p) or os.path.basename(p), p) for p in paths):
+        with open(path, "rb") as f:
+            data = f.read()
+        h.update(label.encode() + b"\0" + str(len(data)).encode() + b"\0" + data)
+    return h.hexdigest()
