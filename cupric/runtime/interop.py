@@ -1,0 +1,203 @@
+"""Array interop: the CUDA Array Interface (v3) and DLPack, in and out, without copies.
+
+`__cuda_array_interface__` is a dict a GPU array exposes (pointer, shape, typestr, strides,
+and the `stream` its producer last wrote it on); a consumer orders its own work after that
+stream. `as_device_array(obj)` turns any such object, any DLPack producer, or a
+`DeviceBuffer`, into a `DeviceBuffer` that borrows the memory and keeps its owner alive.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .memory import (DeviceBuffer, LEGACY_STREAM, borrow, c_strides, cai_dict,
+                     normalize_dtype, order_after, stream_handle)
+
+__all__ = ["as_device_array", "from_cuda_array_interface", "parse_cuda_array_interface",
+           "cai_dict", "is_device_array"]
+
+_SUPPORTED_CAI_VERSIONS = (1, 2, 3)
+
+
+def parse_cuda_array_interface(interface: dict) -> dict:
+    """Validate a ``__cuda_array_interface__`` dict and normalize it.
+
+    Returns
+    -------
+    dict
+        ``ptr`` (int), ``shape`` (tuple), ``strides`` (bytes, never None), ``dtype``,
+        ``readonly`` (bool) and ``stream`` (int handle, or None when the producer needs no
+        synchronization).
+
+    Raises
+    ------
+    TypeError
+        For a malformed dict or an unsupported typestr.
+    ValueError
+        For a mask (masked arrays are not supported), a version cupric does not know,
+        strides of the wrong length, or ``stream == 0`` (forbidden by the protocol).
+    """
+    if not isinstance(interface, dict):
+        raise TypeError(f"__cuda_array_interface__ must be a dict, got "
+                        f"{type(interface).__name__}")
+    try:
+        shape = interface["shape"]
+        typestr = interface["typestr"]
+        data = interface["data"]
+        version = interface["version"]
+    except KeyError as exc:
+        raise TypeError(f"__cuda_array_interface__ lacks the required key {exc}") from None
+    if version not in _SUPPORTED_CAI_VERSIONS:
+        raise ValueError(f"__cuda_array_interface__ version {version} is not supported "
+                         f"(cupric reads versions {_SUPPORTED_CAI_VERSIONS})")
+    try:
+        shape = tuple(int(n) for n in shape)
+    except TypeError:
+        raise TypeError(f"__cuda_array_interface__['shape'] must be a tuple of ints, got "
+                        f"{shape!r}") from None
+    descr = interface.get("descr")
+    try:
+        dtype = np.dtype(typestr)
+        if dtype.kind == "V" and descr is not None and descr != [("", typestr)]:
+            dtype = np.dtype([tuple(field) for field in descr])
+    except TypeError as exc:
+        raise TypeError(f"__cuda_array_interface__ typestr {typestr!r} is not understood: "
+                        f"{exc}") from None
+    dtype = normalize_dtype(dtype)
+    if not (isinstance(data, tuple) and len(data) == 2):
+        raise TypeError(f"__cuda_array_interface__['data'] must be (pointer, read_only), got "
+                        f"{data!r}")
+    ptr = int(data[0]) if data[0] is not None else 0
+    readonly = bool(data[1])
+    if interface.get("mask") is not None:
+        raise ValueError("masked CUDA arrays (__cuda_array_interface__['mask']) are not "
+                         "supported")
+    strides = interface.get("strides")
+    if strides is None:
+        strides = c_strides(shape, dtype.itemsize)
+    else:
+        strides = tuple(int(s) for s in strides)
+        if len(strides) != len(shape):
+            raise ValueError(f"__cuda_array_interface__ has {len(strides)} strides for "
+                             f"{len(shape)} dimensions")
+    stream = interface.get("stream") if version >= 3 else None
+    if stream is not None:
+        if isinstance(stream, bool) or not isinstance(stream, int):
+            raise TypeError(f"__cuda_array_interface__['stream'] must be an int or None, "
+                            f"got {type(stream).__name__}")
+        if stream == 0:
+            raise ValueError("__cuda_array_interface__['stream'] is 0, which the protocol "
+                             "forbids as ambiguous (1 means the legacy default stream)")
+    return {"ptr": ptr, "shape": shape, "strides": strides, "dtype": dtype,
+            "readonly": readonly, "stream": stream}
+
+
+def from_cuda_array_interface(obj, interface: dict | None = None, stream=None) -> DeviceBuffer:
+    """A `DeviceBuffer` borrowing the memory an object exposes by
+    ``__cuda_array_interface__``.
+
+    The producer's `stream` is honoured as the protocol asks: work queued later on
+    `stream` (the legacy default stream when None) waits for the producer's stream,
+    through an event; the host does not block.
+    """
+    if interface is None:
+        interface = obj.__cuda_array_interface__
+    info = parse_cuda_array_interface(interface)
+    producer = info["stream"]
+    consumer = stream_handle(stream)
+    if producer is not None:
+        order_after(consumer, producer)
+    kept = stream if stream is not None else (producer if producer is not None else None)
+    return borrow(info["ptr"], info["shape"], info["strides"], info["dtype"],
+                  readonly=info["readonly"], owner=obj, stream=kept)
+
+
+def is_device_array(obj) -> bool:
+    """True for a DeviceBuffer or an object exposing CUDA memory by CAI or DLPack.
+
+    Never raises and never consumes anything (DLPack objects are asked for their device
+    only).
+    """
+    if isinstance(obj, DeviceBuffer):
+        return True
+    if isinstance(obj, np.ndarray):
+        return False
+    try:
+        if getattr(obj, "__cuda_array_interface__", None) is not None:
+            return True
+    except Exception:  # properties that raise for host tensors (PyTorch CPU): not device
+        pass
+    device = getattr(obj, "__dlpack_device__", None)
+    if device is None:
+        return False
+    try:
+        from .dlpack import DEVICE_CUDA, DEVICE_CUDA_MANAGED
+        return int(device()[0]) in (DEVICE_CUDA, DEVICE_CUDA_MANAGED)
+    except Exception:  # a producer whose __dlpack_device__ fails is not usable here
+        return False
+
+
+def as_device_array(obj, stream=None) -> DeviceBuffer:
+    """A `DeviceBuffer` for any device array, without copying.
+
+    Parameters
+    ----------
+    obj : DeviceBuffer, or an object with ``__cuda_array_interface__`` or ``__dlpack__``
+        PyTorch, CuPy, JAX, numba-cuda arrays and cupric's own buffers. The CUDA Array
+        Interface is preferred where both are offered (it consumes nothing).
+    stream : Stream, optional
+        The stream the memory will be used on: it is made to wait for the producer's
+        stream (CAI ``stream`` key, DLPack ``stream`` argument).
+
+    Returns
+    -------
+    DeviceBuffer
+        `obj` itself for a DeviceBuffer; otherwise a borrow that keeps `obj` alive and
+        never frees its memory.
+
+    Raises
+    ------
+    TypeError
+        For host arrays (NumPy, PyTorch CPU tensors...), saying to copy them with
+        `cupric.runtime.to_device` first, and for objects that are not arrays.
+
+    Cost
+    ----
+    A DeviceBuffer: none. CAI: reading the dict and one small Python object (a few
+    microseconds), plus an event record and wait when the producer names a stream other
+    than the consumer's. DLPack: a capsule round trip.
+
+    Examples
+    --------
+    >>> x = torch.randn(1000, device="cuda")                   # doctest: +SKIP
+    >>> buf = cupric.runtime.as_device_array(x)   # same memory as x
+    """
+    if isinstance(obj, DeviceBuffer):
+        obj._check_open()
+        if stream is not None and obj._stream is not None:
+            order_after(stream_handle(stream), stream_handle(obj._stream) or LEGACY_STREAM)
+        return obj
+    if isinstance(obj, np.ndarray):
+        raise TypeError("a NumPy array lives in host memory; copy it to the device with "
+                        "cupric.runtime.to_device(array) first")
+    failure = None
+    try:
+        interface = obj.__cuda_array_interface__
+    except AttributeError:
+        interface = None
+    except Exception as exc:  # e.g. PyTorch CPU tensors raise here; DLPack may still say
+        interface = None
+        failure = exc
+    if interface is not None:
+        return from_cuda_array_interface(obj, interface, stream)
+    if hasattr(obj, "__dlpack__"):
+        from .dlpack import from_dlpack
+        return from_dlpack(obj, stream)
+    if failure is not None:
+        raise TypeError(f"{type(obj).__name__} is not a usable device array: "
+                        f"{failure}") from failure
+    if hasattr(obj, "__array_interface__") or hasattr(obj, "__array__"):
+        raise TypeError(f"{type(obj).__name__} is a host array; copy it to the device "
+                        f"with cupric.runtime.to_device(array) first")
+    raise TypeError(f"{type(obj).__name__} is not a device array: it has neither "
+                    f"__cuda_array_interface__ nor __dlpack__")

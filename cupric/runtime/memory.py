@@ -1,0 +1,1160 @@
+"""Device memory: linear allocations in GPU global memory, seen as typed N-d arrays.
+
+An allocation comes from `cuMemAlloc` (usable at once by every stream) or, when a stream is
+given, from the device's stream-ordered pool (`cuMemAllocAsync`), and is freed in stream
+order. A `DeviceBuffer` is a typed view (dtype, shape, byte strides) of one allocation;
+slicing gives more views of the same allocation, never copies.
+
+Copies between host and device go through `cuMemcpyHtoD`/`DtoH`/`DtoD` (or their `Async`
+forms on a stream), and fills through `cuMemsetD8/16/32`.
+"""
+
+from __future__ import annotations
+
+import operator
+import threading
+
+import numpy as np
+
+from . import _lifetime
+from ._driver import check, driver
+from .errors import ClosedError
+
+__all__ = [
+    "DeviceBuffer", "DeviceBox", "empty", "zeros", "empty_like", "zeros_like", "to_device",
+    "device_box", "memory_info",
+]
+
+# How an allocation was made decides how it is freed.
+SYNC = "sync"          # cuMemAlloc / cuMemAllocManaged: freed by cuMemFree
+ASYNC = "async"        # cuMemAllocAsync / cuMemAllocFromPoolAsync: freed by cuMemFreeAsync
+BORROWED = "borrowed"  # memory of another library (CAI, DLPack): never freed by cupric
+EMPTY = "empty"        # a zero-byte buffer: nothing was allocated
+
+# CUDA's special stream handles (CU_STREAM_LEGACY, CU_STREAM_PER_THREAD).
+LEGACY_STREAM = 1
+PER_THREAD_STREAM = 2
+
+_NO_CONSTRUCTOR = ("DeviceBuffer has no public constructor: use cupric.runtime.empty(), "
+                   "zeros(), to_device(), empty_like() or MemoryPool.empty()")
+
+
+# --------------------------------------------------------------------------------------
+# Streams and contexts
+
+
+def stream_handle(stream) -> int:
+    """The raw `CUstream` value of a stream-like object, as an int.
+
+    Accepts None (the legacy default stream, 0), an int, a cupric `Stream`, a
+    cuda.bindings `CUstream`, or any object with ``__cuda_stream__``, ``cuda_stream``
+    (PyTorch) or ``ptr`` (CuPy).
+
+    Raises
+    ------
+    TypeError
+        For anything else.
+    ClosedError
+        For a closed cupric `Stream`.
+    """
+    if stream is None:
+        return 0
+    if type(stream) is int:
+        return stream
+    handle = getattr(stream, "handle", None)  # cupric Stream: raises once closed
+    if handle is not None:
+        return int(handle)
+    from .stream import as_stream_handle
+    return as_stream_handle(stream)
+
+
+def _device_of_context() -> int:
+    """Make sure a context is current in this thread (device 0's primary context when
+    none is, as the Runtime API does) and return the ordinal of its device."""
+    from .context import current_device
+    return current_device().ordinal
+
+
+def _ready():
+    """The driver module, with a context current in this thread."""
+    _device_of_context()
+    return driver()
+
+
+def memory_info() -> tuple[int, int]:
+    """Free and total memory of the current device, in bytes (`cuMemGetInfo`)."""
+    _device_of_context()
+    free, total = check(driver().cuMemGetInfo())
+    return int(free), int(total)
+
+
+_tls = threading.local()
+
+
+def _sync_event():
+    """A per-thread event without timing, used to order one stream after another."""
+    event = getattr(_tls, "event", None)
+    if event is None:
+        d = driver()
+        event = check(d.cuEventCreate(d.CUevent_flags.CU_EVENT_DISABLE_TIMING))
+        _tls.event = event
+    return event
+
+
+def order_after(consumer: int, producer: int) -> None:
+    """Make work queued later on stream `consumer` wait for the work now on `producer`.
+
+    Both are raw stream handles (ints). Nothing is done when they are the same stream or
+    both the legacy default stream. Used by the array-interchange protocols.
+
+    Cost
+    ----
+    One `cuEventRecord` and one `cuStreamWaitEvent`; the host does not wait.
+    """
+    if consumer == producer:
+        return
+    if consumer in (0, LEGACY_STREAM) and producer in (0, LEGACY_STREAM):
+        return
+    _device_of_context()
+    d = driver()
+    event = _sync_event()
+    check(d.cuEventRecord(event, producer))
+    check(d.cuStreamWaitEvent(consumer, event, 0))
+
+
+# --------------------------------------------------------------------------------------
+# Layout arithmetic (pure; no driver)
+
+
+def normalize_shape(shape) -> tuple[int, ...]:
+    """A shape as a tuple of non-negative ints (an int gives a 1-d shape)."""
+    if isinstance(shape, (int, np.integer)):
+        shape = (int(shape),)
+    else:
+        try:
+            shape = tuple(operator.index(n) for n in shape)
+        except TypeError:
+            raise TypeError(f"a shape is an int or a sequence of ints, got {shape!r}") from None
+    for n in shape:
+        if n < 0:
+            raise ValueError(f"negative dimension in shape {shape}")
+    return shape
+
+
+def normalize_dtype(dtype) -> np.dtype:
+    """A NumPy dtype that device memory can hold (fixed size, no Python objects)."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as exc:
+        raise TypeError(f"not a dtype: {dtype!r} ({exc})") from None
+    if dt.hasobject or dt.itemsize == 0:
+        raise TypeError(f"dtype {dt} cannot live in device memory: it must have a fixed "
+                        f"size and no Python objects")
+    return dt
+
+
+def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """Byte strides of a C-contiguous (row-major) array."""
+    strides = [0] * len(shape)
+    step = itemsize
+    for axis in range(len(shape) - 1, -1, -1):
+        strides[axis] = step
+        step *= max(shape[axis], 1)
+    return tuple(strides)
+
+
+def is_c_contiguous(shape, strides, itemsize) -> bool:
+    """True when the layout is row-major with no gaps (axes of length 1 ignored)."""
+    expected = itemsize
+    for axis in range(len(shape) - 1, -1, -1):
+        n = shape[axis]
+        if n == 0:
+            return True
+        if n != 1 and strides[axis] != expected:
+            return False
+        expected *= n
+    return True
+
+
+def is_f_contiguous(shape, strides, itemsize) -> bool:
+    """True when the layout is column-major with no gaps (axes of length 1 ignored)."""
+    expected = itemsize
+    for axis in range(len(shape)):
+        n = shape[axis]
+        if n == 0:
+            return True
+        if n != 1 and strides[axis] != expected:
+            return False
+        expected *= n
+    return True
+
+
+def extent(shape, strides, itemsize) -> tuple[int, int]:
+    """The byte range [low, high) relative to the data pointer that a layout touches.
+
+    An empty array touches nothing: (0, 0).
+    """
+    low = high = 0
+    for n, s in zip(shape, strides):
+        if n == 0:
+            return 0, 0
+        if s >= 0:
+            high += (n - 1) * s
+        else:
+            low += (n - 1) * s
+    return low, high + itemsize
+
+
+def index_layout(shape, strides, key):
+    """Apply a basic index to a layout.
+
+    Supports ints (negative from the end), slices with any step, ``...`` and None (a new
+    axis of length 1), as NumPy basic indexing.
+
+    Returns
+    -------
+    (offset, shape, strides)
+        The byte offset of the view's first element and its shape and byte strides.
+
+    Raises
+    ------
+    IndexError
+        For an out-of-range int, too many indices, or an advanced index (arrays, lists,
+        booleans), which device buffers do not support.
+    """
+    if not isinstance(key, tuple):
+        key = (key,)
+    ndim = len(shape)
+    ellipses = 0
+    used = 0
+    for k in key:
+        if k is Ellipsis:
+            ellipses += 1
+        elif k is not None:
+            used += 1
+    if ellipses > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if used > ndim:
+        raise IndexError(f"too many indices: the array is {ndim}-dimensional, but {used} "
+                         f"were indexed")
+    offset = 0
+    new_shape: list[int] = []
+    new_strides: list[int] = []
+    axis = 0
+    for k in key:
+        if k is None:
+            new_shape.append(1)
+            new_strides.append(0)
+            continue
+        if k is Ellipsis:
+            for _ in range(ndim - used):
+                new_shape.append(shape[axis])
+                new_strides.append(strides[axis])
+                axis += 1
+            continue
+        n = shape[axis]
+        stride = strides[axis]
+        if isinstance(k, slice):
+            start, stop, step = k.indices(n)
+            length = len(range(start, stop, step))
+            if length > 0:
+                offset += start * stride
+            new_shape.append(length)
+            new_strides.append(stride * step)
+        else:
+            if isinstance(k, (bool, np.bool_)):
+                raise IndexError("boolean indices are advanced indexing, which device "
+                                 "buffers do not support")
+            try:
+                i = operator.index(k)
+            except TypeError:
+                raise IndexError(
+                    f"only integers, slices, '...' and None are valid indices of a device "
+                    f"buffer (advanced indexing is not supported), got {type(k).__name__}"
+                ) from None
+            if i < 0:
+                i += n
+            if not 0 <= i < n:
+                raise IndexError(f"index {operator.index(k)} is out of bounds for axis "
+                                 f"{axis} with size {n}")
+            offset += i * stride
+        axis += 1
+    while axis < ndim:  # trailing axes not named by the key
+        new_shape.append(shape[axis])
+        new_strides.append(strides[axis])
+        axis += 1
+    return offset, tuple(new_shape), tuple(new_strides)
+
+
+def reshape_layout(shape, strides, itemsize, new_shape):
+    """The shape and strides of a C-order reshape (one -1 allowed) of a contiguous layout.
+
+    Raises
+    ------
+    ValueError
+        If the sizes differ, or the layout is not C-contiguous.
+    """
+    if isinstance(new_shape, (int, np.integer)):
+        new_shape = (int(new_shape),)
+    new_shape = [operator.index(n) for n in new_shape]
+    size = 1
+    for n in shape:
+        size *= n
+    unknown = [i for i, n in enumerate(new_shape) if n == -1]
+    if len(unknown) > 1:
+        raise ValueError("can only specify one unknown dimension (-1)")
+    known = 1
+    for n in new_shape:
+        if n != -1:
+            if n < 0:
+                raise ValueError(f"negative dimension in shape {tuple(new_shape)}")
+            known *= n
+    if unknown:
+        if known == 0 or size % known:
+            raise ValueError(f"cannot reshape an array of size {size} into shape "
+                             f"{tuple(new_shape)}")
+        new_shape[unknown[0]] = size // known
+    new_shape = tuple(new_shape)
+    new_size = 1
+    for n in new_shape:
+        new_size *= n
+    if new_size != size:
+        raise ValueError(f"cannot reshape an array of size {size} into shape {new_shape}")
+    if not is_c_contiguous(shape, strides, itemsize):
+        raise ValueError("reshape needs a C-contiguous buffer; this view is strided "
+                         "(copy it first with .copy())")
+    return new_shape, c_strides(new_shape, itemsize)
+
+
+def view_layout(shape, strides, old_itemsize, new_itemsize):
+    """Shape and strides after reinterpreting the items with another item size.
+
+    As NumPy's ``ndarray.view(dtype)``: the last axis must be contiguous and its byte
+    length divisible by the new item size.
+    """
+    if old_itemsize == new_itemsize:
+        return tuple(shape), tuple(strides)
+    if len(shape) == 0:
+        raise ValueError(f"cannot view a 0-d buffer of {old_itemsize}-byte items with "
+                         f"{new_itemsize}-byte items")
+    if shape[-1] != 1 and strides[-1] != old_itemsize:
+        raise ValueError("to change the item size, the last axis must be contiguous")
+    nbytes = shape[-1] * old_itemsize
+    if nbytes % new_itemsize:
+        raise ValueError(f"the last axis is {nbytes} bytes long, which is not a multiple "
+                         f"of the new item size {new_itemsize}")
+    new_shape = tuple(shape[:-1]) + (nbytes // new_itemsize,)
+    new_strides = tuple(strides[:-1]) + (new_itemsize,)
+    return new_shape, new_strides
+
+
+def cai_dict(ptr, shape, strides, dtype, readonly, stream) -> dict:
+    """The `__cuda_array_interface__` (version 3) of a layout.
+
+    `strides` is left out (None) for C-contiguous layouts, as the protocol recommends;
+    `stream` is an int handle or None (no synchronization needed).
+    """
+    contiguous = is_c_contiguous(shape, strides, dtype.itemsize)
+    interface = {
+        "shape": tuple(shape),
+        "typestr": dtype.str,
+        "data": (ptr, bool(readonly)),
+        "version": 3,
+        "strides": None if contiguous else tuple(strides),
+        "stream": stream,
+    }
+    if dtype.fields is not None:
+        interface["descr"] = dtype.descr
+    return interface
+
+
+# --------------------------------------------------------------------------------------
+# Allocations
+
+
+class _Allocation(_lifetime.Resource):
+    """The owner of one allocation (or of a borrow): a slotted holder of the raw pointer.
+
+    Every view of the allocation holds it; its finalizer (set up by `Resource`) queues the
+    free when the last view dies. `owner` keeps alive whatever a borrow depends on.
+    """
+
+    __slots__ = ("ptr", "nbytes", "kind", "device", "owner")
+
+    def _label(self) -> str:
+        return f"device allocation ({self.kind}, {self.nbytes} bytes)"
+
+    def close(self, stream=None) -> None:
+        """Free now (in the order of `stream` for stream-ordered allocations)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.owner = None
+        fin = self._finalizer
+        if fin is None:
+            return
+        info = fin.detach()  # only one of close() and the finalizer gets the arguments
+        if info is None:
+            return
+        _obj, _func, (release, handle, args, _label), _kwargs = info
+        if stream is not None and self.kind == ASYNC:
+            args = (stream,)
+        release(handle, *args)
+
+
+def _free_sync(ptr) -> None:
+    # cuMemFree waits for the device to finish work that may use the memory.
+    check(driver().cuMemFree(ptr))
+
+
+def _free_async(ptr, stream) -> None:
+    closed = getattr(stream, "closed", False)
+    if closed:
+        # The stream the memory was ordered on is gone: wait for the device, then free
+        # on the legacy default stream.
+        check(driver().cuCtxSynchronize())
+        stream = LEGACY_STREAM
+    check(driver().cuMemFreeAsync(ptr, stream_handle(stream)))
+
+
+def _release_borrow(handle, release) -> None:
+    release()
+
+
+def _new_allocation(ptr: int, nbytes: int, kind: str, device: int, release, *args,
+                    owner=None) -> _Allocation:
+    alloc = _Allocation.__new__(_Allocation)
+    alloc.ptr = ptr
+    alloc.nbytes = nbytes
+    alloc.kind = kind
+    alloc.device = device
+    alloc.owner = owner
+    alloc._init_resource(ptr, release, *args)
+    return alloc
+
+
+def _allocate(nbytes: int, stream=None, pool=None) -> _Allocation:
+    """Allocate `nbytes` of device memory on the current device."""
+    device = _device_of_context()
+    if nbytes == 0:
+        return _new_allocation(0, 0, EMPTY, device, None)
+    d = driver()
+    if pool is not None:
+        h = stream_handle(stream)
+        ptr = check(d.cuMemAllocFromPoolAsync(nbytes, pool, h), requested=nbytes)
+        return _new_allocation(int(ptr), nbytes, ASYNC, device, _free_async,
+                               stream if stream is not None else 0)
+    if stream is None:
+        ptr = check(d.cuMemAlloc(nbytes), requested=nbytes)
+        return _new_allocation(int(ptr), nbytes, SYNC, device, _free_sync)
+    ptr = check(d.cuMemAllocAsync(nbytes, stream_handle(stream)), requested=nbytes)
+    return _new_allocation(int(ptr), nbytes, ASYNC, device, _free_async, stream)
+
+
+def borrow(ptr: int, shape, strides, dtype, *, readonly=False, owner=None, release=None,
+           device: int = -1, stream=None, cls=None) -> "DeviceBuffer":
+    """A `DeviceBuffer` over memory that cupric does not own.
+
+    `owner` is kept alive as long as any view of the buffer; `release`, when given, is a
+    callable run once when the buffer is closed or (through the deferred queue) dies, for
+    protocols whose borrow must be handed back (DLPack's deleter). The memory itself is
+    never freed by cupric.
+    """
+    dtype = normalize_dtype(dtype)
+    shape = normalize_shape(shape)
+    if strides is None:
+        strides = c_strides(shape, dtype.itemsize)
+    low, high = extent(shape, strides, dtype.itemsize)
+    if release is None:
+        alloc = _new_allocation(ptr, high - low, BORROWED, device, None, owner=owner)
+    else:
+        alloc = _new_allocation(ptr, high - low, BORROWED, device, _release_borrow, release,
+                                owner=owner)
+    return DeviceBuffer._make(alloc, ptr, shape, tuple(strides), dtype, readonly, stream,
+                              cls=cls)
+
+
+# --------------------------------------------------------------------------------------
+# Host arrays
+
+
+def _host_array(obj, what: str) -> np.ndarray:
+    if isinstance(obj, np.ndarray):
+        return obj
+    inner = getattr(obj, "array", None)  # PinnedBuffer and friends
+    if isinstance(inner, np.ndarray):
+        return inner
+    if hasattr(obj, "__array_interface__") or hasattr(obj, "__array__"):
+        return np.asarray(obj)
+    raise TypeError(f"{what} must be a NumPy array (or a device array), got "
+                    f"{type(obj).__name__}")
+
+
+def _host_ptr(array: np.ndarray) -> int:
+    return array.__array_interface__["data"][0]
+
+
+def _device_array_or_none(obj):
+    """`obj` as a DeviceBuffer when it is device memory (ours or a protocol's), else None."""
+    if isinstance(obj, DeviceBuffer):
+        return obj
+    if hasattr(obj, "__cuda_array_interface__") or (
+            hasattr(obj, "__dlpack__") and not isinstance(obj, np.ndarray)
+            and _dlpack_on_device(obj)):
+        from .interop import as_device_array
+        return as_device_array(obj)
+    return None
+
+
+def _dlpack_on_device(obj) -> bool:
+    device = getattr(obj, "__dlpack_device__", None)
+    if device is None:
+        return False
+    from .dlpack import DEVICE_CUDA, DEVICE_CUDA_MANAGED
+    return device()[0] in (DEVICE_CUDA, DEVICE_CUDA_MANAGED)
+
+
+# --------------------------------------------------------------------------------------
+# DeviceBuffer
+
+
+class DeviceBuffer:
+    """A typed N-d view of device memory.
+
+    Made by `empty`, `zeros`, `to_device`, `empty_like`, `MemoryPool.empty`, slicing and
+    `view`, or by borrowing another library's array (`as_device_array`, `from_dlpack`).
+
+    Attributes
+    ----------
+    ptr : int
+        Device address of the first element (plain attribute: launches read it directly).
+    shape : tuple of int
+    strides : tuple of int
+        In bytes, as NumPy.
+    dtype : numpy.dtype
+    itemsize, size, nbytes, ndim : int
+        ``nbytes = size * itemsize``, the bytes the view's elements occupy.
+    readonly : bool
+        True for borrows the producer marked read-only; writes through cupric refuse.
+
+    Safety
+    ------
+    Views share their allocation. After ``close()`` every view refuses use with
+    `ClosedError`, but a raw ``ptr`` already handed to a kernel or another library dangles:
+    close only once all queued work that uses the memory is ordered before the free (pass
+    that work's stream to ``close``).
+
+    Thread safety
+    -------------
+    A buffer may be used from several threads; ordering the device work on it is the
+    caller's job (streams, events), as in CUDA.
+    """
+
+    __slots__ = ("ptr", "shape", "strides", "dtype", "itemsize", "size", "nbytes", "ndim",
+                 "readonly", "_alloc", "_stream", "_base", "__weakref__")
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError(_NO_CONSTRUCTOR)
+
+    @classmethod
+    def _make(klass, alloc, ptr, shape, strides, dtype, readonly, stream, base=None,
+              cls=None):
+        self = object.__new__(cls if cls is not None else klass)
+        self._alloc = alloc
+        self.ptr = ptr
+        self.shape = shape
+        self.strides = strides
+        self.dtype = dtype
+        self.itemsize = dtype.itemsize
+        size = 1
+        for n in shape:
+            size *= n
+        self.size = size
+        self.nbytes = size * dtype.itemsize
+        self.ndim = len(shape)
+        self.readonly = readonly
+        self._stream = stream
+        self._base = base
+        return self
+
+    # -- state ---------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """True once the buffer (or the buffer it views) was closed."""
+        return self._alloc._closed
+
+    @property
+    def base(self):
+        """The buffer this one views, or None for a buffer that owns its allocation."""
+        return self._base
+
+    @property
+    def owns_memory(self) -> bool:
+        """False for borrows of another library's memory, which cupric never frees."""
+        return self._alloc.kind not in (BORROWED,)
+
+    @property
+    def device(self) -> int:
+        """Ordinal of the device the memory lives on (asked of the driver, once, for
+        borrowed memory)."""
+        alloc = self._alloc
+        if alloc.device < 0 and self.ptr:
+            self._check_open()
+            d = _ready()
+            attribute = d.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+            alloc.device = int(check(d.cuPointerGetAttribute(attribute, self.ptr)))
+        return alloc.device
+
+    @property
+    def stream(self):
+        """The stream that work producing this buffer's contents was last queued on.
+
+        Advertised to consumers through ``__cuda_array_interface__['stream']`` and
+        honoured by ``__dlpack__``, so that they order their reads after it. cupric's own
+        stream-ordered copies and fills set it; set it yourself after launching a kernel
+        that writes the buffer on a stream other libraries do not know about.
+        """
+        return self._stream
+
+    @stream.setter
+    def stream(self, value) -> None:
+        if value is not None:
+            stream_handle(value)  # validates
+        self._stream = value
+
+    def _check_open(self) -> None:
+        if self._alloc._closed:
+            raise ClosedError("this DeviceBuffer is closed (or views a closed buffer); "
+                              "its memory was freed")
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self.readonly:
+            raise ValueError("this DeviceBuffer is read-only (its producer exported it "
+                             "read-only)")
+
+    @property
+    def is_c_contiguous(self) -> bool:
+        return is_c_contiguous(self.shape, self.strides, self.itemsize)
+
+    @property
+    def is_f_contiguous(self) -> bool:
+        return is_f_contiguous(self.shape, self.strides, self.itemsize)
+
+    def close(self, stream=None) -> None:
+        """Free the memory now, ordered on `stream` where the allocation allows it.
+
+        Stream-ordered allocations (``stream=`` at allocation, pools) are freed with
+        `cuMemFreeAsync` on `stream`, or on their allocation stream when `stream` is None.
+        Synchronous allocations are freed with `cuMemFree`, which first waits for the
+        device. Closing a borrow frees nothing; it drops the reference to the producer
+        (and hands a DLPack tensor back through its deleter). Closing a view closes the
+        whole allocation. A second call does nothing.
+
+        Raises
+        ------
+        CudaError
+            If the driver refuses the free (the buffer is closed anyway).
+        """
+        alloc = self._alloc
+        if alloc._closed:
+            return
+        alloc.close(stream)
+        self.ptr = 0
+
+    def __enter__(self):
+        self._check_open()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._alloc._closed else f"ptr=0x{self.ptr:x}"
+        return (f"<DeviceBuffer shape={self.shape} dtype={self.dtype} {state}"
+                f"{' readonly' if self.readonly else ''}>")
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d DeviceBuffer")
+        return self.shape[0]
+
+    def __bool__(self):
+        raise TypeError("the truth value of a DeviceBuffer is ambiguous; copy it to the "
+                        "host with to_numpy() first")
+
+    def __array__(self, dtype=None, copy=None):
+        raise TypeError("a DeviceBuffer lives in device memory and is not converted "
+                        "implicitly; copy it to the host with .to_numpy()")
+
+    # -- views ---------------------------------------------------------------------
+
+    def __getitem__(self, key) -> "DeviceBuffer":
+        self._check_open()
+        offset, shape, strides = index_layout(self.shape, self.strides, key)
+        return DeviceBuffer._make(self._alloc, self.ptr + offset, shape, strides,
+                                  self.dtype, self.readonly, self._stream,
+                                  base=self._base or self)
+
+    def __setitem__(self, key, value) -> None:
+        target = self[key]
+        if isinstance(value, (int, float, complex, bool, np.generic)):
+            target.fill(value)
+        else:
+            target.copy_from(value)
+
+    def view(self, dtype=None) -> "DeviceBuffer":
+        """Reinterpret the same bytes as another dtype (no copy), like ``ndarray.view``.
+
+        Raises
+        ------
+        ValueError
+            If the item size changes and the last axis is not contiguous or its byte
+            length is not a multiple of the new item size.
+        """
+        self._check_open()
+        dt = self.dtype if dtype is None else normalize_dtype(dtype)
+        shape, strides = view_layout(self.shape, self.strides, self.itemsize, dt.itemsize)
+        return DeviceBuffer._make(self._alloc, self.ptr, shape, strides, dt, self.readonly,
+                                  self._stream, base=self._base or self)
+
+    def reshape(self, *shape) -> "DeviceBuffer":
+        """A view with another shape (C order; one -1 allowed). Needs a contiguous buffer."""
+        self._check_open()
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+            shape = shape[0]
+        new_shape, new_strides = reshape_layout(self.shape, self.strides, self.itemsize,
+                                                shape)
+        return DeviceBuffer._make(self._alloc, self.ptr, new_shape, new_strides, self.dtype,
+                                  self.readonly, self._stream, base=self._base or self)
+
+    def ravel(self) -> "DeviceBuffer":
+        """A 1-d view of a C-contiguous buffer."""
+        return self.reshape(-1)
+
+    def transpose(self, *axes) -> "DeviceBuffer":
+        """A view with the axes permuted (reversed by default). No copy."""
+        self._check_open()
+        if not axes:
+            axes = tuple(range(self.ndim - 1, -1, -1))
+        elif len(axes) == 1 and not isinstance(axes[0], (int, np.integer)):
+            axes = tuple(axes[0])
+        axes = tuple(operator.index(a) + (self.ndim if operator.index(a) < 0 else 0)
+                     for a in axes)
+        if sorted(axes) != list(range(self.ndim)):
+            raise ValueError(f"axes {axes} are not a permutation of {self.ndim} axes")
+        return DeviceBuffer._make(self._alloc, self.ptr, tuple(self.shape[a] for a in axes),
+                                  tuple(self.strides[a] for a in axes), self.dtype,
+                                  self.readonly, self._stream, base=self._base or self)
+
+    @property
+    def T(self) -> "DeviceBuffer":
+        return self.transpose()
+
+    # -- copies --------------------------------------------------------------------
+
+    def _check_match(self, other_dtype, other_shape, what: str) -> None:
+        if other_dtype != self.dtype:
+            raise TypeError(f"dtype mismatch: this buffer holds {self.dtype}, {what} holds "
+                            f"{other_dtype}; convert one of them first (astype)")
+        if tuple(other_shape) != self.shape:
+            raise ValueError(f"shape mismatch: this buffer is {self.shape}, {what} is "
+                             f"{tuple(other_shape)}")
+
+    def _contiguous_or_raise(self, what: str) -> None:
+        if not is_c_contiguous(self.shape, self.strides, self.itemsize):
+            raise ValueError(f"{what} needs a C-contiguous buffer; this view has strides "
+                             f"{self.strides} for shape {self.shape}")
+
+    def copy_from(self, src, stream=None) -> None:
+        """Copy `src` (a host array or device array) into this buffer.
+
+        Parameters
+        ----------
+        src : numpy.ndarray, PinnedBuffer, DeviceBuffer, or any CAI/DLPack device array
+            Same dtype and shape as this buffer, C-contiguous (as this buffer).
+        stream : Stream, optional
+            Queue the copy on this stream (`cuMemcpy*Async`) and return at once; without
+            one, the copy is synchronous with respect to the host for host sources.
+
+        Raises
+        ------
+        TypeError
+            Different dtypes, or `src` is not an array.
+        ValueError
+            Different shapes, a non-contiguous side, or a read-only destination.
+        ClosedError
+            If this buffer was closed.
+
+        Safety
+        ------
+        With a stream, a pinned host source must stay alive and unchanged until the copy
+        completes (pageable memory is staged by the driver before the call returns).
+
+        Cost
+        ----
+        One driver call; no host-side staging by cupric.
+        """
+        self._check_writable()
+        dev = _device_array_or_none(src)
+        if dev is not None:
+            dev._check_open()
+            self._check_match(dev.dtype, dev.shape, "the source")
+            self._contiguous_or_raise("copy_from")
+            if not is_c_contiguous(dev.shape, dev.strides, dev.itemsize):
+                raise ValueError("copy_from needs a C-contiguous source; the source view is "
+                                 "strided")
+            if self.nbytes == 0:
+                return
+            d = _ready()
+            if stream is None:
+                check(d.cuMemcpyDtoD(self.ptr, dev.ptr, self.nbytes))
+                self._stream = LEGACY_STREAM
+            else:
+                check(d.cuMemcpyDtoDAsync(self.ptr, dev.ptr, self.nbytes,
+                                          stream_handle(stream)))
+                self._stream = stream
+            return
+        host = _host_array(src, "the source")
+        self._check_match(host.dtype, host.shape, "the source array")
+        self._contiguous_or_raise("copy_from")
+        if not host.flags.c_contiguous:
+            raise ValueError("copy_from needs a C-contiguous host array; make one with "
+                             "numpy.ascontiguousarray(src)")
+        if self.nbytes == 0:
+            return
+        d = _ready()
+        if stream is None:
+            check(d.cuMemcpyHtoD(self.ptr, _host_ptr(host), self.nbytes))
+        else:
+            check(d.cuMemcpyHtoDAsync(self.ptr, _host_ptr(host), self.nbytes,
+                                      stream_handle(stream)))
+            self._stream = stream
+
+    def copy_to(self, dst, stream=None) -> None:
+        """Copy this buffer into `dst` (a host array or device array).
+
+        Parameters and errors as `copy_from`, with the roles swapped; a host destination
+        must be writable. With a stream the copy is queued and the call returns at once:
+        synchronize the stream before reading a pinned destination.
+        """
+        self._check_open()
+        self._contiguous_or_raise("copy_to")
+        dev = _device_array_or_none(dst)
+        if dev is not None:
+            dev._check_writable()
+            self._check_match(dev.dtype, dev.shape, "the destination")
+            if not is_c_contiguous(dev.shape, dev.strides, dev.itemsize):
+                raise ValueError("copy_to needs a C-contiguous destination; the destination "
+                                 "view is strided")
+            if self.nbytes == 0:
+                return
+            d = _ready()
+            if stream is None:
+                check(d.cuMemcpyDtoD(dev.ptr, self.ptr, self.nbytes))
+                dev._stream = LEGACY_STREAM
+            else:
+                check(d.cuMemcpyDtoDAsync(dev.ptr, self.ptr, self.nbytes,
+                                          stream_handle(stream)))
+                dev._stream = stream
+            return
+        host = _host_array(dst, "the destination")
+        self._check_match(host.dtype, host.shape, "the destination array")
+        if not host.flags.c_contiguous:
+            raise ValueError("copy_to needs a C-contiguous host array")
+        if not host.flags.writeable:
+            raise ValueError("copy_to: the destination array is read-only")
+        if self.nbytes == 0:
+            return
+        d = _ready()
+        if stream is None:
+            check(d.cuMemcpyDtoH(_host_ptr(host), self.ptr, self.nbytes))
+        else:
+            check(d.cuMemcpyDtoHAsync(_host_ptr(host), self.ptr, self.nbytes,
+                                      stream_handle(stream)))
+
+    def to_numpy(self, stream=None) -> np.ndarray:
+        """A new host array with this buffer's contents (waits for the copy).
+
+        Strided views are supported: the bytes the view spans are copied and the elements
+        gathered on the host.
+
+        Parameters
+        ----------
+        stream : Stream, optional
+            Order the copy after the work on this stream (then wait for it).
+
+        Cost
+        ----
+        One device-to-host copy of ``nbytes`` into pageable memory (of the view's whole
+        span for a strided view), plus a stream synchronization when a stream is given.
+        """
+        self._check_open()
+        if is_c_contiguous(self.shape, self.strides, self.itemsize):
+            out = np.empty(self.shape, self.dtype)
+            self._download(out, self.ptr, self.nbytes, stream)
+            return out
+        if is_f_contiguous(self.shape, self.strides, self.itemsize):
+            out = np.empty(self.shape, self.dtype, order="F")
+            self._download(out, self.ptr, self.nbytes, stream)
+            return out
+        low, high = extent(self.shape, self.strides, self.itemsize)
+        raw = np.empty(high - low, np.uint8)
+        self._download(raw, self.ptr + low, high - low, stream)
+        # The first element sits at byte -low of `raw`; gather bytewise, then retype.
+        gathered = np.lib.stride_tricks.as_strided(
+            raw[-low:], shape=self.shape + (self.itemsize,), strides=self.strides + (1,))
+        return np.ascontiguousarray(gathered).view(self.dtype).reshape(self.shape)
+
+    def _download(self, out: np.ndarray, ptr: int, nbytes: int, stream) -> None:
+        if nbytes == 0:
+            return
+        d = _ready()
+        if stream is None:
+            check(d.cuMemcpyDtoH(_host_ptr(out), ptr, nbytes))
+        else:
+            h = stream_handle(stream)
+            check(d.cuMemcpyDtoHAsync(_host_ptr(out), ptr, nbytes, h))
+            check(d.cuStreamSynchronize(h))
+
+    def copy(self, stream=None) -> "DeviceBuffer":
+        """A new C-contiguous buffer with the same contents (device-to-device)."""
+        self._check_open()
+        self._contiguous_or_raise("copy")
+        out = empty(self.shape, self.dtype, stream=stream)
+        out.copy_from(self, stream=stream)
+        return out
+
+    # -- fills ---------------------------------------------------------------------
+
+    def memset(self, value: int, width: int = 8, stream=None) -> None:
+        """Set every `width`-bit word of the buffer's bytes to `value`.
+
+        Parameters
+        ----------
+        value : int
+            The word, as an unsigned integer of `width` bits.
+        width : {8, 16, 32}
+            `cuMemsetD8`, `cuMemsetD16` or `cuMemsetD32`. The buffer's byte length must be
+            a multiple of the word size (and its address aligned to it).
+        stream : Stream, optional
+            Queue the fill on this stream.
+
+        Raises
+        ------
+        ValueError
+            For another width, a value that does not fit, a length or address that is not
+            a multiple of the word size, a strided view, or a read-only buffer.
+        """
+        self._check_writable()
+        self._contiguous_or_raise("memset")
+        if width not in (8, 16, 32):
+            raise ValueError(f"memset width must be 8, 16 or 32 bits, got {width}")
+        value = operator.index(value)
+        if not 0 <= value < (1 << width):
+            raise ValueError(f"memset value {value} does not fit in {width} bits unsigned")
+        word = width // 8
+        if self.nbytes % word or self.ptr % word:
+            raise ValueError(f"memset with {width}-bit words needs a length and address "
+                             f"that are multiples of {word} bytes (length {self.nbytes}, "
+                             f"address 0x{self.ptr:x})")
+        count = self.nbytes // word
+        if count == 0:
+            return
+        d = _ready()
+        if stream is None:
+            fn = (d.cuMemsetD8, d.cuMemsetD16, d.cuMemsetD32)[word // 2]
+            check(fn(self.ptr, value, count))
+            self._stream = LEGACY_STREAM
+        else:
+            fn = (d.cuMemsetD8Async, d.cuMemsetD16Async, d.cuMemsetD32Async)[word // 2]
+            check(fn(self.ptr, value, count, stream_handle(stream)))
+            self._stream = stream
+
+    def zero(self, stream=None) -> None:
+        """Set every byte to zero (`cuMemsetD8`)."""
+        self.memset(0, 8, stream)
+
+    def fill(self, value, stream=None) -> None:
+        """Set every element to `value` (converted to the buffer's dtype), on the device.
+
+        Items of 1, 2 or 4 bytes use one `cuMemsetD8/16/32`; 8-byte items use two strided
+        32-bit fills (`cuMemsetD2D32`), one per half; other sizes are refused.
+
+        Raises
+        ------
+        ValueError
+            For a strided view, a read-only buffer, or an item size with no fill.
+        """
+        self._check_writable()
+        self._contiguous_or_raise("fill")
+        raw = np.asarray(value, dtype=self.dtype).tobytes()
+        size = self.itemsize
+        if size in (1, 2, 4):
+            word = int.from_bytes(raw, "little")
+            self.memset(word, size * 8, stream)
+            return
+        if size != 8:
+            raise ValueError(f"fill supports items of 1, 2, 4 or 8 bytes, not {size}")
+        low = int.from_bytes(raw[:4], "little")
+        high = int.from_bytes(raw[4:], "little")
+        if low == high:
+            self.memset(low, 32, stream)
+            return
+        if self.size == 0:
+            return
+        d = _ready()
+        if stream is None:
+            check(d.cuMemsetD2D32(self.ptr, 8, low, 1, self.size))
+            check(d.cuMemsetD2D32(self.ptr + 4, 8, high, 1, self.size))
+            self._stream = LEGACY_STREAM
+        else:
+            h = stream_handle(stream)
+            check(d.cuMemsetD2D32Async(self.ptr, 8, low, 1, self.size, h))
+            check(d.cuMemsetD2D32Async(self.ptr + 4, 8, high, 1, self.size, h))
+            self._stream = stream
+
+    # -- conversions -----------------------------------------------------------------
+
+    def astype(self, dtype, stream=None) -> "DeviceBuffer":
+        """A new buffer with the elements cast to `dtype` (NumPy's casting rules).
+
+        The cast runs on the host: the buffer is copied down, cast by NumPy and copied up,
+        which gives NumPy's exact semantics for every pair of dtypes.
+
+        Cost
+        ----
+        Two transfers over PCIe/NVLink and a host cast: slow for large buffers. A device
+        kernel (`cupric.kernels`) is the fast way for large arrays.
+        """
+        self._check_open()
+        dt = normalize_dtype(dtype)
+        host = self.to_numpy(stream)
+        return to_device(np.ascontiguousarray(host.astype(dt)), stream=stream)
+
+    # -- interchange ---------------------------------------------------------------
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        """CUDA Array Interface v3: pointer, shape, typestr, strides and the stream
+        consumers must order after (see `stream`)."""
+        self._check_open()
+        s = self._stream
+        return cai_dict(self.ptr, self.shape, self.strides, self.dtype, self.readonly,
+                        None if s is None else (stream_handle(s) or LEGACY_STREAM))
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """Export as a DLPack capsule (see `cupric.runtime.dlpack.to_dlpack`)."""
+        from .dlpack import to_dlpack
+        return to_dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device,
+                         copy=copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        from .dlpack import dlpack_device
+        return dlpack_device(self)
+
+
+class DeviceBox(DeviceBuffer):
+    """One value in device memory (a 0-d buffer), read with `get` and written with `set`.
+
+    Made by `device_box(value, dtype)`. Kernels receive it as a 0-d array.
+    """
+
+    __slots__ = ()
+
+    def get(self, stream=None):
+        """The value, copied to the host (waits for the copy)."""
+        return self.to_numpy(stream)[()]
+
+    def set(self, value, stream=None) -> None:
+        """Write `value` (converted to the box's dtype)."""
+        self.copy_from(np.asarray(value, dtype=self.dtype), stream=stream)
+
+    def __repr__(self) -> str:
+        return f"<DeviceBox dtype={self.dtype} {'closed' if self.closed else hex(self.ptr)}>"
+
+
+# --------------------------------------------------------------------------------------
+# Factories
+
+
+def _new_buffer(shape, dtype, stream=None, pool=None, cls=None) -> DeviceBuffer:
+    dt = normalize_dtype(dtype)
+    shape = normalize_shape(shape)
+    nbytes = dt.itemsize
+    for n in shape:
+        nbytes *= n
+    alloc = _allocate(nbytes, stream, pool)
+    return DeviceBuffer._make(alloc, alloc.ptr, shape, c_strides(shape, dt.itemsize), dt,
+                              False, stream, cls=cls)
+
+
+def empty(shape, dtype=np.float64, stream=None) -> DeviceBuffer:
+    """A new uninitialized C-contiguous buffer on the current device.
+
+    Parameters
+    ----------
+    shape : int or tuple of int
+    dtype : numpy dtype-like, default float64
+    stream : Stream, optional
+        Allocate in stream order from the device's current memory pool
+        (`cuMemAllocAsync`): the memory may be used by work queued on `stream` (or ordered
+        after it) and is freed on that stream by ``close()``. Without a stream the memory
+        comes from `cuMemAlloc` and may be used by any stream at once.
+
+    Raises
+    ------
+    CudaOutOfMemoryError
+        Saying how much was asked for and how much is free.
+
+    Examples
+    --------
+    >>> buf = cupric.runtime.empty((1024, 3), "f4")          # doctest: +SKIP
+    """
+    return _new_buffer(shape, dtype, stream)
+
+
+def zeros(shape, dtype=np.float64, stream=None) -> DeviceBuffer:
+    """A new buffer with every byte zero (see `empty` for the parameters)."""
+    buf = _new_buffer(shape, dtype, stream)
+    buf.zero(stream)
+    return buf
+
+
+def empty_like(array, dtype=None, stream=None) -> DeviceBuffer:
+    """A new uninitialized C-contiguous buffer with the shape (and dtype) of `array`,
+    which may be a host or device array."""
+    return _new_buffer(array.shape, array.dtype if dtype is None else dtype, stream)
+
+
+def zeros_like(array, dtype=None, stream=None) -> DeviceBuffer:
+    """As `empty_like`, filled with zero bytes."""
+    buf = empty_like(array, dtype, stream)
+    buf.zero(stream)
+    return buf
+
+
+def to_device(array, stream=None) -> DeviceBuffer:
+    """A new device buffer holding a copy of a host array.
+
+    A non-contiguous host array is made contiguous on the host first. With a stream, the
+    allocation and the copy are stream-ordered and the call returns before the copy ends
+    (see `DeviceBuffer.copy_from` for the Safety of pinned sources).
+    """
+    host = _host_array(array, "to_device's argument")
+    if not host.flags.c_contiguous:
+        host = np.ascontiguousarray(host)
+    buf = _new_buffer(host.shape, host.dtype, stream)
+    buf.copy_from(host, stream)
+    return buf
+
+
+def device_box(value, dtype=None, stream=None) -> DeviceBox:
+    """A `DeviceBox` holding `value` (dtype inferred by NumPy when not given)."""
+    host = np.asarray(value, dtype=dtype)
+    if host.ndim != 0:
+        raise ValueError(f"a DeviceBox holds one value, got an array of shape {host.shape}")
+    box = _new_buffer((), host.dtype, stream, cls=DeviceBox)
+    box.copy_from(host, stream)
+    return box
