@@ -1,1 +1,46 @@
-"""cupric.gpu_rand (under construction)."""
+"""GPU random numbers: the xoshiro/xoroshiro family with SplitMix64 seeding and jumps.
+
+A host half in NumPy (`Generator`, `BitGenerator` and the rand_xoshiro-named classes) and
+a device half of kernel-callable functions (`cupric.gpu_rand.device`) give the same bits
+for the same seed. Importing this package loads no compiler and touches no GPU: names
+resolve to their submodules on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_NAMES = ("Xoroshiro128Plus Xoroshiro128PlusPlus Xoroshiro128StarStar Xoroshiro64Star "
+          "Xoroshiro64StarStar Xoshiro128Plus Xoshiro128PlusPlus Xoshiro128StarStar "
+          "Xoshiro256Plus Xoshiro256PlusPlus Xoshiro256StarStar Xoshiro512Plus "
+          "Xoshiro512PlusPlus Xoshiro512StarStar").split()
+
+_LAZY = {
+    "Generator": "generator", "default_rng": "generator",
+    "BitGenerator": "host", "GENERATORS": "host",
+    "SplitMix64": "splitmix",
+    "Algorithm": "algorithms", "ALGORITHMS": "algorithms",
+    "stream_states": "streams", "jump_polynomial": "streams", "jump_table": "streams",
+    "charpoly": "streams",
+    **{name: "host" for name in _NAMES},
+}
+_SUBMODULES = ("algorithms", "device", "distributions", "generator", "gf2", "host",
+               "splitmix", "streams")
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    try:
+        module = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))

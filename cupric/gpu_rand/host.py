@@ -12,7 +12,7 @@ import numpy as np
 from . import algorithms as _alg
 from .splitmix import seed_words, state_from_seed_bytes
 
-__all__ = ["BitGenerator", "apply_polynomial", "GENERATORS"]
+__all__ = ["BitGenerator", "apply_polynomial", "draw_u32", "draw_u64", "GENERATORS"]
 
 
 def _poly_from_words(words, word_bits: int) -> int:
@@ -50,6 +50,40 @@ def apply_polynomial(alg: _alg.Algorithm, state: np.ndarray, poly: int) -> np.nd
             acc ^= cur
         _alg.engine_step(alg, cur)
     return acc
+
+
+def _draw_native(alg: _alg.Algorithm, state: np.ndarray) -> np.ndarray:
+    out = _alg.scramble(alg, state)
+    _alg.engine_step(alg, state)
+    return out
+
+
+def draw_u64(alg: _alg.Algorithm, state: np.ndarray) -> np.ndarray:
+    """rand_xoshiro's ``next_u64`` for every state of `state` (shape (words, n)), in place.
+
+    64-bit generators return their native output; 32-bit ones combine two native outputs
+    as ``lo | hi << 32`` (the first call gives the low half). `state` may be a view: only
+    the generators it covers advance.
+    """
+    if alg.word_bits == 64:
+        return _draw_native(alg, state)
+    lo = _draw_native(alg, state).astype(np.uint64)
+    hi = _draw_native(alg, state).astype(np.uint64)
+    return lo | (hi << np.uint64(32))
+
+
+def draw_u32(alg: _alg.Algorithm, state: np.ndarray) -> np.ndarray:
+    """rand_xoshiro's ``next_u32`` for every state of `state`, in place.
+
+    32-bit generators return their native output; 64-bit ones take the upper or lower half
+    of their output (``alg.u32_from_u64`` says which, following the crate).
+    """
+    if alg.word_bits == 32:
+        return _draw_native(alg, state)
+    x = _draw_native(alg, state)
+    if alg.u32_from_u64 == "high":
+        x = x >> np.uint64(32)
+    return x.astype(np.uint32)
 
 
 class BitGenerator:
@@ -144,46 +178,29 @@ class BitGenerator:
         return type(self)(self.algorithm, sel if sel.ndim == 2 else sel[:, None])
 
     # ---- output ----
-    def _next_native(self) -> np.ndarray:
-        out = _alg.scramble(self.algorithm, self.state)
-        _alg.engine_step(self.algorithm, self.state)
-        return out
-
     def next_u64(self, size: int | None = None) -> np.ndarray:
-        """The next 64-bit output of every generator.
-
-        64-bit generators return their native output; 32-bit ones combine two
-        ``next_u32`` outputs as ``lo | hi << 32`` (the first call is the low half).
+        """The next 64-bit output of every generator (see `draw_u64`).
 
         Parameters
         ----------
         size : int, optional
             Return that many successive outputs, shape (size, n); else shape (n,).
         """
-        if size is not None:
-            return np.stack([self.next_u64() for _ in range(size)]) if size else \
-                np.empty((0, len(self)), np.uint64)
-        if self.algorithm.word_bits == 64:
-            return self._next_native()
-        lo = self._next_native().astype(np.uint64)
-        hi = self._next_native().astype(np.uint64)
-        return lo | (hi << np.uint64(32))
+        if size is None:
+            return draw_u64(self.algorithm, self.state)
+        out = np.empty((size, len(self)), np.uint64)
+        for k in range(size):
+            out[k] = draw_u64(self.algorithm, self.state)
+        return out
 
     def next_u32(self, size: int | None = None) -> np.ndarray:
-        """The next 32-bit output of every generator, as rand_xoshiro's ``next_u32``.
-
-        32-bit generators return their native output; 64-bit ones take the upper or
-        lower half of ``next_u64`` (``algorithm.u32_from_u64`` says which).
-        """
-        if size is not None:
-            return np.stack([self.next_u32() for _ in range(size)]) if size else \
-                np.empty((0, len(self)), np.uint32)
-        if self.algorithm.word_bits == 32:
-            return self._next_native()
-        x = self._next_native()
-        if self.algorithm.u32_from_u64 == "high":
-            x = x >> np.uint64(32)
-        return x.astype(np.uint32)
+        """The next 32-bit output of every generator (see `draw_u32`)."""
+        if size is None:
+            return draw_u32(self.algorithm, self.state)
+        out = np.empty((size, len(self)), np.uint32)
+        for k in range(size):
+            out[k] = draw_u32(self.algorithm, self.state)
+        return out
 
     # ---- jumps ----
     def _jump_with(self, words, what: str) -> None:
