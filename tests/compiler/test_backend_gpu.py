@@ -51,7 +51,8 @@ def _load(kind, image):
     from cuda.bindings import driver
 
     data = image.encode() + b"\0" if kind == "ptx" else image
-    return _check(driver.cuModuleLoadData(data))
+    buffer = ctypes.create_string_buffer(data, len(data))  # the driver copies the image
+    return _check(driver.cuModuleLoadData(ctypes.addressof(buffer)))
 
 
 def _run_exp(module, rng, n=10_000):
