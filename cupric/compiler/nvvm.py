@@ -307,7 +307,7 @@ def compile_ir(modules: Sequence[str | bytes], options: CompileOptions | None = 
 
     Examples
     --------
-    >>> from cupric.compiler.nvvm import compile_ir, ir_header, ir_version_metadata
+    >>> from cupric.compiler.options import CompileOptions
     >>> out = compile_ir([ir_header() + ir_version_metadata(0)], CompileOptions(arch="sm_80"))
     >>> ".target sm_80" in out.ptx
     True

@@ -125,3 +125,28 @@ def test_refused_options_are_a_link_error(ptx_by_arch, monkeypatch):
 def test_unknown_linker_name(ptx_by_arch):
     with pytest.raises(ValueError):
         link.link_ptx(ptx_by_arch["sm_90"], CompileOptions(arch="sm_90"), linker="nvlink")
+
+
+def test_an_older_real_ptxas_is_passed_over_by_version(monkeypatch, tmp_path, ptx_by_arch):
+    # Where a CUDA 13.0 toolkit sits beside the 13.5 wheels (this CI image), check the fact
+    # the ISA table encodes against the real tool, then that link_ptx never runs it.
+    import subprocess
+
+    old = "/usr/local/cuda/bin/ptxas"
+    ptx = ptx_by_arch["sm_90"]
+    try:
+        version = toolchain._tool_version(old)
+    except OSError:
+        pytest.skip("no toolkit ptxas at /usr/local/cuda")
+    from cupric.compiler.target import ptx_isa, ptx_isa_of_release
+
+    if version is None or ptx_isa(ptx) <= ptx_isa_of_release(version):
+        pytest.skip("the toolkit ptxas reads this PTX; no skew to show")
+    source = tmp_path / "k.ptx"
+    source.write_text(ptx)
+    proc = subprocess.run([old, "-arch=sm_90", str(source), "-o", str(tmp_path / "k.cubin")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "Unsupported .version" in proc.stderr + proc.stdout
+    monkeypatch.setattr(toolchain, "ptxas", lambda: toolchain.Tool("ptxas", old, version, "test"))
+    with pytest.raises(link.NoLinkerError, match="ptxas 13"):
+        link.link_ptx(ptx, CompileOptions(arch="sm_90"), linker="ptxas")

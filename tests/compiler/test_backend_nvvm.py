@@ -173,3 +173,14 @@ def test_import_loads_nothing():
             "print(loaded)\nassert not loaded, loaded\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_compiles_on_several_threads_at_once():
+    from concurrent.futures import ThreadPoolExecutor
+
+    archs = ["sm_80", "sm_90", "sm_100", "sm_90"] * 2
+    with ThreadPoolExecutor(4) as pool:
+        outputs = list(pool.map(lambda a: nvvm.compile_ir([exp_kernel()], CompileOptions(arch=a)),
+                                archs))
+    for arch, out in zip(archs, outputs):
+        assert f".target {arch}" in out.ptx
