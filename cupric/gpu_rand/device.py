@@ -1,0 +1,734 @@
+"""The device half: xoshiro-family generators and fills written in the cupric kernel language.
+
+A thread keeps its generator state in registers as a tuple of u32/u64 words, loaded from
+and stored back to a (words, streams) state array; every function here returns the new
+state rather than mutating it. These are plain functions, so the simulator runs them as
+they are; `compiled_kernel` wraps them with the compiler's decorators on first GPU use.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from cupric.device import bits, grid
+from cupric.device import math as dmath
+from cupric.types import f32, f64, u32, u64
+
+from . import algorithms as _alg
+
+__all__ = ["DeviceAlgorithm", "device_algorithm", "kernel_function", "compiled_kernel",
+           "KERNELS"]
+
+# Names of module-level functions that kernels call: `compiled_kernel` replaces each with
+# its @cupric.device_function form before the first compilation.
+_DEVICE_FUNCTIONS: list[str] = []
+
+
+def _device(fn):
+    _DEVICE_FUNCTIONS.append(fn.__name__)
+    return fn
+
+
+_F32_SCALE = f32(2.0 ** -24)
+_F64_SCALE = f64(2.0 ** -53)
+
+
+# ---- state words in and out of registers ------------------------------------------------
+
+@_device
+def load2(states, t):
+    return (states[0, t], states[1, t])
+
+
+@_device
+def load4(states, t):
+    return (states[0, t], states[1, t], states[2, t], states[3, t])
+
+
+@_device
+def load8(states, t):
+    return (states[0, t], states[1, t], states[2, t], states[3, t],
+            states[4, t], states[5, t], states[6, t], states[7, t])
+
+
+@_device
+def store2(states, t, s):
+    s0, s1 = s
+    states[0, t] = s0
+    states[1, t] = s1
+
+
+@_device
+def store4(states, t, s):
+    s0, s1, s2, s3 = s
+    states[0, t] = s0
+    states[1, t] = s1
+    states[2, t] = s2
+    states[3, t] = s3
+
+
+@_device
+def store8(states, t, s):
+    s0, s1, s2, s3, s4, s5, s6, s7 = s
+    states[0, t] = s0
+    states[1, t] = s1
+    states[2, t] = s2
+    states[3, t] = s3
+    states[4, t] = s4
+    states[5, t] = s5
+    states[6, t] = s6
+    states[7, t] = s7
+
+
+@_device
+def xor2(a, b):
+    a0, a1 = a
+    b0, b1 = b
+    return (a0 ^ b0, a1 ^ b1)
+
+
+@_device
+def xor4(a, b):
+    a0, a1, a2, a3 = a
+    b0, b1, b2, b3 = b
+    return (a0 ^ b0, a1 ^ b1, a2 ^ b2, a3 ^ b3)
+
+
+@_device
+def xor8(a, b):
+    a0, a1, a2, a3, a4, a5, a6, a7 = a
+    b0, b1, b2, b3, b4, b5, b6, b7 = b
+    return (a0 ^ b0, a1 ^ b1, a2 ^ b2, a3 ^ b3, a4 ^ b4, a5 ^ b5, a6 ^ b6, a7 ^ b7)
+
+
+# ---- linear engines (rotations are written out: shift counts must be literals) ----------
+
+@_device
+def xoroshiro128_step(s):
+    s0, s1 = s
+    s1 = s1 ^ s0
+    return (((s0 << 24) | (s0 >> 40)) ^ s1 ^ (s1 << 16), (s1 << 37) | (s1 >> 27))
+
+
+@_device
+def xoroshiro128pp_step(s):
+    s0, s1 = s
+    s1 = s1 ^ s0
+    return (((s0 << 49) | (s0 >> 15)) ^ s1 ^ (s1 << 21), (s1 << 28) | (s1 >> 36))
+
+
+@_device
+def xoroshiro64_step(s):
+    s0, s1 = s
+    s1 = s1 ^ s0
+    return (((s0 << 26) | (s0 >> 6)) ^ s1 ^ (s1 << 9), (s1 << 13) | (s1 >> 19))
+
+
+@_device
+def xoshiro128_step(s):
+    s0, s1, s2, s3 = s
+    t = s1 << 9
+    s2 = s2 ^ s0
+    s3 = s3 ^ s1
+    s1 = s1 ^ s2
+    s0 = s0 ^ s3
+    s2 = s2 ^ t
+    return (s0, s1, s2, (s3 << 11) | (s3 >> 21))
+
+
+@_device
+def xoshiro256_step(s):
+    s0, s1, s2, s3 = s
+    t = s1 << 17
+    s2 = s2 ^ s0
+    s3 = s3 ^ s1
+    s1 = s1 ^ s2
+    s0 = s0 ^ s3
+    s2 = s2 ^ t
+    return (s0, s1, s2, (s3 << 45) | (s3 >> 19))
+
+
+@_device
+def xoshiro512_step(s):
+    s0, s1, s2, s3, s4, s5, s6, s7 = s
+    t = s1 << 11
+    s2 = s2 ^ s0
+    s5 = s5 ^ s1
+    s1 = s1 ^ s2
+    s7 = s7 ^ s3
+    s3 = s3 ^ s4
+    s4 = s4 ^ s5
+    s0 = s0 ^ s6
+    s6 = s6 ^ s7
+    s6 = s6 ^ t
+    return (s0, s1, s2, s3, s4, s5, s6, (s7 << 21) | (s7 >> 43))
+
+
+# ---- outputs: each returns (value, new state), as next_u64 / next_u32 of rand_xoshiro ----
+
+@_device
+def xoroshiro128p_u64(s):
+    s0, s1 = s
+    return s0 + s1, xoroshiro128_step(s)
+
+
+@_device
+def xoroshiro128p_u32(s):
+    x, s = xoroshiro128p_u64(s)
+    return u32(x >> 32), s
+
+
+@_device
+def xoroshiro128pp_u64(s):
+    s0, s1 = s
+    x = s0 + s1
+    return ((x << 17) | (x >> 47)) + s0, xoroshiro128pp_step(s)
+
+
+@_device
+def xoroshiro128pp_u32(s):
+    x, s = xoroshiro128pp_u64(s)
+    return u32(x), s
+
+
+@_device
+def xoroshiro128ss_u64(s):
+    s0, s1 = s
+    x = s0 * 5
+    return ((x << 7) | (x >> 57)) * 9, xoroshiro128_step(s)
+
+
+@_device
+def xoroshiro128ss_u32(s):
+    x, s = xoroshiro128ss_u64(s)
+    return u32(x), s
+
+
+@_device
+def xoroshiro64s_u32(s):
+    s0, s1 = s
+    return s0 * 0x9E3779BB, xoroshiro64_step(s)
+
+
+@_device
+def xoroshiro64s_u64(s):
+    lo, s = xoroshiro64s_u32(s)
+    hi, s = xoroshiro64s_u32(s)
+    return u64(lo) | (u64(hi) << 32), s
+
+
+@_device
+def xoroshiro64ss_u32(s):
+    s0, s1 = s
+    x = s0 * 0x9E3779BB
+    return ((x << 5) | (x >> 27)) * 5, xoroshiro64_step(s)
+
+
+@_device
+def xoroshiro64ss_u64(s):
+    lo, s = xoroshiro64ss_u32(s)
+    hi, s = xoroshiro64ss_u32(s)
+    return u64(lo) | (u64(hi) << 32), s
+
+
+@_device
+def xoshiro128p_u32(s):
+    s0, s1, s2, s3 = s
+    return s0 + s3, xoshiro128_step(s)
+
+
+@_device
+def xoshiro128p_u64(s):
+    lo, s = xoshiro128p_u32(s)
+    hi, s = xoshiro128p_u32(s)
+    return u64(lo) | (u64(hi) << 32), s
+
+
+@_device
+def xoshiro128pp_u32(s):
+    s0, s1, s2, s3 = s
+    x = s0 + s3
+    return ((x << 7) | (x >> 25)) + s0, xoshiro128_step(s)
+
+
+@_device
+def xoshiro128pp_u64(s):
+    lo, s = xoshiro128pp_u32(s)
+    hi, s = xoshiro128pp_u32(s)
+    return u64(lo) | (u64(hi) << 32), s
+
+
+@_device
+def xoshiro128ss_u32(s):
+    s0, s1, s2, s3 = s
+    x = s1 * 5
+    return ((x << 7) | (x >> 25)) * 9, xoshiro128_step(s)
+
+
+@_device
+def xoshiro128ss_u64(s):
+    lo, s = xoshiro128ss_u32(s)
+    hi, s = xoshiro128ss_u32(s)
+    return u64(lo) | (u64(hi) << 32), s
+
+
+@_device
+def xoshiro256p_u64(s):
+    s0, s1, s2, s3 = s
+    return s0 + s3, xoshiro256_step(s)
+
+
+@_device
+def xoshiro256p_u32(s):
+    x, s = xoshiro256p_u64(s)
+    return u32(x >> 32), s
+
+
+@_device
+def xoshiro256pp_u64(s):
+    s0, s1, s2, s3 = s
+    x = s0 + s3
+    return ((x << 23) | (x >> 41)) + s0, xoshiro256_step(s)
+
+
+@_device
+def xoshiro256pp_u32(s):
+    x, s = xoshiro256pp_u64(s)
+    return u32(x >> 32), s
+
+
+@_device
+def xoshiro256ss_u64(s):
+    s0, s1, s2, s3 = s
+    x = s1 * 5
+    return ((x << 7) | (x >> 57)) * 9, xoshiro256_step(s)
+
+
+@_device
+def xoshiro256ss_u32(s):
+    x, s = xoshiro256ss_u64(s)
+    return u32(x >> 32), s
+
+
+@_device
+def xoshiro512p_u64(s):
+    s0, s1, s2, s3, s4, s5, s6, s7 = s
+    return s0 + s2, xoshiro512_step(s)
+
+
+@_device
+def xoshiro512p_u32(s):
+    x, s = xoshiro512p_u64(s)
+    return u32(x >> 32), s
+
+
+@_device
+def xoshiro512pp_u64(s):
+    s0, s1, s2, s3, s4, s5, s6, s7 = s
+    x = s0 + s2
+    return ((x << 17) | (x >> 47)) + s2, xoshiro512_step(s)
+
+
+@_device
+def xoshiro512pp_u32(s):
+    x, s = xoshiro512pp_u64(s)
+    return u32(x >> 32), s
+
+
+@_device
+def xoshiro512ss_u64(s):
+    s0, s1, s2, s3, s4, s5, s6, s7 = s
+    x = s1 * 5
+    return ((x << 7) | (x >> 57)) * 9, xoshiro512_step(s)
+
+
+@_device
+def xoshiro512ss_u32(s):
+    x, s = xoshiro512ss_u64(s)
+    return u32(x >> 32), s
+
+
+# ---- per-algorithm table ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DeviceAlgorithm:
+    """The device functions of one generator, by module-level name."""
+
+    algorithm: _alg.Algorithm
+    load: str
+    store: str
+    xor: str
+    step: str
+    u32: str
+    u64: str
+
+    def fn(self, role: str):
+        """The current module-level function for `role` (decorated once compiled)."""
+        return globals()[getattr(self, role)]
+
+    @property
+    def zero(self) -> tuple:
+        word = u64 if self.algorithm.word_bits == 64 else u32
+        return tuple(word(0) for _ in range(self.algorithm.words))
+
+
+_TAGS = {"xoroshiro128+": ("xoroshiro128p", "xoroshiro128_step"),
+         "xoroshiro128++": ("xoroshiro128pp", "xoroshiro128pp_step"),
+         "xoroshiro128**": ("xoroshiro128ss", "xoroshiro128_step"),
+         "xoroshiro64*": ("xoroshiro64s", "xoroshiro64_step"),
+         "xoroshiro64**": ("xoroshiro64ss", "xoroshiro64_step"),
+         "xoshiro128+": ("xoshiro128p", "xoshiro128_step"),
+         "xoshiro128++": ("xoshiro128pp", "xoshiro128_step"),
+         "xoshiro128**": ("xoshiro128ss", "xoshiro128_step"),
+         "xoshiro256+": ("xoshiro256p", "xoshiro256_step"),
+         "xoshiro256++": ("xoshiro256pp", "xoshiro256_step"),
+         "xoshiro256**": ("xoshiro256ss", "xoshiro256_step"),
+         "xoshiro512+": ("xoshiro512p", "xoshiro512_step"),
+         "xoshiro512++": ("xoshiro512pp", "xoshiro512_step"),
+         "xoshiro512**": ("xoshiro512ss", "xoshiro512_step")}
+
+
+def device_algorithm(algorithm) -> DeviceAlgorithm:
+    """The `DeviceAlgorithm` of a generator name (any name `algorithms.get` accepts)."""
+    alg = _alg.get(algorithm)
+    tag, step = _TAGS[alg.name]
+    w = alg.words
+    return DeviceAlgorithm(alg, f"load{w}", f"store{w}", f"xor{w}", step,
+                           f"{tag}_u32", f"{tag}_u64")
+
+
+# ---- per-thread bodies, built per algorithm ---------------------------------------------
+# Each factory returns `thread(t, ...)`: everything one GPU thread does for stream t. The
+# kernels (`_kernel_*`) only find t and guard it, so the bodies can also run in a plain
+# loop over t. Element k*S + t of a fill belongs to stream t (S = number of streams).
+
+def _bits_body(da: DeviceAlgorithm, wide: bool):
+    load, store = da.fn("load"), da.fn("store")
+    draw = da.fn("u64" if wide else "u32")
+
+    def thread(t, states, out):
+        n_streams = states.shape[1]
+        n = out.size
+        st = load(states, t)
+        i = t
+        while i < n:
+            x, st = draw(st)
+            out[i] = x
+            i += n_streams
+        store(states, t, st)
+
+    return thread
+
+
+def _uniform_body(da: DeviceAlgorithm, wide: bool):
+    load, store = da.fn("load"), da.fn("store")
+    if wide:
+        draw = da.fn("u64")
+
+        def thread(t, states, out):
+            n_streams = states.shape[1]
+            n = out.size
+            st = load(states, t)
+            i = t
+            while i < n:
+                x, st = draw(st)
+                out[i] = f64(x >> 11) * _F64_SCALE
+                i += n_streams
+            store(states, t, st)
+    else:
+        draw = da.fn("u32")
+
+        def thread(t, states, out):
+            n_streams = states.shape[1]
+            n = out.size
+            st = load(states, t)
+            i = t
+            while i < n:
+                x, st = draw(st)
+                out[i] = f32(x >> 8) * _F32_SCALE
+                i += n_streams
+            store(states, t, st)
+
+    return thread
+
+
+def _normal_body(da: DeviceAlgorithm, wide: bool):
+    """Box–Muller: u1, u2 in (0, 1]; r = sqrt(-2 ln u1); (r cos 2 pi u2, r sin 2 pi u2)."""
+    load, store = da.fn("load"), da.fn("store")
+    if wide:
+        draw = da.fn("u64")
+
+        def thread(t, states, out):
+            n_streams = states.shape[1]
+            n = out.size
+            st = load(states, t)
+            i = t
+            while i < n:
+                x1, st = draw(st)
+                x2, st = draw(st)
+                u1 = 1.0 - f64(x1 >> 11) * _F64_SCALE
+                u2 = 1.0 - f64(x2 >> 11) * _F64_SCALE
+                r = dmath.sqrt(-2.0 * dmath.log(u1))
+                sin_t, cos_t = dmath.sincospi(2.0 * u2)
+                out[i] = r * cos_t
+                if i + n_streams < n:
+                    out[i + n_streams] = r * sin_t
+                i += 2 * n_streams
+            store(states, t, st)
+    else:
+        draw = da.fn("u32")
+
+        def thread(t, states, out):
+            n_streams = states.shape[1]
+            n = out.size
+            st = load(states, t)
+            i = t
+            while i < n:
+                x1, st = draw(st)
+                x2, st = draw(st)
+                u1 = f32(1.0) - f32(x1 >> 8) * _F32_SCALE
+                u2 = f32(1.0) - f32(x2 >> 8) * _F32_SCALE
+                r = dmath.sqrt(f32(-2.0) * dmath.log(u1))
+                sin_t, cos_t = dmath.sincospi(f32(2.0) * u2)
+                out[i] = r * cos_t
+                if i + n_streams < n:
+                    out[i + n_streams] = r * sin_t
+                i += 2 * n_streams
+            store(states, t, st)
+
+    return thread
+
+
+def _exponential_body(da: DeviceAlgorithm, wide: bool):
+    """Inversion: -ln(1 - U)."""
+    load, store = da.fn("load"), da.fn("store")
+    if wide:
+        draw = da.fn("u64")
+
+        def thread(t, states, out):
+            n_streams = states.shape[1]
+            n = out.size
+            st = load(states, t)
+            i = t
+            while i < n:
+                x, st = draw(st)
+                out[i] = -dmath.log(1.0 - f64(x >> 11) * _F64_SCALE)
+                i += n_streams
+            store(states, t, st)
+    else:
+        draw = da.fn("u32")
+
+        def thread(t, states, out):
+            n_streams = states.shape[1]
+            n = out.size
+            st = load(states, t)
+            i = t
+            while i < n:
+                x, st = draw(st)
+                out[i] = -dmath.log(f32(1.0) - f32(x >> 8) * _F32_SCALE)
+                i += n_streams
+            store(states, t, st)
+
+    return thread
+
+
+def _integers_body(da: DeviceAlgorithm, wide_draw: bool, out_cast):
+    """Lemire's method; `out_cast` (u32 or u64) is the width of the output array's words.
+
+    Arguments: low (u64), span (u64; 0 stands for 2^64), threshold (u64) =
+    (2^bits - span) mod span, as `distributions.lemire_threshold` computes it.
+    """
+    load, store = da.fn("load"), da.fn("store")
+    if wide_draw:
+        draw = da.fn("u64")
+
+        def thread(t, states, out, low, span, threshold):
+            n_streams = states.shape[1]
+            n = out.size
+            st = load(states, t)
+            i = t
+            while i < n:
+                x, st = draw(st)
+                if span == 0:
+                    value = x
+                else:
+                    lo = x * span
+                    while lo < threshold:
+                        x, st = draw(st)
+                        lo = x * span
+                    value = bits.mulhi(x, span)
+                out[i] = out_cast(low + value)
+                i += n_streams
+            store(states, t, st)
+    else:
+        draw = da.fn("u32")
+
+        def thread(t, states, out, low, span, threshold):
+            n_streams = states.shape[1]
+            n = out.size
+            st = load(states, t)
+            i = t
+            while i < n:
+                x, st = draw(st)
+                m = u64(x) * span
+                while (m & 0xFFFFFFFF) < threshold:
+                    x, st = draw(st)
+                    m = u64(x) * span
+                out[i] = out_cast(low + (m >> 32))
+                i += n_streams
+            store(states, t, st)
+
+    return thread
+
+
+def _apply_fn(da: DeviceAlgorithm):
+    """apply(st, table, level, d): p(T) st for the polynomial in table[level, d, :]."""
+    step, xor = da.fn("step"), da.fn("xor")
+    zero = da.zero
+    words = da.algorithm.words
+    word_bits = da.algorithm.word_bits
+
+    def apply(st, table, level, d):
+        acc = zero
+        for w in range(words):
+            word = table[level, d, w]
+            for b in range(word_bits):
+                if (word & 1) != 0:
+                    acc = xor(acc, st)
+                word = word >> 1
+                st = step(st)
+        return acc
+
+    return apply
+
+
+def _init_body(da: DeviceAlgorithm, apply):
+    """Stream t = base advanced by t jumps, from the digit table of `streams.jump_table`."""
+    load, store = da.fn("load"), da.fn("store")
+
+    def thread(t, states, base, table, digit_bits):
+        st = load(base, 0)
+        mask = table.shape[1] - 1
+        i = t
+        for level in range(table.shape[0]):
+            d = i & mask
+            i = i >> digit_bits
+            if d != 0:
+                st = apply(st, table, level, d)
+        store(states, t, st)
+
+    return thread
+
+
+def _jump_body(da: DeviceAlgorithm, apply):
+    """Every stream advanced by the polynomial in table[0, 0, :] (jump, long_jump, ...)."""
+    load, store = da.fn("load"), da.fn("store")
+
+    def thread(t, states, table):
+        store(states, t, apply(load(states, t), table, 0, 0))
+
+    return thread
+
+
+def _kernel_fill(thread):
+    def kernel(states, out):
+        t = grid(1)
+        if t < states.shape[1]:
+            thread(t, states, out)
+    return kernel
+
+
+def _kernel_integers(thread):
+    def kernel(states, out, low, span, threshold):
+        t = grid(1)
+        if t < states.shape[1]:
+            thread(t, states, out, low, span, threshold)
+    return kernel
+
+
+def _kernel_init(thread):
+    def kernel(states, base, table, digit_bits):
+        t = grid(1)
+        if t < states.shape[1]:
+            thread(t, states, base, table, digit_bits)
+    return kernel
+
+
+def _kernel_jump(thread):
+    def kernel(states, table):
+        t = grid(1)
+        if t < states.shape[1]:
+            thread(t, states, table)
+    return kernel
+
+
+def _build(kind: str, da: DeviceAlgorithm, wrap) -> tuple:
+    """(thread body, kernel) of `kind` for one algorithm; `wrap` marks device functions."""
+    if kind in ("bits32", "bits64"):
+        body = _bits_body(da, kind == "bits64")
+        return wrap(body), _kernel_fill
+    if kind in ("uniform_f32", "uniform_f64"):
+        return wrap(_uniform_body(da, kind.endswith("64"))), _kernel_fill
+    if kind in ("normal_f32", "normal_f64"):
+        return wrap(_normal_body(da, kind.endswith("64"))), _kernel_fill
+    if kind in ("exponential_f32", "exponential_f64"):
+        return wrap(_exponential_body(da, kind.endswith("64"))), _kernel_fill
+    if kind == "integers32":
+        return wrap(_integers_body(da, False, u32)), _kernel_integers
+    if kind == "integers32_to64":
+        return wrap(_integers_body(da, False, u64)), _kernel_integers
+    if kind == "integers64":
+        return wrap(_integers_body(da, True, u64)), _kernel_integers
+    if kind == "init_streams":
+        return wrap(_init_body(da, wrap(_apply_fn(da)))), _kernel_init
+    if kind == "jump":
+        return wrap(_jump_body(da, wrap(_apply_fn(da)))), _kernel_jump
+    raise KeyError(f"unknown kernel kind {kind!r}; known: {', '.join(KERNELS)}")
+
+
+KERNELS = ("bits32", "bits64", "uniform_f32", "uniform_f64", "normal_f32", "normal_f64",
+           "exponential_f32", "exponential_f64", "integers32", "integers32_to64",
+           "integers64", "init_streams", "jump")
+
+
+@functools.cache
+def kernel_function(kind: str, algorithm) -> tuple:
+    """The plain-Python (thread body, kernel) pair of `kind` for `algorithm`.
+
+    The kernel is what `cupric.simulator.launch` runs (one thread per stream, grid >=
+    streams); the body ``thread(t, *kernel_args)`` is the same work for one stream t.
+    """
+    da = device_algorithm(algorithm)
+    body, make_kernel = _build(kind, da, lambda fn: fn)
+    return body, make_kernel(body)
+
+
+_compiled_ready = False
+
+
+def _prepare_compiled() -> tuple:
+    """Import the compiler's decorators and mark the module's device functions (once)."""
+    global _compiled_ready
+    from cupric.compiler.kernel import device_function, kernel  # lazy: the compiler is big
+
+    if not _compiled_ready:
+        for name in _DEVICE_FUNCTIONS:
+            globals()[name] = device_function(globals()[name])
+        _compiled_ready = True
+    return device_function, kernel
+
+
+@functools.cache
+def compiled_kernel(kind: str, algorithm):
+    """The `@cupric.kernel` of `kind` for `algorithm`, for launching on a GPU.
+
+    Raises
+    ------
+    ImportError
+        If `cupric.compiler.kernel` cannot be imported.
+    """
+    device_function, kernel = _prepare_compiled()
+    da = device_algorithm(algorithm)
+    body, make_kernel = _build(kind, da, device_function)
+    return kernel(make_kernel(body))
