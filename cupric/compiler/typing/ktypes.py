@@ -1,0 +1,160 @@
+"""Types the compiler uses beside `cupric.types`: weak literal types (a bare `1` or `2.0`
+takes the type of the other operand, as NumPy's NEP 50), tuples, structs, None, and
+compile-time objects (modules, functions, intrinsics) that are never runtime values."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cupric.types import ScalarType, Type, f64, i64, scalar_from_dtype
+
+__all__ = ["WeakType", "WEAK_INT", "WEAK_FLOAT", "TupleType", "StructType", "NoneType",
+           "NONE", "ObjectType", "materialize", "is_numeric", "is_scalar", "struct_type"]
+
+
+class WeakType(Type):
+    """The type of a literal (or module constant) not yet fixed to a width.
+
+    `x * 2` keeps the type of `x`; a weak value stored in a variable or passed to a
+    function becomes `default` (i64 for ints, f64 for floats).
+    """
+
+    __slots__ = ("kind", "default")
+
+    def __init__(self, kind: str, default: ScalarType) -> None:
+        self.kind = kind
+        self.default = default
+
+    def _key(self) -> tuple:
+        return (self.kind,)
+
+    def __repr__(self) -> str:
+        return f"{self.kind} literal"
+
+
+WEAK_INT = WeakType("int", i64)
+WEAK_FLOAT = WeakType("float", f64)
+
+
+class TupleType(Type):
+    """A fixed-length heterogeneous tuple; lives in registers, flattened at calls."""
+
+    __slots__ = ("elements",)
+
+    def __init__(self, elements) -> None:
+        self.elements = tuple(elements)
+
+    def _key(self) -> tuple:
+        return self.elements
+
+    def __repr__(self) -> str:
+        inner = ", ".join(repr(e) for e in self.elements)
+        return f"Tuple[{inner}]"
+
+
+class StructType(Type):
+    """A record passed by value, laid out as an aligned NumPy structured dtype.
+
+    Fields are scalars; `fields` maps name -> (ScalarType, byte offset).
+    """
+
+    __slots__ = ("dtype", "fields", "names", "name")
+
+    def __init__(self, dtype, name: str | None = None) -> None:
+        dtype = np.dtype(dtype)
+        if dtype.names is None:
+            raise TypeError(f"{dtype} is not a structured dtype")
+        if not dtype.isalignedstruct:
+            dtype = np.dtype({"names": list(dtype.names),
+                              "formats": [dtype.fields[n][0] for n in dtype.names]},
+                             align=True)
+        self.dtype = dtype
+        self.names = tuple(dtype.names)
+        self.fields = {}
+        for field in self.names:
+            fdt, offset = dtype.fields[field][:2]
+            if fdt.shape:
+                raise TypeError(f"struct field {field!r}: sub-array fields are not supported")
+            self.fields[field] = (scalar_from_dtype(fdt), offset)
+        self.name = name or "struct"
+
+    def _key(self) -> tuple:
+        return (self.dtype.descr.__repr__(), self.dtype.itemsize)
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n}: {self.fields[n][0]!r}" for n in self.names)
+        return f"{self.name}{{{inner}}}"
+
+    @property
+    def size(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def align(self) -> int:
+        return self.dtype.alignment
+
+
+def struct_type(obj) -> StructType:
+    """A `StructType` from a structured dtype or a class with scalar annotations."""
+    if isinstance(obj, StructType):
+        return obj
+    if isinstance(obj, type) and getattr(obj, "__annotations__", None):
+        names, formats = [], []
+        for field, ann in obj.__annotations__.items():
+            if not isinstance(ann, ScalarType):
+                raise TypeError(f"struct field {obj.__name__}.{field} must be annotated with a "
+                                f"cupric scalar type (f32, i32, ...), got {ann!r}")
+            names.append(field)
+            formats.append(ann.dtype)
+        return StructType(np.dtype({"names": names, "formats": formats}, align=True),
+                          obj.__name__)
+    return StructType(obj)
+
+
+class NoneType(Type):
+    __slots__ = ()
+
+    def _key(self) -> tuple:
+        return ()
+
+    def __repr__(self) -> str:
+        return "None"
+
+
+NONE = NoneType()
+
+
+class ObjectType(Type):
+    """A compile-time object: a module, a function, an intrinsic or namespace; it can be
+    called or have attributes taken, never be stored or passed."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj) -> None:
+        self.obj = obj
+
+    def _key(self) -> tuple:
+        return (id(self.obj),)
+
+    def __repr__(self) -> str:
+        return f"<{getattr(self.obj, '__name__', type(self.obj).__name__)}>"
+
+
+def materialize(t: Type) -> Type:
+    """The concrete type a value of type `t` takes when stored: weak -> default width."""
+    if isinstance(t, WeakType):
+        return t.default
+    if isinstance(t, TupleType):
+        return TupleType(materialize(e) for e in t.elements)
+    return t
+
+
+def is_scalar(t: Type) -> bool:
+    return isinstance(t, (ScalarType, WeakType))
+
+
+def is_numeric(t: Type) -> bool:
+    """Integers, floats and weak literals (booleans excluded)."""
+    return isinstance(t, WeakType) or (isinstance(t, ScalarType) and t.kind in "iuf")
+
+
