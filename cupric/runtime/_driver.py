@@ -12,7 +12,7 @@ import threading
 from . import _lifetime
 from .errors import CudaError, NoDriverError, error_from_code
 
-__all__ = ["driver", "check", "driver_available", "driver_version"]
+__all__ = ["driver", "bindings", "check", "driver_available", "driver_version"]
 
 _driver_module = None
 _init_error: CudaError | None = None
@@ -81,6 +81,28 @@ def _initialize():
             raise _init_error
         _driver_module = module
         return module
+
+
+def bindings():
+    """The `cuda.bindings.driver` module without initializing the driver.
+
+    For enums and struct types only (option tables, flags), which need no driver: this
+    works on machines without a GPU.
+
+    Raises
+    ------
+    NoDriverError
+        If cuda-python is not installed.
+    """
+    module = _driver_module
+    if module is not None:
+        return module
+    try:
+        from cuda.bindings import driver as module
+    except ImportError as exc:
+        raise NoDriverError(f"cuda-python is not importable ({exc}); install it with "
+                            f"`pip install cuda-python`") from exc
+    return module
 
 
 def driver_available() -> bool:

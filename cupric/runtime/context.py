@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ._driver import check, driver
+from ._driver import bindings, check, driver
 from ._lifetime import Resource
 
 __all__ = ["Context", "ContextFlags", "current_device", "current_context", "synchronize"]
@@ -74,8 +74,8 @@ class ContextFlags:
 
     def to_flags(self) -> int:
         """The `CUctx_flags` bit mask."""
-        d = driver()
-        flags = int(d.CUctx_flags[_SCHEDULING[self.scheduling]])
+        d = bindings()
+        flags = int(getattr(d.CUctx_flags, _SCHEDULING[self.scheduling]))
         if self.map_host:
             flags |= int(d.CUctx_flags.CU_CTX_MAP_HOST)
         if self.lmem_resize_to_max:
@@ -85,10 +85,10 @@ class ContextFlags:
     @classmethod
     def from_flags(cls, flags: int) -> ContextFlags:
         """Decode a `CUctx_flags` bit mask."""
-        d = driver()
+        d = bindings()
         sched = int(flags) & _SCHED_MASK
         scheduling = next((name for name, member in _SCHEDULING.items()
-                           if int(d.CUctx_flags[member]) == sched), "auto")
+                           if int(getattr(d.CUctx_flags, member)) == sched), "auto")
         return cls(scheduling=scheduling,
                    map_host=bool(int(flags) & int(d.CUctx_flags.CU_CTX_MAP_HOST)),
                    lmem_resize_to_max=bool(int(flags)
@@ -277,7 +277,7 @@ def _limit_enum(name: str):
     except KeyError:
         raise ValueError(f"unknown context limit {name!r}; one of {', '.join(_LIMITS)}") \
             from None
-    return driver().CUlimit[member]
+    return getattr(bindings().CUlimit, member)
 
 
 def cache_config_enum(name: str):
@@ -287,7 +287,7 @@ def cache_config_enum(name: str):
     except KeyError:
         raise ValueError(f"unknown cache config {name!r}; one of {', '.join(CACHE_CONFIGS)}") \
             from None
-    return driver().CUfunc_cache[member]
+    return getattr(bindings().CUfunc_cache, member)
 
 
 def current_context() -> Context:

@@ -80,8 +80,8 @@ def _attribute_enum(name):
     if not key.startswith("CU_DEVICE_ATTRIBUTE_"):
         key = "CU_DEVICE_ATTRIBUTE_" + key
     try:
-        return d.CUdevice_attribute[key]
-    except KeyError:
+        return getattr(d.CUdevice_attribute, key)
+    except AttributeError:
         raise ValueError(f"unknown device attribute {name!r} (not in CUdevice_attribute of "
                          f"this cuda-python)") from None
 

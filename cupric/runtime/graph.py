@@ -78,7 +78,7 @@ class StreamCapture:
         if stream.ptr in (0, 2):
             raise ValueError("the legacy default stream cannot be captured; capture on a "
                              "stream from Device.create_stream()")
-        check(d.cuStreamBeginCapture(stream.handle, d.CUstreamCaptureMode[CAPTURE_MODES[self._mode]]))
+        check(d.cuStreamBeginCapture(stream.handle, getattr(d.CUstreamCaptureMode, CAPTURE_MODES[self._mode])))
         self._active = True
         return self
 

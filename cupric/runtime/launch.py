@@ -228,6 +228,10 @@ def _ctypes_launch():
 
 # -- the prepared launch -------------------------------------------------------------------
 
+# What struct.pack_into raises for a value of the wrong type or range (a NumPy array
+# raises TypeError from its __index__, a huge int OverflowError on some versions).
+_PACK_ERRORS = (struct.error, TypeError, ValueError, OverflowError)
+
 _BACKENDS = ("cffi", "ctypes", "bindings")
 
 
@@ -358,7 +362,7 @@ class PreparedLaunch:
             try:
                 try:
                     self._pack(self._view, 0, *values)
-                except struct.error:
+                except _PACK_ERRORS:
                     raise self._argument_error(values) from None
                 err = self._call(self._func_ptr, gx, gy, gz, bx, by, bz, shared_bytes, s,
                                  self._argv, self._null)
@@ -377,7 +381,7 @@ class PreparedLaunch:
         buf, view, argv = self._new_buffers()
         try:
             self._pack(view, 0, *values)
-        except struct.error:
+        except _PACK_ERRORS:
             raise self._argument_error(values) from None
         return self._call(self._func_ptr, gx, gy, gz, bx, by, bz, shared_bytes, s, argv,
                           self._null)
@@ -415,7 +419,7 @@ class PreparedLaunch:
                 continue
             try:
                 struct.pack("<" + PARAM_TYPES[t][0], v)
-            except struct.error as exc:
+            except _PACK_ERRORS as exc:
                 return KernelArgumentError(_describe_bad_value(name, i, t, v, exc), i)
         return KernelArgumentError(f"kernel {name!r}: cannot pack arguments {values!r}")
 
@@ -453,7 +457,7 @@ class PreparedLaunch:
         buf, view, argv = self._new_buffers()
         try:
             self._pack(view, 0, *values)
-        except struct.error:
+        except _PACK_ERRORS:
             raise self._argument_error(values) from None
         argv_address = argv if isinstance(argv, int) else int(self._ffi.cast("uintptr_t", argv))
         config = d.CUlaunchConfig()

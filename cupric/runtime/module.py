@@ -14,7 +14,7 @@ import threading
 
 import numpy as np
 
-from ._driver import check, driver
+from ._driver import bindings, check, driver
 from ._lifetime import Resource
 from .errors import CudaError, ModuleLoadError, NotFoundError, error_from_code
 
@@ -103,7 +103,7 @@ class JitOptions:
         The two log buffers are bytearrays the driver writes into; keep them until the
         call returns.
         """
-        d = driver()
+        d = bindings()
         opt = d.CUjit_option
         options, values = [], []
         for field, member in JIT_OPTIONS.items():
@@ -112,14 +112,14 @@ class JitOptions:
                 continue
             if field == "target":
                 arch = value.split("_", 1)[1].rstrip("af")
-                value = d.CUjit_target[f"CU_TARGET_COMPUTE_{arch}"]
+                value = getattr(d.CUjit_target, f"CU_TARGET_COMPUTE_{arch}")
             elif field == "fallback":
-                value = d.CUjit_fallback[_FALLBACKS[value]]
+                value = getattr(d.CUjit_fallback, _FALLBACKS[value])
             elif field == "cache_mode":
-                value = d.CUjit_cacheMode[_CACHE_MODES[value]]
+                value = getattr(d.CUjit_cacheMode, _CACHE_MODES[value])
             elif value is True:
                 value = 1
-            options.append(opt[member])
+            options.append(getattr(opt, member))
             values.append(value)
         info_log = bytearray(self.log_size)
         error_log = bytearray(self.log_size)
@@ -442,7 +442,7 @@ class Function:
                 raise ValueError(f"unknown function attribute {name!r}; one of "
                                  f"{', '.join(_FUNC_ATTRIBUTES)}") from None
             d = driver()
-            value = check(d.cuFuncGetAttribute(d.CUfunction_attribute[member], self.handle))
+            value = check(d.cuFuncGetAttribute(getattr(d.CUfunction_attribute, member), self.handle))
             self._attrs[name] = value
         return value
 
@@ -455,7 +455,7 @@ class Function:
         if not isinstance(value, int) or value < 0:
             raise ValueError(f"{name} takes a non-negative int, got {value!r}")
         d = driver()
-        check(d.cuFuncSetAttribute(self.handle, d.CUfunction_attribute[_FUNC_ATTRIBUTES[name]],
+        check(d.cuFuncSetAttribute(self.handle, getattr(d.CUfunction_attribute, _FUNC_ATTRIBUTES[name]),
                                    int(value)))
         self._attrs.pop(name, None)
 

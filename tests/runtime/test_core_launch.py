@@ -1,0 +1,254 @@
+"""CPU lane: argument packing and launch validation, with the driver call replaced.
+
+The native `cuLaunchKernel` is swapped for a recorder that reads the parameter buffer
+through the `void**` array exactly as the driver would, so the whole hot path, from
+values to the pointed-to bytes, runs without a GPU.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import cffi
+import numpy as np
+import pytest
+
+from cupric.runtime import launch as L
+from cupric.runtime.errors import CudaError, LaunchError
+
+
+class FakeDevice:
+    max_threads_per_block = 1024
+    max_block_dims = (1024, 1024, 64)
+    max_grid_dims = (2**31 - 1, 65535, 65535)
+    max_shared_memory_per_block_optin = 227 * 1024
+
+    def __init__(self):
+        self.made_current = 0
+
+    def make_current(self):
+        self.made_current += 1
+
+
+class FakeFunction:
+    name = "k"
+    ptr = 0x1234
+    max_threads_per_block = 768
+    num_regs = 80
+    max_dynamic_shared_size_bytes = 48 * 1024 - 1024
+    shared_size_bytes = 1024
+
+    def __init__(self):
+        self.device = FakeDevice()
+
+
+class Recorder:
+    """Stands in for libcuda's cuLaunchKernel."""
+
+    def __init__(self, ffi, sizes, results=()):
+        self.ffi = ffi
+        self.sizes = sizes
+        self.calls = []
+        self.results = list(results)
+
+    def __call__(self, f, gx, gy, gz, bx, by, bz, shared, stream, argv, extra):
+        params = [bytes(self.ffi.buffer(argv[i], size)) for i, size in enumerate(self.sizes)]
+        self.calls.append(dict(f=f, grid=(gx, gy, gz), block=(bx, by, bz), shared=shared,
+                               stream=stream, params=params, extra=extra))
+        return self.results.pop(0) if self.results else 0
+
+
+def _sizes(types):
+    out = []
+    for t in types:
+        out.append(t[1] if isinstance(t, tuple) else L.PARAM_TYPES[t][1])
+    return out
+
+
+@pytest.fixture
+def prepare(monkeypatch):
+    def make(types, results=()):
+        ffi = cffi.FFI()
+        rec = Recorder(ffi, _sizes(types), results)
+        n = L._Native()
+        n.ffi, n.lib, n.path, n.null = ffi, None, "fake", ffi.NULL
+        n.launch = rec
+        n.launch_cooperative = None
+        monkeypatch.setattr(L, "native", lambda: n)
+        fn = FakeFunction()
+        return L.PreparedLaunch(fn, types, backend="cffi"), rec, fn
+    return make
+
+
+def test_layout_aligns_each_parameter():
+    types, fmt, offsets, size = L.param_layout(["i8", "f64", "i16", ("bytes", 12, 4), "ptr"])
+    assert offsets == [0, 8, 16, 20, 32]
+    assert size == 40
+    assert struct.calcsize(fmt) == 40
+    assert L.param_layout([])[3] == 8
+
+
+def test_layout_rejects_unknown_types():
+    with pytest.raises(L.KernelArgumentError, match="unknown type 'float'"):
+        L.param_layout(["float"])
+    with pytest.raises(L.KernelArgumentError, match="power of two"):
+        L.param_layout([("bytes", 8, 3)])
+
+
+def test_values_land_at_their_offsets(prepare):
+    p, rec, fn = prepare(["ptr", "ptr", "f32", "i32"])
+    p.launch(4, 256, None, 0, 0xDEAD0000, 0xBEEF0000, 2.5, -7)
+    (call,) = rec.calls
+    assert call["f"] == 0x1234 and call["grid"] == (4, 1, 1) and call["block"] == (256, 1, 1)
+    assert call["stream"] == 0 and call["shared"] == 0
+    assert call["params"] == [struct.pack("<Q", 0xDEAD0000), struct.pack("<Q", 0xBEEF0000),
+                              struct.pack("<f", 2.5), struct.pack("<i", -7)]
+
+
+def test_numpy_scalars_pack_too(prepare):
+    p, rec, _ = prepare(["u8", "i64", "f16", "f64", "bool"])
+    p.launch((2, 3), (32, 4, 2), 99, 128, np.uint8(200), np.int64(-5), np.float16(1.5),
+             np.float64(0.1), True)
+    call = rec.calls[0]
+    assert call["grid"] == (2, 3, 1) and call["block"] == (32, 4, 2)
+    assert call["stream"] == 99 and call["shared"] == 128
+    assert call["params"] == [b"\xc8", struct.pack("<q", -5), struct.pack("<e", 1.5),
+                              struct.pack("<d", 0.1), b"\x01"]
+
+
+def test_struct_by_value(prepare):
+    dt = np.dtype([("a", np.int32), ("b", np.float32), ("c", np.int32)], align=True)
+    p, rec, _ = prepare(["i8", ("bytes", dt.itemsize, dt.alignment)])
+    value = np.array([(1, 2.0, 3)], dtype=dt)[0]
+    p.launch(1, 1, None, 0, 5, value)
+    p.launch(1, 1, None, 0, 5, value.tobytes())
+    assert rec.calls[0]["params"][1] == value.tobytes() == rec.calls[1]["params"][1]
+    with pytest.raises(L.KernelArgumentError, match="the struct is 12 bytes, got 4"):
+        p.launch(1, 1, None, 0, 5, b"abcd")
+    with pytest.raises(L.KernelArgumentError, match="argument 1"):
+        p.launch(1, 1, None, 0, 5, 3.0)
+
+
+def test_stream_like_objects(prepare):
+    class TorchLike:
+        cuda_stream = 0x77
+
+    class CoreLike:
+        def __cuda_stream__(self):
+            return (0, 0x88)
+
+    p, rec, _ = prepare(["i32"])
+    p.launch(1, 1, TorchLike(), 0, 1)
+    p.launch(1, 1, CoreLike(), 0, 1)
+    assert [c["stream"] for c in rec.calls] == [0x77, 0x88]
+
+
+def test_wrong_count(prepare):
+    p, rec, _ = prepare(["ptr", "f32"])
+    with pytest.raises(L.KernelArgumentError, match="takes 2 arguments, got 1"):
+        p.launch(1, 1, None, 0, 0x1000)
+    assert rec.calls == []
+
+
+def test_wrong_type_names_the_argument(prepare):
+    p, rec, _ = prepare(["ptr", "i32"])
+    with pytest.raises(L.KernelArgumentError, match="argument 1 of kernel 'k'") as info:
+        p.launch(1, 1, None, 0, 0x1000, 1.5)
+    assert info.value.index == 1
+    assert rec.calls == []
+
+
+def test_host_array_where_a_pointer_is_needed(prepare):
+    p, rec, _ = prepare(["ptr", "i32"])
+    with pytest.raises(L.KernelArgumentError, match="host NumPy array") as info:
+        p.launch(1, 1, None, 0, np.zeros(4), 4)
+    assert info.value.index == 0
+    assert rec.calls == []
+
+
+def test_refused_block_is_explained(prepare):
+    p, rec, fn = prepare(["i32"], results=[1])
+    with pytest.raises(LaunchError, match=r"1024 threads exceeds its maximum of 768 "
+                                          r"\(its 80 registers"):
+        p.launch(1, (32, 32), None, 0, 1)
+
+
+def test_refused_shared_memory_is_explained(prepare):
+    p, rec, fn = prepare(["i32"], results=[1])
+    with pytest.raises(LaunchError, match="max_dynamic_shared_size_bytes = 100000"):
+        p.launch(1, 32, None, 100_000, 1)
+    p, rec, fn = prepare(["i32"], results=[1])
+    with pytest.raises(LaunchError, match="at most"):
+        p.launch(1, 32, None, 500_000, 1)
+
+
+def test_refused_grid_is_explained(prepare):
+    p, rec, fn = prepare(["i32"], results=[1])
+    with pytest.raises(LaunchError, match="grid.y = 70000 exceeds the device limit of 65535"):
+        p.launch((1, 70000), 32, None, 0, 1)
+
+
+def test_bad_dims_are_rejected_before_the_driver(prepare):
+    p, rec, _ = prepare(["i32"])
+    with pytest.raises(LaunchError, match=">= 1"):
+        p.launch((0, 1), 32, None, 0, 1)
+    with pytest.raises(LaunchError, match="1 to 3"):
+        p.launch((1, 1, 1, 1), 32, None, 0, 1)
+    assert rec.calls == []
+
+
+def test_other_driver_errors_are_typed(prepare):
+    p, rec, _ = prepare(["i32"], results=[400])
+    with pytest.raises(CudaError) as info:
+        p.launch(1, 32, None, 0, 1)
+    assert info.value.code == 400 and "'k'" in str(info.value)
+
+
+def test_no_current_context_is_made_current_and_retried(prepare):
+    p, rec, fn = prepare(["i32"], results=[201, 0])
+    p.launch(1, 32, None, 0, 5)
+    assert fn.device.made_current == 1
+    assert len(rec.calls) == 2 and rec.calls[1]["params"] == [struct.pack("<i", 5)]
+
+
+def test_contended_buffer_uses_a_private_one(prepare):
+    p, rec, _ = prepare(["i32"])
+    p._lock_acquire()            # as if another thread were inside launch()
+    try:
+        p.launch(1, 32, None, 0, 11)
+    finally:
+        p._lock_release()
+    p.launch(1, 32, None, 0, 12)
+    assert [c["params"] for c in rec.calls] == [[struct.pack("<i", 11)],
+                                               [struct.pack("<i", 12)]]
+
+
+def test_infer_param():
+    assert L.infer_param(np.float32(1.0), 0) == ("f32", 1.0)
+    assert L.infer_param(3, 0) == ("i64", 3)
+    assert L.infer_param(2.0, 0) == ("f64", 2.0)
+    assert L.infer_param(np.int16(-2), 0) == ("i16", -2)
+
+    class Buf:
+        ptr = 0x5000
+
+    class Cai:
+        __cuda_array_interface__ = {"data": (0x6000, False), "shape": (3,), "typestr": "<f4",
+                                    "version": 3}
+
+    assert L.infer_param(Buf(), 0) == ("ptr", 0x5000)
+    assert L.infer_param(Cai(), 0) == ("ptr", 0x6000)
+    dt = np.dtype([("x", np.float64), ("n", np.int8)], align=True)
+    t, v = L.infer_param(np.zeros(1, dt)[0], 0)
+    assert t == ("bytes", 16, 8) and v == bytes(16)
+    with pytest.raises(L.KernelArgumentError, match="argument 2 is a host NumPy array"):
+        L.infer_param(np.zeros(3), 2)
+    with pytest.raises(L.KernelArgumentError, match="cannot pass a str"):
+        L.infer_param("x", 0)
+
+
+def test_launch_config():
+    c = L.LaunchConfig((4, 2), 128, 64)
+    assert c.grid == (4, 2, 1) and c.block == (128, 1, 1) and c.shared_bytes == 64
+    with pytest.raises(LaunchError):
+        L.LaunchConfig(1, 1, -1)
