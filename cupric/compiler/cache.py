@@ -247,9 +247,10 @@ class KernelCache:
                 if len(data) != record["size"] or _checksum(data) != record["blake2b"]:
                     raise ValueError(f"{kind} payload fails its checksum")
                 payloads[kind] = data.decode("utf-8") if record["text"] else data
-        except (ValueError, KeyError, TypeError, OSError, UnicodeDecodeError):
-            # Truncated, tampered with, or half written by a crashed process: drop it so the
-            # caller rebuilds it. (json.JSONDecodeError is a ValueError.)
+        except (ValueError, KeyError, TypeError, FileNotFoundError, UnicodeDecodeError):
+            # Truncated, tampered with, half written by a crashed process, or a payload
+            # removed under us: drop it so the caller rebuilds it. (json.JSONDecodeError is a
+            # ValueError.) Other OSErrors (permissions, I/O) propagate: they are not ours to fix.
             with self._lock:
                 self._stats.corrupt += 1
             self._remove_files(key)

@@ -98,8 +98,13 @@ def ptx_target(ptx: str | bytes) -> str:
     return match.group(1)
 
 
+@functools.cache
 def _driver():
-    """`cuda.bindings.driver`, or None when no driver library is installed."""
+    """`cuda.bindings.driver`, or None when no driver library is installed.
+
+    Cached: whether libcuda exists does not change while the process runs, and probing
+    for a missing one searches the file system each time.
+    """
     from cuda.bindings import driver
     from cuda.pathfinder import DynamicLibNotFoundError
 
