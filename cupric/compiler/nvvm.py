@@ -89,7 +89,10 @@ def kernel_annotation(name: str, function_type: str, node: int) -> str:
     >>> kernel_annotation("saxpy", "void (float, float addrspace(1)*)", 3)
     '!3 = !{void (float, float addrspace(1)*)* @saxpy, !"kernel", i32 1}'
     """
-    symbol = name if re.fullmatch(r"[A-Za-z_.$][\w.$]*", name) else f'"{name}"'
+    if re.fullmatch(r"[A-Za-z_.$][\w.$]*", name):
+        symbol = name
+    else:  # LLVM quoted identifier; a quote inside is written as the escape \22
+        symbol = '"' + name.replace('"', "\\22") + '"'
     return f'!{node} = !{{{function_type}* @{symbol}, !"kernel", i32 1}}'
 
 

@@ -38,6 +38,7 @@ def test_ir_header_is_what_libnvvm_accepts():
 def test_kernel_annotation_quotes_unusual_names():
     assert '@"k-1"' in nvvm.kernel_annotation("k-1", "void ()", 0)
     assert "@k_1" in nvvm.kernel_annotation("k_1", "void ()", 0)
+    assert '@"a\\22b"' in nvvm.kernel_annotation('a"b', "void ()", 0)
 
 
 def test_fast_math_switches_reach_the_ptx():
