@@ -299,12 +299,12 @@ def to_dlpack(buf, *, stream=None, max_version=None, dl_device=None, copy=None):
         raise BufferError(f"this buffer lives on DLPack device {device}; cupric does not "
                           f"copy it to {tuple(dl_device)}")
     consumer = _consumer_stream(stream)
+    if copy is not None and not isinstance(copy, bool):
+        raise TypeError(f"copy must be True, False or None, got {copy!r}")
     copied = False
     if copy:
         buf = buf.copy()
         copied = True
-    elif copy is not None and copy is not False:
-        raise TypeError(f"copy must be True, False or None, got {copy!r}")
     if consumer is not None and buf._stream is not None:
         from .memory import order_after, stream_handle
         order_after(consumer, stream_handle(buf._stream))

@@ -165,11 +165,11 @@ def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
 
 def is_c_contiguous(shape, strides, itemsize) -> bool:
     """True when the layout is row-major with no gaps (axes of length 1 ignored)."""
+    if 0 in shape:
+        return True
     expected = itemsize
     for axis in range(len(shape) - 1, -1, -1):
         n = shape[axis]
-        if n == 0:
-            return True
         if n != 1 and strides[axis] != expected:
             return False
         expected *= n
@@ -178,11 +178,11 @@ def is_c_contiguous(shape, strides, itemsize) -> bool:
 
 def is_f_contiguous(shape, strides, itemsize) -> bool:
     """True when the layout is column-major with no gaps (axes of length 1 ignored)."""
+    if 0 in shape:
+        return True
     expected = itemsize
     for axis in range(len(shape)):
         n = shape[axis]
-        if n == 0:
-            return True
         if n != 1 and strides[axis] != expected:
             return False
         expected *= n
@@ -695,7 +695,7 @@ class DeviceBuffer:
         offset, shape, strides = index_layout(self.shape, self.strides, key)
         return DeviceBuffer._make(self._alloc, self.ptr + offset, shape, strides,
                                   self.dtype, self.readonly, self._stream,
-                                  base=self._base or self)
+                                  base=self._base if self._base is not None else self)
 
     def __setitem__(self, key, value) -> None:
         target = self[key]
@@ -717,7 +717,7 @@ class DeviceBuffer:
         dt = self.dtype if dtype is None else normalize_dtype(dtype)
         shape, strides = view_layout(self.shape, self.strides, self.itemsize, dt.itemsize)
         return DeviceBuffer._make(self._alloc, self.ptr, shape, strides, dt, self.readonly,
-                                  self._stream, base=self._base or self)
+                                  self._stream, base=self._base if self._base is not None else self)
 
     def reshape(self, *shape) -> "DeviceBuffer":
         """A view with another shape (C order; one -1 allowed). Needs a contiguous buffer."""
@@ -727,7 +727,7 @@ class DeviceBuffer:
         new_shape, new_strides = reshape_layout(self.shape, self.strides, self.itemsize,
                                                 shape)
         return DeviceBuffer._make(self._alloc, self.ptr, new_shape, new_strides, self.dtype,
-                                  self.readonly, self._stream, base=self._base or self)
+                                  self.readonly, self._stream, base=self._base if self._base is not None else self)
 
     def ravel(self) -> "DeviceBuffer":
         """A 1-d view of a C-contiguous buffer."""
@@ -746,7 +746,7 @@ class DeviceBuffer:
             raise ValueError(f"axes {axes} are not a permutation of {self.ndim} axes")
         return DeviceBuffer._make(self._alloc, self.ptr, tuple(self.shape[a] for a in axes),
                                   tuple(self.strides[a] for a in axes), self.dtype,
-                                  self.readonly, self._stream, base=self._base or self)
+                                  self.readonly, self._stream, base=self._base if self._base is not None else self)
 
     @property
     def T(self) -> "DeviceBuffer":
