@@ -1,13 +1,49 @@
-"""What kernel code imports: indices, barriers, shared memory, atomics, warp operations.
+"""What kernel code imports: indices, barriers, shared and local memory, atomics, warp
+operations, math, half precision, vector types, clocks and constant memory.
 
-Each name is an intrinsic: `@cupric.kernel` lowers it to NVVM IR, `cupric.simulator`
-runs it on the CPU with GPU semantics. Called from ordinary Python it raises
-`OutsideKernelError`.
+Each callable is an intrinsic whose dotted name equals its path under `cupric.device`
+(`atomic.add` is `cupric.device.atomic.add`): `@cupric.kernel` lowers it to NVVM IR by
+that name, `cupric.simulator` runs it on the CPU with GPU semantics, and called from
+ordinary Python it raises `OutsideKernelError`. docs/device-library.md lists them all.
 """
 
-from ._intrinsic import OutsideKernelError
+from . import math
+from ._intrinsic import REGISTRY, OutsideKernelError
+from .atomic import atomic
+from .bits import bits
+from .const import CONSTANT_MEMORY_BYTES, ConstantArray, constant
+from .coop import grid_stride, grid_sync
+from .errors import KernelAssertionError, KernelError, KernelIndexError, KernelTrapError
+from .half import half
 from .indices import (blockDim, blockIdx, grid, gridDim, gridsize, laneid, syncthreads,
                       threadIdx, warpsize)
+from .io import clock, clock64, globaltimer, trap
+from .local import local
+from .shared import shared
+from .sync import (FULL_MASK, nanosleep, syncthreads_and, syncthreads_count, syncthreads_or,
+                   syncwarp, threadfence, threadfence_block, threadfence_system)
+from .vector import VECTOR_TYPES, Vector, vector
+from .vector import (double2, double3, double4, float2, float3, float4, half2, int2, int3,
+                     int4, long2, long3, long4, uint2, uint3, uint4, ulong2, ulong3, ulong4)
+from .warp import warp
 
-__all__ = ["OutsideKernelError", "threadIdx", "blockIdx", "blockDim", "gridDim", "warpsize",
-           "laneid", "grid", "gridsize", "syncthreads"]
+__all__ = [
+    "OutsideKernelError", "REGISTRY",
+    # indices and the block barrier (indices.py)
+    "threadIdx", "blockIdx", "blockDim", "gridDim", "warpsize", "laneid", "grid", "gridsize",
+    "syncthreads",
+    # barriers, fences, sleep
+    "FULL_MASK", "syncthreads_count", "syncthreads_and", "syncthreads_or", "syncwarp",
+    "threadfence_block", "threadfence", "threadfence_system", "nanosleep",
+    # cooperative grids
+    "grid_sync", "grid_stride",
+    # memory
+    "shared", "local", "atomic", "constant", "ConstantArray", "CONSTANT_MEMORY_BYTES",
+    # warp, math, bits, half precision, vectors
+    "warp", "math", "bits", "half", "vector", "Vector", "VECTOR_TYPES",
+    "float2", "float3", "float4", "double2", "double3", "double4", "int2", "int3", "int4",
+    "uint2", "uint3", "uint4", "long2", "long3", "long4", "ulong2", "ulong3", "ulong4", "half2",
+    # host communication and clocks
+    "trap", "clock", "clock64", "globaltimer",
+    "KernelError", "KernelAssertionError", "KernelIndexError", "KernelTrapError",
+]

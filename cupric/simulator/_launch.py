@@ -1,0 +1,344 @@
+"""Launching a kernel on the simulator: argument preparation, the choice of execution
+strategy, and the two runners.
+
+- serial: one OS thread runs every thread of a block, one after another. Right for any
+  kernel that reaches no barrier and no warp collective (most elementwise kernels), and
+  much the fastest.
+- threads: the threads of one block run at once, one OS thread each (a pool reused from
+  block to block), meeting at barriers and warp collectives; blocks run one by one.
+- grid: every thread of the grid runs at once, for kernels that call grid_sync.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+import time
+
+import numpy as np
+
+from ..device import _intrinsic
+from ..device.errors import KernelAssertionError, KernelError
+from . import _impl, _impl_math  # noqa: F401  (they fill the implementation table)
+from ._array import SimArray
+from ._impl import SHARED_LIMIT
+from ._live import Aborted, LiveSet
+from ._scan import _python_function, needs
+from ._state import BlockState, LaunchState, ThreadState
+from .errors import SimulatorError
+
+__all__ = ["launch", "MODES"]
+
+MODES = ("serial", "threads", "grid")
+MAX_BLOCK_DIM = (1024, 1024, 64)
+MAX_GRID_DIM = (2**31 - 1, 65535, 65535)
+MAX_BLOCK_THREADS = 1024
+# OS threads are cheap but not free: a cooperative grid beyond this many threads is
+# refused (a GPU, too, limits a cooperative grid to the blocks it can keep resident).
+_MAX_LIVE_DEFAULT = 8192
+# Each simulated thread's OS thread needs little stack: kernels are shallow Python.
+_STACK_BYTES = 2 * 1024 * 1024
+
+
+def _dim3(value, what: str, limits) -> tuple[int, int, int]:
+    if isinstance(value, (int, np.integer)):
+        value = (value,)
+    dims = tuple(int(v) for v in value)
+    if not 1 <= len(dims) <= 3:
+        raise ValueError(f"{what} must be an int or 1 to 3 ints, got {value!r}")
+    dims = dims + (1,) * (3 - len(dims))
+    for d, lim, axis in zip(dims, limits, "xyz"):
+        if not 1 <= d <= lim:
+            raise ValueError(f"{what}.{axis} = {d} is outside 1..{lim}")
+    return dims
+
+
+def _prepare(func, args) -> tuple[list, list]:
+    """Kernel arguments as the simulated threads see them, and host copies to write back."""
+    code = func.__code__
+    names = code.co_varnames[:code.co_argcount]
+    try:
+        inspect.signature(func).bind(*args)
+    except TypeError as exc:
+        raise TypeError(f"kernel {func.__name__}: {exc}") from None
+    out, copy_back = [], []
+    for i, value in enumerate(args):
+        name = names[i] if i < len(names) else f"arg{i}"
+        out.append(_argument(value, name, copy_back))
+    return out, copy_back
+
+
+def _argument(value, name: str, copy_back: list):
+    if isinstance(value, np.ndarray):
+        if value.dtype.hasobject:
+            raise TypeError(f"argument {name!r}: arrays of Python objects cannot be passed "
+                            f"to a kernel")
+        return SimArray(value, name)
+    if isinstance(value, SimArray):
+        return value
+    if hasattr(value, "to_numpy") and hasattr(value, "copy_from"):
+        # A device buffer: run on a host copy and write the result back after the launch.
+        host = np.ascontiguousarray(value.to_numpy())
+        copy_back.append((value, host))
+        return SimArray(host, name)
+    if hasattr(value, "__cuda_array_interface__"):
+        raise TypeError(f"argument {name!r}: the simulator cannot read device memory of a "
+                        f"{type(value).__name__}; pass a NumPy array or a DeviceBuffer")
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return np.int64(value)  # typeof(int) is i64: arithmetic wraps as compiled code's
+    if isinstance(value, float):
+        return np.float64(value)
+    if type(value) is tuple:
+        return tuple(_argument(v, f"{name}[{i}]", copy_back) for i, v in enumerate(value))
+    return value
+
+
+def _located(exc: BaseException, state: ThreadState) -> BaseException:
+    """The exception to report for a failure of the simulated thread `state`."""
+    if isinstance(exc, KernelError):
+        exc.locate(block=state.bid, thread=state.tid)
+        return exc
+    if isinstance(exc, AssertionError):
+        tb = exc.__traceback__
+        while tb.tb_next is not None:
+            tb = tb.tb_next
+        message = str(exc)
+        new = KernelAssertionError(f"assertion failed: {message}" if message
+                                   else "assertion failed",
+                                   filename=tb.tb_frame.f_code.co_filename, line=tb.tb_lineno,
+                                   block=state.bid, thread=state.tid)
+        new.__cause__ = exc
+        return new
+    exc.add_note(f"raised in simulated GPU thread {state.tid} of block {state.bid}")
+    return exc
+
+
+def _returned(func) -> TypeError:
+    return TypeError(f"kernel {func.__name__} returned a value; kernels return nothing")
+
+
+def _block_ids(grid):
+    for z in range(grid[2]):
+        for y in range(grid[1]):
+            for x in range(grid[0]):
+                yield (x, y, z)
+
+
+def _thread_ids(block):
+    return [(x, y, z) for z in range(block[2]) for y in range(block[1])
+            for x in range(block[0])]
+
+
+def launch(py_func, grid, block, args, *, shared_bytes: int = 0, mode: str | None = None):
+    """Run a kernel on the CPU with GPU semantics.
+
+    Parameters
+    ----------
+    py_func : function or kernel
+        The kernel's Python function, or any object with a `py_func` attribute (a
+        compiled kernel).
+    grid, block : int or tuple of 1 to 3 ints
+        Blocks per grid and threads per block (at most 1024), as in `kern[grid, block]`.
+    args : sequence
+        Kernel arguments. NumPy arrays are modified in place; objects with
+        `to_numpy()`/`copy_from()` (the runtime's DeviceBuffer) are copied to the host,
+        and back after the launch; Python ints and floats become i64 and f64.
+    shared_bytes : int
+        Bytes of dynamic shared memory per block (`shared.dynamic`).
+    mode : {"serial", "threads", "grid"}, optional
+        How to run the threads (see the module docs); by default chosen by scanning the
+        kernel for barriers, warp collectives and grid_sync.
+
+    Raises
+    ------
+    KernelAssertionError
+        A thread failed an `assert`; names the Python file and line and the thread.
+    KernelIndexError
+        An array index was out of bounds, or negative.
+    BarrierError, DeadlockError
+        A barrier or warp collective not reached by every thread it waits for.
+    SimulatorError
+        The launch configuration is beyond what the simulator (or a GPU) can run.
+
+    Cost
+    ----
+    Serial mode runs roughly 100k-300k simple threads per second. The threaded modes pay
+    an OS-thread switch per thread per barrier: use small blocks and grids in tests.
+    """
+    func = _python_function(py_func)
+    if func is None:
+        raise TypeError(f"cannot simulate {py_func!r}: expected a Python function or a "
+                        f"kernel with a py_func")
+    grid = _dim3(grid, "grid", MAX_GRID_DIM)
+    block = _dim3(block, "block", MAX_BLOCK_DIM)
+    nthreads = block[0] * block[1] * block[2]
+    if nthreads > MAX_BLOCK_THREADS:
+        raise ValueError(f"a block holds at most {MAX_BLOCK_THREADS} threads, got {block}")
+    shared_bytes = int(shared_bytes)
+    if not 0 <= shared_bytes <= SHARED_LIMIT:
+        raise ValueError(f"shared_bytes must be in 0..{SHARED_LIMIT}, got {shared_bytes}")
+    if mode is None:
+        found = needs(func)
+        mode = "grid" if "grid" in found else "threads" if found else "serial"
+    elif mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if mode == "threads" and nthreads == 1:
+        mode = "serial"  # one thread per block: every collective completes at once
+    args, copy_back = _prepare(func, tuple(args))
+    state = LaunchState(grid, block, shared_bytes, mode)
+    try:
+        if mode == "serial":
+            _run_serial(func, args, state)
+        else:
+            _run_threads(func, args, state)
+    finally:
+        # Like a GPU, a failed launch leaves whatever the threads wrote before failing.
+        for buffer, host in copy_back:
+            buffer.copy_from(host)
+
+
+def _run_serial(func, args, launch: LaunchState) -> None:
+    state = ThreadState(launch)
+    tids = _thread_ids(launch.block)
+    previous = _intrinsic.current()
+    _intrinsic.install(state)
+    try:
+        with np.errstate(all="ignore"):
+            for bid in _block_ids(launch.grid):
+                state.enter_block(BlockState(bid, launch.shared_bytes))
+                lin = 0
+                for tid in tids:
+                    state.tid = tid
+                    state.lin = lin
+                    lin += 1
+                    if func(*args) is not None:
+                        raise _returned(func)
+    except Exception as exc:
+        located = _located(exc, state)
+        if located is exc:
+            raise
+        raise located from exc
+    finally:
+        _intrinsic.install(previous)
+
+
+def _max_live() -> int:
+    return int(os.environ.get("CUPRIC_SIMULATOR_MAX_THREADS", _MAX_LIVE_DEFAULT))
+
+
+class _Pool:
+    """OS threads that each run one simulated thread per job, reused from job to job."""
+
+    def __init__(self, func, args, launch: LaunchState, nworkers: int) -> None:
+        self.func = func
+        self.args = args
+        self.launch = launch
+        self.nworkers = nworkers
+        self.tids = _thread_ids(launch.block)
+        self.cond = threading.Condition()
+        self.gen = 0
+        self.job = None
+        self.done = 0
+        self.threads = []
+        old = threading.stack_size()
+        threading.stack_size(_STACK_BYTES)
+        try:
+            for i in range(nworkers):
+                t = threading.Thread(target=self._work, args=(i,), daemon=True,
+                                     name=f"cupric-simulated-thread-{i}")
+                t.start()
+                self.threads.append(t)
+        finally:
+            threading.stack_size(old)
+
+    def _work(self, i: int) -> None:
+        state = ThreadState(self.launch)
+        _intrinsic.install(state)
+        nb = self.launch.nthreads
+        seen = 0
+        with np.errstate(all="ignore"):
+            while True:
+                with self.cond:
+                    while self.gen == seen:
+                        self.cond.wait()
+                    seen = self.gen
+                    job = self.job
+                if job is None:
+                    return
+                live, blocks = job
+                state.live = live
+                state.enter_block(blocks[i // nb])
+                state.lin = i % nb
+                state.tid = self.tids[state.lin]
+                try:
+                    if self.func(*self.args) is not None:
+                        raise _returned(self.func)
+                    live.exit(state)
+                except Aborted:
+                    pass
+                except Exception as exc:
+                    live.fail(_located(exc, state))
+                except BaseException as exc:  # SystemExit and the like: stop the launch
+                    live.fail(exc)
+                with self.cond:
+                    self.done += 1
+                    if self.done == self.nworkers:
+                        self.cond.notify_all()
+
+    def run(self, live: LiveSet, blocks: list) -> None:
+        """Run one job; returns when every worker finished it (or gave up after a failure)."""
+        with self.cond:
+            self.job = (live, blocks)
+            self.done = 0
+            self.gen += 1
+            self.cond.notify_all()
+            failed_at = None
+            while self.done < self.nworkers:
+                self.cond.wait(0.5)
+                if live.aborted:
+                    failed_at = failed_at or time.monotonic()
+                    # Threads spinning in kernel code never see the abort; do not wait
+                    # for them forever (they are daemon threads).
+                    if time.monotonic() - failed_at > 5.0:
+                        break
+        if live.error is not None:
+            raise live.error
+
+    def stop(self) -> None:
+        with self.cond:
+            self.job = None
+            self.gen += 1
+            self.cond.notify_all()
+        for t in self.threads:
+            t.join(1.0)
+
+
+def _run_threads(func, args, launch: LaunchState) -> None:
+    nb = launch.nthreads
+    if launch.mode == "grid":
+        g = launch.grid
+        total = g[0] * g[1] * g[2] * nb
+        if total > _max_live():
+            raise SimulatorError(
+                f"a kernel that calls grid_sync needs all {total} threads of its grid "
+                f"running at once; the simulator runs at most {_max_live()} "
+                f"(CUPRIC_SIMULATOR_MAX_THREADS): use a smaller grid")
+        pool = _Pool(func, args, launch, total)
+        try:
+            live = LiveSet(total)
+            blocks = [BlockState(bid, launch.shared_bytes, live.block_sync(nb))
+                      for bid in _block_ids(g)]
+            pool.run(live, blocks)
+        finally:
+            pool.stop()
+        return
+    pool = _Pool(func, args, launch, nb)
+    try:
+        for bid in _block_ids(launch.grid):
+            live = LiveSet(nb)
+            pool.run(live, [BlockState(bid, launch.shared_bytes, live.block_sync(nb))])
+    finally:
+        pool.stop()

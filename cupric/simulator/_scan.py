@@ -1,0 +1,118 @@
+"""Finds out, before a launch, whether a kernel can reach a block barrier, a warp
+collective or a grid barrier: only then do all threads of a block (or of the grid) need
+to be live at once, and the fast one-thread-after-another path is off.
+
+The scan follows the names the kernel's code uses (globals, closure cells, attributes of
+modules and namespaces named in the code) into the intrinsics and device functions they
+denote, recursively. It over-approximates: a name that might denote a collective counts.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+import weakref
+
+from ..device._intrinsic import Dim3, Intrinsic, Namespace
+
+__all__ = ["BLOCK_COLLECTIVES", "WARP_COLLECTIVES", "GRID_COLLECTIVES", "needs"]
+
+BLOCK_COLLECTIVES = frozenset({"syncthreads", "syncthreads_count", "syncthreads_and",
+                               "syncthreads_or"})
+WARP_COLLECTIVES = frozenset({
+    "syncwarp", "warp.shfl_idx", "warp.shfl_up", "warp.shfl_down", "warp.shfl_xor",
+    "warp.any", "warp.all", "warp.ballot", "warp.match_any", "warp.match_all",
+    "warp.reduce_add", "warp.reduce_min", "warp.reduce_max", "warp.reduce_and",
+    "warp.reduce_or", "warp.reduce_xor"})
+GRID_COLLECTIVES = frozenset({"grid_sync"})
+
+
+def _code_names(code: types.CodeType, out: set[str]) -> None:
+    out.update(code.co_names)
+    out.update(code.co_freevars)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):  # nested functions, lambdas, comprehensions
+            _code_names(const, out)
+
+
+def _python_function(obj):
+    """The plain function behind a kernel, device function or method, or None."""
+    seen = 0
+    while not isinstance(obj, types.FunctionType) and seen < 4:
+        inner = getattr(obj, "py_func", None) or getattr(obj, "__wrapped__", None) \
+            or getattr(obj, "__func__", None)
+        if inner is None:
+            return None
+        obj = inner
+        seen += 1
+    return obj if isinstance(obj, types.FunctionType) else None
+
+
+_CACHE: "weakref.WeakKeyDictionary[types.FunctionType, frozenset[str]]" = \
+    weakref.WeakKeyDictionary()
+
+
+def needs(func) -> frozenset[str]:
+    """The collective kinds ("block", "warp", "grid") that `func` may reach."""
+    try:
+        return _CACHE[func]
+    except KeyError:
+        pass
+    found: set[str] = set()
+    visited: set[int] = set()
+    _visit_function(func, found, visited)
+    result = frozenset(found)
+    _CACHE[func] = result
+    return result
+
+
+def _foreign(func: types.FunctionType) -> bool:
+    """Functions of NumPy and the standard library never call cupric intrinsics."""
+    top = (func.__module__ or "").partition(".")[0]
+    return top == "numpy" or top in sys.stdlib_module_names
+
+
+def _visit_function(func, found: set[str], visited: set[int]) -> None:
+    if id(func) in visited or _foreign(func):
+        return
+    visited.add(id(func))
+    names: set[str] = set()
+    _code_names(func.__code__, names)
+    roots = []
+    for name in names:
+        if name in func.__globals__:
+            roots.append(func.__globals__[name])
+    for cell in func.__closure__ or ():
+        try:
+            roots.append(cell.cell_contents)
+        except ValueError:  # an empty cell: the closure variable is not bound yet
+            continue
+    # Follow attribute chains named in the code (cupric.device.warp.shfl_down): from each
+    # module, namespace or class reached so far, take the attributes the code names.
+    frontier = roots
+    for _ in range(4):
+        nxt = []
+        for obj in frontier:
+            _visit_object(obj, found, visited)
+            if isinstance(obj, (types.ModuleType, Namespace, type)):
+                for name in names:
+                    attr = getattr(obj, name, None) if not name.startswith("__") else None
+                    if attr is not None:
+                        nxt.append(attr)
+        frontier = nxt
+
+
+def _visit_object(obj, found: set[str], visited: set[int]) -> None:
+    if isinstance(obj, Intrinsic):
+        if obj.name in BLOCK_COLLECTIVES:
+            found.add("block")
+        elif obj.name in WARP_COLLECTIVES:
+            found.add("warp")
+        elif obj.name in GRID_COLLECTIVES:
+            found.add("grid")
+        return
+    if isinstance(obj, Dim3):
+        return
+    func = _python_function(obj)
+    if func is not None:
+        _visit_function(func, found, visited)
