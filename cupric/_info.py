@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import json
-import os
 import platform
 import sys
 from importlib import metadata
@@ -133,17 +132,10 @@ def _library_section() -> dict:
     return out
 
 
-def _cache_dir() -> str:
-    root = os.environ.get("CUPRIC_CACHE_DIR")
-    if root:
-        return root
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "cupric")
-
-
 def collect() -> dict:
     """Everything `info` reports, as a JSON-able dict."""
     from . import __version__
+    from ._paths import cache_root
 
     return {
         "cupric": __version__,
@@ -153,7 +145,7 @@ def collect() -> dict:
         "driver": _driver_section(),
         "toolchain": _toolchain_section(),
         "libraries": _library_section(),
-        "cache_dir": _cache_dir(),
+        "cache_dir": str(cache_root()),
     }
 
 

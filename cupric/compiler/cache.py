@@ -81,13 +81,10 @@ def _checksum(data: bytes) -> str:
 
 
 def default_cache_dir() -> Path:
-    """``$CUPRIC_CACHE_DIR``, else ``$XDG_CACHE_HOME/cupric/kernels``, else
-    ``~/.cache/cupric/kernels``."""
-    override = os.environ.get("CUPRIC_CACHE_DIR")
-    if override:
-        return Path(override).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "cupric" / "kernels"
+    """The `kernels/` folder of cupric's cache root (see `cupric._paths.cache_root`)."""
+    from .._paths import cache_root
+
+    return cache_root() / "kernels"
 
 
 @dataclass(frozen=True)

@@ -195,8 +195,8 @@ def test_clear_stats_trim(cache):
 
 def test_default_dir_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("CUPRIC_CACHE_DIR", str(tmp_path / "override"))
-    assert default_cache_dir() == tmp_path / "override"
-    assert default_cache().root == tmp_path / "override"
+    assert default_cache_dir() == tmp_path / "override" / "kernels"
+    assert default_cache().root == tmp_path / "override" / "kernels"
     monkeypatch.delenv("CUPRIC_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert default_cache_dir() == tmp_path / "xdg" / "cupric" / "kernels"
