@@ -3,7 +3,8 @@
 # Python 3.12), run the GPU test lane on the given targets (default: all of tests/), then,
 # with BENCH=1, the benchmarks; the short table comes last.
 #   device run:  bash tools/gpu_lane.sh [pytest targets...]       (carry: .whl)
-#                BENCH=1 bash tools/gpu_lane.sh
+#                BENCH=1 bash tools/gpu_lane.sh        (tests, then benchmarks)
+#                LANE=all bash tools/gpu_lane.sh       (CPU lane too)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/cupric-out}
@@ -17,7 +18,9 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 status=0
 if [ "${TESTS:-1}" = 1 ]; then
-  python3 -m pytest -m gpu -q -p no:cacheprovider -x --timeout=300 "${@:-tests}" 2>&1 | tee "$out/gpu_tests.log"
+  # LANE=all also runs the CPU lane against the GPU machine's own toolchain.
+  marker=(-m gpu); [ "${LANE:-gpu}" = all ] && marker=()
+  python3 -m pytest "${marker[@]}" -q -p no:cacheprovider -x --timeout=300 "${@:-tests}" 2>&1 | tee "$out/gpu_tests.log"
   status=${PIPESTATUS[0]}
 fi
 if [ "${BENCH:-0}" = 1 ]; then
