@@ -26,9 +26,10 @@ class HeadersNotFoundError(BindingsError):
     def __init__(self, library: str, package: str, detail: str):
         self.library = library
         self.package = package
+        # Packages not on PyPI (the OptiX SDK) are named as a phrase ("the OptiX SDK ...").
+        how = f"install {package}" if package.startswith("the ") else f"`pip install {package}`"
         super().__init__(
-            f"headers of {library} not found ({detail}); "
-            f"install them with `pip install {package}`, or set CUDA_HOME, "
+            f"headers of {library} not found ({detail}); {how}, or set CUDA_HOME, "
             f"or pass --headers DIR"
         )
 
@@ -48,12 +49,12 @@ class LibraryNotFoundError(ImportError):
         The pip package to install.
     """
 
-    def __init__(self, library: str, package: str, detail: str):
+    def __init__(self, library: str, package: str, detail: str, hint: str | None = None):
         self.library = library
         self.package = package
-        super().__init__(
-            f"{library} is not available ({detail}); install it with `pip install {package}`"
-        )
+        # Libraries that are not on PyPI (OptiX comes with the driver) give their own hint.
+        hint = hint or f"install it with `pip install {package}`"
+        super().__init__(f"{library} is not available ({detail}); {hint}")
 
 
 class LibraryStatusError(RuntimeError):

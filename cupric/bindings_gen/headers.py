@@ -68,11 +68,18 @@ def _environment_dirs() -> list[str]:
     return dirs
 
 
-def _find_dir(key: str, header: str, explicit: str | None) -> tuple[str | None, list[str]]:
+def _find_dir(
+    key: str, header: str, explicit: str | None, root_variable: str = ""
+) -> tuple[str | None, list[str]]:
     tried = []
     candidates = []
     if explicit:
         candidates.append(explicit)
+    elif root_variable:
+        # An SDK that is not in the wheels (OptiX): only its own root counts.
+        root = os.environ.get(root_variable)
+        if root:
+            candidates.append(os.path.join(root, "include"))
     else:
         found = _pathfinder_dir(key)
         if found:
@@ -101,14 +108,19 @@ def find_headers(spec: LibrarySpec, headers: str | None = None) -> HeaderSet:
     HeadersNotFoundError
         Naming the package to install.
     """
-    directory, tried = _find_dir(spec.header_key, spec.top_header, headers)
+    directory, tried = _find_dir(spec.header_key, spec.top_header, headers, spec.root_variable)
     if directory is None:
-        raise HeadersNotFoundError(spec.name, spec.package, f"no {spec.top_header} in {tried}")
+        detail = f"no {spec.top_header} in {tried}" if tried else f"${spec.root_variable} is not set"
+        raise HeadersNotFoundError(spec.name, spec.package, detail)
     include_dirs = [directory]
     # cuComplex.h, driver_types.h, cuda_runtime_api.h come with the CUDA runtime headers.
     needs = "cuda_runtime_api.h" if spec.needs_cudart_headers else "driver_types.h"
+    if spec.root_variable:
+        needs = "cuda.h"  # an SDK may include the driver API header; add it when found
     if not os.path.isfile(os.path.join(directory, needs)):
         cudart, tried = _find_dir("cudart", needs, None)
+        if cudart is None and spec.root_variable:
+            return HeaderSet(os.path.join(directory, spec.top_header), (directory,))
         if cudart is None:
             raise HeadersNotFoundError(
                 spec.name, "nvidia-cuda-runtime", f"{spec.top_header} needs {needs}; tried {tried}"

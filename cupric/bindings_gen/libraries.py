@@ -36,6 +36,9 @@ class LibrarySpec:
         Macros giving (major, minor, patch) of the library.
     status_type : str
         The typedef of the library's status enum, or "" where there is none.
+    root_variable : str
+        For libraries not in the wheels: the environment variable naming an SDK root
+        whose ``include`` directory holds the headers (``OPTIX_ROOT``).
     """
 
     name: str
@@ -47,6 +50,7 @@ class LibrarySpec:
     package: str
     version_macros: tuple[str, ...]
     status_type: str = ""
+    root_variable: str = ""
 
     def owns(self, label: str) -> bool:
         """Whether a header label (path relative to its include directory) is the library's own."""
@@ -99,6 +103,20 @@ LIBRARIES: dict[str, LibrarySpec] = {
             package="nvidia-cudnn-cu13",
             version_macros=("CUDNN_MAJOR", "CUDNN_MINOR", "CUDNN_PATCHLEVEL"),
             status_type="cudnnStatus_t",
+        ),
+        LibrarySpec(
+            # The OptiX SDK headers, when the user has them; without them cupric.optix
+            # uses its own declarations. The runtime is libnvoptix from the driver.
+            name="optix",
+            top_header="optix_function_table.h",
+            own_headers=("optix*.h", "internal/optix*.h"),
+            header_key="",
+            needs_cudart_headers=False,
+            shared_library="nvoptix",
+            package="the OptiX SDK (set OPTIX_ROOT)",
+            version_macros=("OPTIX_VERSION",),
+            status_type="OptixResult",
+            root_variable="OPTIX_ROOT",
         ),
         LibrarySpec(
             name="nccl",
