@@ -1,1 +1,42 @@
-"""cupric.compiler (under construction)."""
+"""cupric.compiler: Python kernels -> typed IR -> NVVM IR -> libNVVM -> PTX/cubin.
+
+Frontend: `kernel`/`device_function` (kernel.py), parsing and name resolution
+(frontend/), type inference (typing/), the pure-Python IR builder (ir/), codegen
+(codegen/), intrinsic and math lowering tables (lowering/), the command line (cli.py).
+Backend: toolchain discovery, options, libNVVM, linking, targets and the kernel cache.
+Names here load lazily so importing the package stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_LAZY = {
+    "kernel": ("cupric.compiler.kernel", "kernel"),
+    "device_function": ("cupric.compiler.kernel", "device_function"),
+    "Kernel": ("cupric.compiler.kernel", "Kernel"),
+    "DeviceFunction": ("cupric.compiler.kernel", "DeviceFunction"),
+    "CompileOptions": ("cupric.compiler.options", "CompileOptions"),
+    "CompileError": ("cupric.compiler.errors", "CompileError"),
+    "CompilerError": ("cupric.compiler.errors", "CompilerError"),
+    "NvvmError": ("cupric.compiler.errors", "NvvmError"),
+    "LinkError": ("cupric.compiler.errors", "LinkError"),
+    "ToolchainNotFoundError": ("cupric.compiler.errors", "ToolchainNotFoundError"),
+    "register_intrinsic": ("cupric.compiler.lowering.registry", "register"),
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    try:
+        module_name, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'cupric.compiler' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module_name), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

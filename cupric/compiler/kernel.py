@@ -1,0 +1,551 @@
+"""`@cupric.kernel` and `@cupric.device_function`: Python functions that compile to GPU
+code. A kernel is specialized per concrete argument types at its first launch with them
+(like Rust's monomorphization), compiled through libNVVM, cached on disk, and launched
+through the runtime's prepared argument packing: `kern[grid, block](args...)`.
+Without a GPU (or with CUPRIC_SIMULATOR=1) launches run on `cupric.simulator`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+
+import numpy as np
+
+from cupric.compiler.errors import CompileError
+
+__all__ = ["kernel", "device_function", "Kernel", "DeviceFunction", "Specialization"]
+
+
+class DeviceFunction:
+    """A function kernels may call (`@cupric.device_function`).
+
+    Compiled into each kernel that calls it, specialized per argument types. Called from
+    ordinary Python it runs the Python function itself (so kernels that call it also run
+    in the simulator).
+    """
+
+    _cupric_device_function = True
+
+    def __init__(self, py_func) -> None:
+        self.py_func = py_func
+        functools.update_wrapper(self, py_func)
+
+    def __call__(self, *args):
+        return self.py_func(*args)
+
+    def __repr__(self) -> str:
+        return f"<cupric device function {self.py_func.__qualname__}>"
+
+
+def device_function(py_func=None):
+    """Mark a function as callable from kernels.
+
+    Examples
+    --------
+    >>> @cupric.device_function
+    ... def clamp(x, lo, hi):
+    ...     return min(max(x, lo), hi)
+    """
+    if py_func is None:
+        return device_function
+    if not callable(getattr(py_func, "__code__", None)) and not hasattr(py_func, "__code__"):
+        raise TypeError("@cupric.device_function applies to plain Python functions")
+    return DeviceFunction(py_func)
+
+
+def kernel(py_func=None, *, debug: bool = False, lineinfo: bool = False,
+           fast_math: bool = False, opt_level: int = 3, arch=None,
+           max_registers: int | None = None, c_division: bool = False):
+    """Compile a Python function into a GPU kernel.
+
+    Parameters
+    ----------
+    py_func : function
+        Parameters annotated with cupric types (`f32`, `Array[f32, 2, "C"]`, a struct,
+        `tuple[...]`) or left generic (no annotation, or a `TypeVar`).
+    debug, lineinfo : bool
+        Full debug info (slow code) / line tables only (profilers show Python lines).
+    fast_math : bool
+        Flush denormals, approximate division and square root, reassociate float math.
+    opt_level : int
+        0..3 (libNVVM `-opt`).
+    arch : str, optional
+        Target architecture; default: the current device's (sm_90 without a GPU).
+    max_registers : int, optional
+        Register cap per thread.
+    c_division : bool
+        Signed `//` and `%` truncate toward zero (C semantics; a few instructions fewer)
+        instead of Python's flooring.
+
+    Returns
+    -------
+    Kernel
+
+    Examples
+    --------
+    >>> from cupric.types import f32, Array
+    >>> from cupric.device import grid
+    >>> @cupric.kernel
+    ... def saxpy(a: f32, x: Array[f32, 1], y: Array[f32, 1]):
+    ...     i = grid(1)
+    ...     if i < len(x):
+    ...         y[i] = a * x[i] + y[i]
+    >>> saxpy[blocks, 256](2.0, x, y)          # doctest: +SKIP
+    """
+    settings = dict(debug=debug, lineinfo=lineinfo, fast_math=fast_math,
+                    opt_level=opt_level, arch=arch, max_registers=max_registers,
+                    c_division=c_division)
+    if py_func is None:
+        return lambda f: Kernel(f, **settings)
+    return Kernel(py_func, **settings)
+
+
+# -- argument handling on the launch path -----------------------------------------------------
+
+def _layout(shape, strides, itemsize) -> str:
+    from cupric.types import _layout_of
+    return _layout_of(strides, shape, itemsize)
+
+
+_LAYOUTS: dict = {}
+
+
+def _array_parts(buf, flat: list, extents: list, index: int):
+    """Append the ABI values of a device array (pointer, shapes, strides in elements);
+    return its cache-key part."""
+    shape = buf.shape
+    strides = buf.strides
+    itemsize = buf.itemsize
+    ptr = buf.ptr
+    flat.append(ptr)
+    flat.extend(shape)
+    lo = hi = ptr
+    empty = False
+    for n, s in zip(shape, strides):
+        q, r = divmod(s, itemsize)
+        if r:
+            raise TypeError(f"argument {index}: a stride of {s} bytes is not a multiple of "
+                            f"the item size {itemsize}")
+        flat.append(q)
+        if n == 0:
+            empty = True
+        elif s >= 0:
+            hi += (n - 1) * s
+        else:
+            lo += (n - 1) * s
+    if not empty:
+        extents.append((lo, hi + itemsize, index))
+    key = (shape, strides, itemsize)
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        layout = _LAYOUTS[key] = _layout(shape, strides, itemsize)
+        if len(_LAYOUTS) > 4096:
+            _LAYOUTS.clear()
+    return (buf.dtype, len(shape), layout)
+
+
+def _arg_parts(value, flat: list, extents: list, index: int):
+    """Append the flattened ABI values of one argument; return its specialization key."""
+    cls = value.__class__
+    if cls is float or cls is int or cls is bool:
+        flat.append(value)
+        return cls
+    if cls in _ARRAY_CLASSES:
+        return _array_parts(value, flat, extents, index)
+    if isinstance(value, np.generic):
+        flat.append(value)
+        return (np.void, value.dtype) if isinstance(value, np.void) else cls
+    if isinstance(value, tuple):
+        return (tuple,) + tuple(_arg_parts(v, flat, extents, index) for v in value)
+    if isinstance(value, np.ndarray):
+        raise TypeError(f"argument {index} is a host NumPy array; copy it to the device "
+                        "first (cupric.runtime.to_device(a)) or run on the simulator "
+                        "(kern.simulate[grid, block](...))")
+    if all(hasattr(value, a) for a in ("ptr", "shape", "strides", "itemsize", "dtype")):
+        # DeviceBuffer and its subclasses: recognized once per class.
+        _ARRAY_CLASSES.add(cls)
+        return _array_parts(value, flat, extents, index)
+    from cupric.runtime.interop import as_device_array
+    try:
+        buf = as_device_array(value)
+    except TypeError as exc:
+        raise TypeError(f"argument {index}: {exc}") from None
+    return _array_parts(buf, flat, extents, index)
+
+
+_ARRAY_CLASSES: set = set()
+
+
+def _disjoint(extents, written: frozenset) -> bool:
+    """True when no written array overlaps any other array argument."""
+    for lo, hi, i in extents:
+        if i not in written:
+            continue
+        for lo2, hi2, j in extents:
+            if j == i and lo2 == lo and hi2 == hi:
+                continue
+            if lo < hi2 and lo2 < hi:
+                return False
+    return True
+
+
+# -- specializations ---------------------------------------------------------------------------
+
+class Specialization:
+    """One compiled variant of a kernel: concrete parameter types, whether array
+    arguments are known not to alias, its NVVM IR, PTX/cubin and launch handle."""
+
+    def __init__(self, kern: Kernel, arg_types: tuple, noalias: bool) -> None:
+        self.kernel = kern
+        self.arg_types = arg_types
+        self.noalias = noalias
+        self._typed = None
+        self._ir = None
+        self._artifact = None
+        self._prepared = None
+        self._lock = threading.Lock()
+
+    @property
+    def typed(self):
+        """The typed IR (`TypedFunction`)."""
+        if self._typed is None:
+            from cupric.compiler.specialize import type_kernel
+            self._typed = type_kernel(self.kernel.py_func, self.arg_types)
+        return self._typed
+
+    @property
+    def ir(self) -> str:
+        """NVVM IR text."""
+        if self._ir is None:
+            from cupric.compiler.codegen.module import lower_kernel
+            k = self.kernel
+            self._ir = lower_kernel(self.typed, k.symbol, noalias=self.noalias,
+                                    debug=k.options.debug, lineinfo=k.options.lineinfo,
+                                    fast_math=k.fast_math, c_division=k.c_division)
+        return self._ir
+
+    def cache_key(self, options) -> str:
+        from cupric.compiler.cache import make_key
+        k = self.kernel
+        return make_key("cupric.frontend", k.fingerprint, repr(self.arg_types), self.noalias,
+                        k.fast_math, k.c_division, options.cache_key())
+
+    def artifact(self, arch=None):
+        """Compiled PTX/cubin (`cupric.compiler.backend.Artifact`) for `arch`."""
+        from cupric.compiler import backend
+        options = self.kernel.options.resolve(arch)
+        if self._artifact is not None and self._artifact.arch == options.arch:
+            return self._artifact
+        key = self.cache_key(options)
+        artifact = backend.lookup(key, options=options)
+        if artifact is None:
+            artifact = backend.build(self.ir, options=options, key=key)
+        self._artifact = artifact
+        return artifact
+
+    def prepared(self):
+        """The runtime launch handle (loads the module on the current device)."""
+        if self._prepared is None:
+            with self._lock:
+                if self._prepared is None:
+                    from cupric.compiler.target import current_arch
+                    from cupric.runtime import Module
+                    device_arch = current_arch()
+                    artifact = self.artifact(None)
+                    kind, image = artifact.image(device_arch)
+                    module = Module.from_data(image)
+                    function = module.get_function(self.kernel.symbol)
+                    self._prepared = function.prepare(param_types(self.arg_types))
+        return self._prepared
+
+
+def param_types(arg_types) -> list:
+    """The runtime's flattened parameter type names for kernel parameters (Kernel ABI)."""
+    from cupric.compiler.typing.ktypes import StructType, TupleType
+    from cupric.types import ArrayType, ScalarType
+    out: list = []
+    for t in arg_types:
+        if isinstance(t, ScalarType):
+            out.append(t.name)
+        elif isinstance(t, ArrayType):
+            out.append("ptr")
+            out.extend(["i64"] * (2 * t.ndim))
+        elif isinstance(t, TupleType):
+            out.extend(param_types(t.elements))
+        elif isinstance(t, StructType):
+            out.append(("bytes", t.size, t.align))
+        else:
+            raise TypeError(f"{t!r} cannot be a kernel parameter")
+    return out
+
+
+_SIM_NOTICE = [False]
+
+
+def _simulator_reason() -> str | None:
+    if os.environ.get("CUPRIC_SIMULATOR", "") not in ("", "0"):
+        return "CUPRIC_SIMULATOR is set"
+    from cupric.runtime._driver import driver_available
+    if not driver_available():
+        return "no CUDA driver on this machine"
+    return None
+
+
+class _Launcher:
+    """`kern[grid, block, stream, shared_bytes]`: a launch configuration bound to a kernel."""
+
+    __slots__ = ("kernel", "grid", "block", "stream", "shared_bytes", "simulate")
+
+    def __init__(self, kern, grid, block, stream=None, shared_bytes=0, simulate=False):
+        self.kernel = kern
+        self.grid = grid
+        self.block = block
+        self.stream = stream
+        self.shared_bytes = shared_bytes
+        self.simulate = simulate
+
+    def __call__(self, *args):
+        if self.simulate:
+            return self.kernel._simulate(self.grid, self.block, self.shared_bytes, args)
+        return self.kernel._launch(self.grid, self.block, self.stream, self.shared_bytes, args)
+
+
+def _config(kern, config, simulate=False):
+    if not isinstance(config, tuple) or not 2 <= len(config) <= 4:
+        raise TypeError(f"launch {kern.__name__} as {kern.__name__}[grid, block](...) or "
+                        f"{kern.__name__}[grid, block, stream, shared_bytes](...)")
+    return _Launcher(kern, *config, simulate=simulate)
+
+
+class _Simulate:
+    __slots__ = ("kernel",)
+
+    def __init__(self, kern) -> None:
+        self.kernel = kern
+
+    def __getitem__(self, config):
+        return _config(self.kernel, config, simulate=True)
+
+
+class Kernel:
+    """A GPU kernel written in Python (made by `@cupric.kernel`).
+
+    Launch with `kern[grid, block](*args)`, `kern[grid, block, stream, shared_bytes](...)`
+    or `kern.launch(*args, grid=..., block=..., stream=..., shared_bytes=...)`;
+    `kern.simulate[grid, block](...)` runs it on the CPU simulator. `inspect_ir(sig)` and
+    `inspect_ptx(sig)` show the generated code for a signature.
+
+    Raises (at launch)
+    ------------------
+    TypeError
+        Wrong argument count or an argument that does not fit its annotation.
+    CompileError
+        The kernel is outside the kernel language (file:line:col, caret, what is allowed).
+
+    Cost
+    ----
+    First launch with new argument types: typing, codegen, libNVVM and the linker (tens of
+    ms), or a disk-cache hit. Later launches: a dictionary lookup on the argument types and
+    the runtime's prepared packing.
+    """
+
+    _cupric_kernel = True
+
+    def __init__(self, py_func, *, debug=False, lineinfo=False, fast_math=False,
+                 opt_level=3, arch=None, max_registers=None, c_division=False) -> None:
+        from cupric.compiler.options import CompileOptions
+        self.py_func = py_func
+        functools.update_wrapper(self, py_func)
+        self.options = CompileOptions(arch=arch, opt_level=opt_level, debug=debug,
+                                      lineinfo=lineinfo, fast_math=fast_math,
+                                      max_registers=max_registers)
+        self.fast_math = fast_math
+        self.c_division = c_division
+        self.symbol = py_func.__name__
+        self._fingerprint = None
+        self._specs: dict = {}       # launch key -> (arg_types, written)
+        self._variants: dict = {}    # (arg_types, noalias) -> Specialization
+        self._lock = threading.RLock()
+        self._param_specs = None
+
+    def __repr__(self) -> str:
+        return f"<cupric kernel {self.py_func.__qualname__}>"
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"launch the kernel {self.__name__} with {self.__name__}[grid, block]"
+                        f"(...); to call code from kernels use @cupric.device_function")
+
+    @property
+    def fingerprint(self) -> str:
+        if self._fingerprint is None:
+            from cupric.compiler.fingerprint import fingerprint
+            self._fingerprint = fingerprint(self.py_func, lines=self.options.lineinfo
+                                            or self.options.debug)
+        return self._fingerprint
+
+    # -- launching -------------------------------------------------------------------------
+
+    def __getitem__(self, config) -> _Launcher:
+        return _config(self, config)
+
+    @property
+    def simulate(self) -> _Simulate:
+        """`kern.simulate[grid, block](...)` runs the kernel on `cupric.simulator`."""
+        return _Simulate(self)
+
+    def launch(self, *args, grid, block, stream=None, shared_bytes: int = 0) -> None:
+        """Launch with keyword configuration (see the class docstring)."""
+        self._launch(grid, block, stream, shared_bytes, args)
+
+    def _simulate(self, grid, block, shared_bytes, args):
+        from cupric import simulator
+        return simulator.launch(self.py_func, grid, block, args, shared_bytes=shared_bytes)
+
+    def _launch(self, grid, block, stream, shared_bytes, args) -> None:
+        if _SIMULATOR[0] is not False and _use_simulator():
+            return self._fallback(grid, block, shared_bytes, args)
+        flat: list = []
+        extents: list = []
+        try:
+            key = tuple([_arg_parts(a, flat, extents, i) for i, a in enumerate(args)])
+        except TypeError as exc:
+            raise TypeError(f"{self.__name__}: {exc}") from None
+        entry = self._specs.get(key)
+        if entry is None:
+            entry = self._new_entry(key, args)
+        written, plain, fast = entry
+        spec = fast if (len(extents) < 2 or _disjoint(extents, written)) else plain
+        prepared = spec._prepared or spec.prepared()
+        prepared.launch(grid, block, stream, shared_bytes, *flat)
+
+    def _fallback(self, grid, block, shared_bytes, args):
+        if not _SIM_NOTICE[0]:
+            _SIM_NOTICE[0] = True
+            print(f"cupric: running kernels on the CPU simulator ({_simulator_reason()})",
+                  file=sys.stderr)
+        return self._simulate(grid, block, shared_bytes, args)
+
+    def _new_entry(self, key, args):
+        with self._lock:
+            entry = self._specs.get(key)
+            if entry is not None:
+                return entry
+            try:
+                arg_types = self.bind_types(args)
+                plain = self._variant(arg_types, False)
+                written = frozenset(plain.typed.writes)
+                fast = self._variant(_readonly_types(arg_types, written), True)
+            except CompileError as exc:
+                raise exc.with_traceback(None) from None
+            entry = self._specs[key] = (written, plain, fast)
+            return entry
+
+    def bind_types(self, args) -> tuple:
+        """Concrete parameter types for launch arguments `args`.
+
+        Raises
+        ------
+        TypeError
+            Wrong argument count or an argument that does not fit its annotation.
+        """
+        from cupric.compiler.signature import bind, param_specs, type_of_value
+        if self._param_specs is None:
+            self._param_specs = param_specs(self.py_func)
+        names = list(self.py_func.__code__.co_varnames[:self.py_func.__code__.co_argcount])
+        try:
+            actual = [type_of_value(a) for a in args]
+        except TypeError as exc:
+            raise TypeError(f"{self.__name__}: {exc}") from None
+        return bind(self.__name__, names, self._param_specs, actual)
+
+    def _variant(self, arg_types, noalias) -> Specialization:
+        spec = self._variants.get((arg_types, noalias))
+        if spec is None:
+            spec = self._variants[(arg_types, noalias)] = Specialization(self, arg_types,
+                                                                         noalias)
+        return spec
+
+    # -- inspection ------------------------------------------------------------------------
+
+    def specialize(self, signature=None, *, noalias: bool = True) -> Specialization:
+        """The specialization for `signature`: a string ("f32, Array[f32, 1, 'C']"), a
+        sequence of cupric types, or None for the parameter annotations themselves (all
+        must be concrete). With `noalias` (default) array arguments are assumed not to
+        overlap, as the launch path finds for distinct arrays.
+
+        Raises
+        ------
+        CompileError
+            The kernel does not compile for these types.
+        TypeError, ValueError
+            The signature does not fit the kernel's parameters.
+        """
+        from cupric.compiler.signature import Generic, bind, param_specs, parse_signature
+        specs = param_specs(self.py_func)
+        if signature is None:
+            if any(isinstance(s, Generic) for s in specs):
+                raise TypeError(f"{self.__name__} has generic parameters; pass a signature")
+            types = tuple(specs)
+        elif isinstance(signature, str):
+            types = parse_signature(signature)
+        else:
+            types = tuple(signature)
+        names = list(self.py_func.__code__.co_varnames[:self.py_func.__code__.co_argcount])
+        types = bind(self.__name__, names, specs, list(types))
+        try:
+            plain = self._variant(types, False)
+            if not noalias:
+                plain.typed
+                return plain
+            written = frozenset(plain.typed.writes)
+            spec = self._variant(_readonly_types(types, written), True)
+            spec.typed
+            return spec
+        except CompileError as exc:
+            raise exc.with_traceback(None) from None
+
+    def inspect_types(self, signature=None) -> dict:
+        """Local variable name -> type for `signature`."""
+        return dict(self.specialize(signature).typed.var_types)
+
+    def inspect_ir(self, signature=None, *, noalias: bool = True) -> str:
+        """The NVVM IR text for `signature` (see `specialize`)."""
+        spec = self.specialize(signature, noalias=noalias)
+        try:
+            return spec.ir
+        except CompileError as exc:
+            raise exc.with_traceback(None) from None
+
+    def inspect_ptx(self, signature=None, *, arch=None, noalias: bool = True) -> str:
+        """The PTX for `signature` on `arch` (default: the current device, else sm_90)."""
+        spec = self.specialize(signature, noalias=noalias)
+        try:
+            return spec.artifact(arch).ptx
+        except CompileError as exc:
+            raise exc.with_traceback(None) from None
+
+
+def _readonly_types(arg_types, written) -> tuple:
+    """`arg_types` with every array parameter not in `written` marked read-only (loaded
+    through the non-coherent cache)."""
+    from cupric.types import ArrayType
+    out = []
+    for i, t in enumerate(arg_types):
+        if isinstance(t, ArrayType) and i not in written:
+            t = ArrayType(t.dtype, t.ndim, t.layout, readonly=True)
+        out.append(t)
+    return tuple(out)
+
+
+_SIMULATOR = [None]
+
+
+def _use_simulator() -> bool:
+    if _SIMULATOR[0] is None:
+        _SIMULATOR[0] = _simulator_reason() is not None
+    return _SIMULATOR[0]
+
+
