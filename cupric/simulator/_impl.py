@@ -14,6 +14,7 @@ import time
 import numpy as np
 
 from .. import types as _t
+from ..device import _intrinsic
 from ..device.atomic import ORDERS, SCOPES
 from ..device.errors import KernelIndexError, KernelTrapError
 from ._array import SimArray, _has_negative, unwrap
@@ -135,8 +136,10 @@ def _grid_sync(s):
 @implements("threadfence_block", "threadfence", "threadfence_system")
 def _fence(s):
     # Simulated threads share memory under the GIL, which already orders every access;
-    # a fence has nothing left to do.
-    return None
+    # a fence has nothing left to order. It often sits in a spin loop, though, so it lets
+    # the other live threads run.
+    if s.live is not None:
+        s.live.pause(s)
 
 
 @implements("nanosleep")
@@ -145,8 +148,8 @@ def _nanosleep(s, ns):
     if ns < 0:
         raise ValueError(f"nanosleep takes a non-negative duration, got {ns}")
     if s.live is not None:
-        # Let the other simulated threads run: a sleeping thread usually waits for them.
-        time.sleep(min(ns, 1_000_000) * 1e-9)
+        # A sleeping thread usually waits for the others: let them run.
+        s.live.pause(s)
 
 
 # -- warp operations -------------------------------------------------------------------
@@ -339,12 +342,21 @@ def _local_array(s, shape, dtype):
 
 # -- atomics ---------------------------------------------------------------------------
 
+# In threaded modes a thread lets the others run after this many atomics (or at once at
+# atomic.load, the usual spin-wait read).
+_ATOMICS_PER_PAUSE = 16
 _INT = frozenset({"int32", "int64", "uint32", "uint64"})
 _FLOAT = frozenset({"float32", "float64"})
 _NUM = _INT | _FLOAT
 
 
 def _target(op: str, arr, idx, allowed, scope, order, orders=ORDERS):
+    s = _intrinsic.current()
+    if s.live is not None:
+        # Spin loops wait through atomics: now and then, let the other live threads run.
+        s.atomics += 1
+        if s.atomics % _ATOMICS_PER_PAUSE == 0:
+            s.live.pause(s)
     a = unwrap(arr)
     if not isinstance(a, np.ndarray):
         raise TypeError(f"atomic.{op} needs an array, got {type(arr).__name__}")
@@ -442,6 +454,8 @@ def _atomic_cas(s, arr, idx, expected, desired, *, scope="device", order="relaxe
 @implements("atomic.load")
 def _atomic_load(s, arr, idx, *, scope="device", order="relaxed"):
     a = _target("load", arr, idx, _NUM, scope, order, orders=("relaxed", "acquire"))
+    if s.live is not None:
+        s.live.pause(s)
     with s.launch.atomic_lock:
         return a[idx]
 

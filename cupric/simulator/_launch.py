@@ -26,7 +26,7 @@ from ._impl import SHARED_LIMIT
 from ._live import Aborted, LiveSet
 from ._scan import _python_function, needs
 from ._state import BlockState, LaunchState, ThreadState
-from .errors import SimulatorError
+from .errors import DeadlockError, SimulatorError
 
 __all__ = ["launch", "MODES"]
 
@@ -229,8 +229,17 @@ def _max_live() -> int:
     return int(os.environ.get("CUPRIC_SIMULATOR_MAX_THREADS", _MAX_LIVE_DEFAULT))
 
 
+def _timeout() -> float:
+    return float(os.environ.get("CUPRIC_SIMULATOR_TIMEOUT", "60"))
+
+
 class _Pool:
-    """OS threads that each run one simulated thread per job, reused from job to job."""
+    """OS threads that each run one simulated thread per job, reused from job to job.
+
+    A job is one live set: one block, or the whole grid. Each worker waits for its job,
+    then for the baton (its state's `wake` lock), and runs the kernel; `LiveSet` passes
+    the baton along.
+    """
 
     def __init__(self, func, args, launch: LaunchState, nworkers: int) -> None:
         self.func = func
@@ -242,6 +251,12 @@ class _Pool:
         self.gen = 0
         self.job = None
         self.done = 0
+        self.states = []
+        for _ in range(nworkers):
+            state = ThreadState(launch)
+            state.wake = threading.Lock()
+            state.wake.acquire()  # held until the thread is handed the baton
+            self.states.append(state)
         self.threads = []
         old = threading.stack_size()
         threading.stack_size(_STACK_BYTES)
@@ -255,7 +270,7 @@ class _Pool:
             threading.stack_size(old)
 
     def _work(self, i: int) -> None:
-        state = ThreadState(self.launch)
+        state = self.states[i]
         _intrinsic.install(state)
         nb = self.launch.nthreads
         seen = 0
@@ -273,37 +288,52 @@ class _Pool:
                 state.enter_block(blocks[i // nb])
                 state.lin = i % nb
                 state.tid = self.tids[state.lin]
+                state.atomics = 0
+                state.wake.acquire()
                 try:
+                    if live.aborted:
+                        raise Aborted()
                     if self.func(*self.args) is not None:
                         raise _returned(self.func)
                     live.exit(state)
                 except Aborted:
                     pass
                 except Exception as exc:
-                    live.fail(_located(exc, state))
+                    live.fail(state, _located(exc, state))
                 except BaseException as exc:  # SystemExit and the like: stop the launch
-                    live.fail(exc)
+                    live.fail(state, exc)
                 with self.cond:
                     self.done += 1
                     if self.done == self.nworkers:
                         self.cond.notify_all()
 
     def run(self, live: LiveSet, blocks: list) -> None:
-        """Run one job; returns when every worker finished it (or gave up after a failure)."""
+        """Run one job; returns when every worker finished it, or raises its failure."""
+        timeout = _timeout()
         with self.cond:
             self.job = (live, blocks)
             self.done = 0
             self.gen += 1
             self.cond.notify_all()
-            failed_at = None
+        live.start()
+        with self.cond:
+            seen, since = live.progress, time.monotonic()
             while self.done < self.nworkers:
-                self.cond.wait(0.5)
-                if live.aborted:
-                    failed_at = failed_at or time.monotonic()
-                    # Threads spinning in kernel code never see the abort; do not wait
-                    # for them forever (they are daemon threads).
-                    if time.monotonic() - failed_at > 5.0:
-                        break
+                self.cond.wait(0.25)
+                now = time.monotonic()
+                if live.progress != seen:
+                    seen, since = live.progress, now
+                elif live.aborted and now - since > 5.0:
+                    break  # a thread spinning in kernel code never sees the abort
+                elif not live.aborted and now - since > timeout:
+                    # Watchdog: a thread that neither blocks, yields nor exits for this
+                    # long is spinning on memory no other thread will write while it
+                    # holds the baton. Report it rather than hang (it is a daemon thread).
+                    live.fail(None, DeadlockError(
+                        f"no simulated thread made progress for {timeout:g} s "
+                        f"(CUPRIC_SIMULATOR_TIMEOUT): a thread spins without nanosleep() "
+                        f"or atomics, waiting for a write no other thread can make"))
+                    break
         if live.error is not None:
             raise live.error
 
@@ -328,7 +358,7 @@ def _run_threads(func, args, launch: LaunchState) -> None:
                 f"(CUPRIC_SIMULATOR_MAX_THREADS): use a smaller grid")
         pool = _Pool(func, args, launch, total)
         try:
-            live = LiveSet(total)
+            live = LiveSet(pool.states)
             blocks = [BlockState(bid, launch.shared_bytes, live.block_sync(nb))
                       for bid in _block_ids(g)]
             pool.run(live, blocks)
@@ -338,7 +368,7 @@ def _run_threads(func, args, launch: LaunchState) -> None:
     pool = _Pool(func, args, launch, nb)
     try:
         for bid in _block_ids(launch.grid):
-            live = LiveSet(nb)
+            live = LiveSet(pool.states)
             pool.run(live, [BlockState(bid, launch.shared_bytes, live.block_sync(nb))])
     finally:
         pool.stop()

@@ -1,18 +1,19 @@
-"""Rendezvous of simulated threads that run at the same time (one OS thread each): the
-block barrier (syncthreads and its counting forms), warp collectives in lock-step, and
-the grid barrier of a cooperative launch.
+"""Simulated threads that are live at the same time (one OS thread each): the block
+barrier (syncthreads and its counting forms), warp collectives in lock-step, and the grid
+barrier of a cooperative launch.
 
-One lock guards a whole live set (one block, or the whole grid for a cooperative launch),
-so the bookkeeping that detects misuse is simple: a count of live threads and of blocked
-ones. When every live thread waits and no wait can complete, that is a deadlock, reported
-at once. A thread that exits while others wait for it at a barrier is reported too.
+Exactly one simulated thread of a live set runs at any moment: it holds the baton, and
+passes it on when it blocks (at a barrier or collective that is not complete), yields
+(nanosleep, atomics in spin loops) or exits. Each thread waits for the baton on its own
+lock, so a hand-off wakes exactly one OS thread: no herd of threads fighting for the GIL
+at every barrier, and no locking of the bookkeeping, which only the baton holder touches.
+When a thread blocks and no thread can run, that is a deadlock, reported at once; a
+thread that exits while others wait for it at a barrier is reported too.
 """
 
 from __future__ import annotations
 
-import os
-import threading
-import time
+from collections import deque
 
 from .errors import BarrierError, DeadlockError
 
@@ -28,36 +29,27 @@ class Aborted(BaseException):
     A BaseException so that kernel code's own `except Exception` cannot swallow it."""
 
 
-def _timeout() -> float:
-    return float(os.environ.get("CUPRIC_SIMULATOR_TIMEOUT", "60"))
-
-
 def _site(site) -> str:
     return f"{site[0]}:{site[1]}" if site else "?"
 
 
 class _Barrier:
-    """Arrivals at one barrier instance, generation by generation."""
+    """The threads that have arrived at a barrier whose instance is not complete yet."""
 
-    __slots__ = ("n", "arrivals", "gen", "result", "cond")
+    __slots__ = ("n", "arrivals")
 
-    def __init__(self, n: int, lock) -> None:
+    def __init__(self, n: int) -> None:
         self.n = n
         self.arrivals: dict = {}  # key -> (op, site, value, state)
-        self.gen = 0
-        self.result = None
-        self.cond = threading.Condition(lock)
 
 
 class _WarpSync:
-    __slots__ = ("existing", "exited", "pending", "results", "cond")
+    __slots__ = ("existing", "exited", "pending")
 
-    def __init__(self, existing: int, lock) -> None:
+    def __init__(self, existing: int) -> None:
         self.existing = existing  # lanes that exist in this (maybe partial) warp
         self.exited = 0
         self.pending: dict = {}  # lane -> (op, mask, args, site, state)
-        self.results: dict = {}  # lane -> value, for released lanes not yet awake
-        self.cond = threading.Condition(lock)
 
 
 class BlockSync:
@@ -65,12 +57,12 @@ class BlockSync:
 
     __slots__ = ("barrier", "warps", "exited", "exited_tid")
 
-    def __init__(self, nthreads: int, lock) -> None:
-        self.barrier = _Barrier(nthreads, lock)
+    def __init__(self, nthreads: int) -> None:
+        self.barrier = _Barrier(nthreads)
         self.warps = []
         for w in range((nthreads + WARP - 1) // WARP):
             lanes = min(WARP, nthreads - w * WARP)
-            self.warps.append(_WarpSync((1 << lanes) - 1, lock))
+            self.warps.append(_WarpSync((1 << lanes) - 1))
         self.exited = 0
         self.exited_tid = None
 
@@ -158,70 +150,64 @@ def warp_compute(op: str, group: int, args: dict) -> dict:
 class LiveSet:
     """Simulated threads that run at once: one block, or every block of a cooperative grid.
 
-    Every method that waits runs under `lock`; `blocked` counts threads waiting and is
-    decremented by whoever releases them, so that "every live thread is blocked" is
-    exact at any moment the lock is held.
+    Only the thread holding the baton calls these methods (and `start`, by the launcher,
+    before any holds it), so they need no lock. `progress` counts hand-offs and exits,
+    for the launcher's watchdog.
     """
 
-    def __init__(self, nthreads: int) -> None:
-        self.lock = threading.Lock()
-        self.live = nthreads
-        self.blocked = 0
-        self.waiting: dict = {}  # state -> description of its wait, for deadlock reports
+    def __init__(self, states: list) -> None:
+        self.states = states
+        self.runnable = deque(states)
+        self.live = len(states)
+        self.waiting: dict = {}  # blocked state -> what it waits at, for reports
         self.error: BaseException | None = None
         self.aborted = False
         self.exited_total = 0
-        self.grid = _Barrier(nthreads, self.lock)
-        self.syncs: list[BlockSync] = []
-        self.timeout = _timeout()
+        self.exited_states: set = set()
+        self.grid = _Barrier(len(states))
+        self.progress = 0
 
-    def block_sync(self, nthreads: int) -> BlockSync:
-        sync = BlockSync(nthreads, self.lock)
-        self.syncs.append(sync)
-        return sync
+    @staticmethod
+    def block_sync(nthreads: int) -> BlockSync:
+        return BlockSync(nthreads)
 
-    # -- failure --------------------------------------------------------------------
+    def start(self) -> None:
+        """Hand the baton to the first thread."""
+        self.runnable.popleft().wake.release()
 
-    def fail(self, error: BaseException) -> None:
-        """Record the first failure and wake every waiting thread so that it unwinds."""
-        with self.lock:
-            if self.error is None:
-                self.error = error
-            self.aborted = True
-            self._wake_all()
+    # -- scheduling -----------------------------------------------------------------
 
-    def _wake_all(self) -> None:
-        self.grid.cond.notify_all()
-        for sync in self.syncs:
-            sync.barrier.cond.notify_all()
-            for w in sync.warps:
-                w.cond.notify_all()
-
-    def _wait(self, cond, done, state, what: str) -> None:
-        """Block until done(); deadlock and timeout raise, an abort unwinds (lock held)."""
-        self.blocked += 1
-        self.waiting[state] = what
-        if self.blocked >= self.live:
+    def _block(self, me, what: str):
+        """Give the baton away until a collective releases `me`; returns its result."""
+        self.waiting[me] = what
+        if not self.runnable:
             raise self._deadlock()
-        deadline = time.monotonic() + self.timeout
-        while not done():
-            if self.aborted:
-                raise Aborted()
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise DeadlockError(
-                    f"{what} waited more than {self.timeout:g} s (CUPRIC_SIMULATOR_TIMEOUT); "
-                    f"a thread is probably spinning on a value no other thread will write",
-                    filename=None, line=None)
-            cond.wait(left)
+        self._switch(me)
+        return me.result
 
-    def _release(self, states) -> None:
-        for s in states:
-            self.blocked -= 1
-            self.waiting.pop(s, None)
+    def _switch(self, me) -> None:
+        self.progress += 1
+        self.runnable.popleft().wake.release()
+        me.wake.acquire()
+        if self.aborted:
+            raise Aborted()
+
+    def pause(self, me) -> None:
+        """Let the other runnable threads run before `me` goes on (spin loops)."""
+        if self.aborted:
+            raise Aborted()
+        if self.runnable:
+            self.runnable.append(me)
+            self._switch(me)
+
+    def _release(self, states, results) -> None:
+        for s, r in zip(states, results):
+            s.result = r
+            del self.waiting[s]
+            self.runnable.append(s)
 
     def _deadlock(self) -> DeadlockError:
-        lines = {}
+        lines: dict = {}
         for s, what in self.waiting.items():
             lines.setdefault(what, []).append((s.bid, s.tid))
         report = "; ".join(f"{len(who)} thread(s) at {what} (e.g. block {who[0][0]}, "
@@ -233,122 +219,118 @@ class LiveSet:
         if self.aborted:
             raise Aborted()
 
+    # -- failure --------------------------------------------------------------------
+
+    def fail(self, me, error: BaseException) -> None:
+        """Record the first failure; wake every parked thread so that it unwinds."""
+        if self.error is None:
+            self.error = error
+        if self.aborted:
+            return
+        self.aborted = True
+        for s in self.states:
+            if s is not me and s not in self.exited_states:
+                s.wake.release()
+
     # -- block barrier ---------------------------------------------------------------
 
     def barrier(self, state, op: str, value, site):
-        with self.lock:
-            self._check()
-            sync = state.sync
-            bar = sync.barrier
-            if sync.exited:
-                raise BarrierError(
-                    f"{op} is not reached by every thread of the block: thread "
-                    f"{sync.exited_tid} has already exited", filename=site[0], line=site[1])
-            bar.arrivals[state.lin] = (op, site, value, state)
-            if len(bar.arrivals) == bar.n:
-                arrivals = bar.arrivals
-                kinds = {(a[0], a[1]) for a in arrivals.values()}
-                if len(kinds) > 1:
-                    desc = ", ".join(f"{k[0]} at {_site(k[1])}" for k in sorted(kinds))
-                    raise BarrierError(f"divergent block barrier: the threads of the block "
-                                       f"wait at different barriers ({desc})",
-                                       filename=site[0], line=site[1])
-                bar.result = barrier_result(op, [a[2] for a in arrivals.values()])
-                bar.arrivals = {}
-                bar.gen += 1
-                self._release([a[3] for a in arrivals.values() if a[3] is not state])
-                bar.cond.notify_all()
-                return bar.result
-            gen = bar.gen
-            self._wait(bar.cond, lambda: bar.gen != gen, state, f"{op} at {_site(site)}")
-            return bar.result
+        self._check()
+        sync = state.sync
+        bar = sync.barrier
+        if sync.exited:
+            raise BarrierError(
+                f"{op} is not reached by every thread of the block: thread "
+                f"{sync.exited_tid} has already exited", filename=site[0], line=site[1])
+        bar.arrivals[state.lin] = (op, site, value, state)
+        if len(bar.arrivals) < bar.n:
+            return self._block(state, f"{op} at {_site(site)}")
+        arrivals = bar.arrivals
+        bar.arrivals = {}
+        kinds = {(a[0], a[1]) for a in arrivals.values()}
+        if len(kinds) > 1:
+            desc = ", ".join(f"{k[0]} at {_site(k[1])}" for k in sorted(kinds))
+            raise BarrierError(f"divergent block barrier: the threads of the block wait at "
+                               f"different barriers ({desc})", filename=site[0], line=site[1])
+        result = barrier_result(op, [a[2] for a in arrivals.values()])
+        others = [a[3] for a in arrivals.values() if a[3] is not state]
+        self._release(others, [result] * len(others))
+        return result
 
     # -- grid barrier ----------------------------------------------------------------
 
     def grid_barrier(self, state, site) -> None:
-        with self.lock:
-            self._check()
-            bar = self.grid
-            if self.exited_total:
-                raise BarrierError("grid_sync is not reached by every thread of the grid: "
-                                   "some thread has already exited",
-                                   filename=site[0], line=site[1])
-            bar.arrivals[state] = ("grid_sync", site, None, state)
-            if len(bar.arrivals) == bar.n:
-                released = [a[3] for a in bar.arrivals.values() if a[3] is not state]
-                bar.arrivals = {}
-                bar.gen += 1
-                self._release(released)
-                bar.cond.notify_all()
-                return None
-            gen = bar.gen
-            self._wait(bar.cond, lambda: bar.gen != gen, state, f"grid_sync at {_site(site)}")
-            return None
+        self._check()
+        bar = self.grid
+        if self.exited_total:
+            raise BarrierError("grid_sync is not reached by every thread of the grid: "
+                               "some thread has already exited", filename=site[0], line=site[1])
+        bar.arrivals[state] = ("grid_sync", site, None, state)
+        if len(bar.arrivals) < bar.n:
+            return self._block(state, f"grid_sync at {_site(site)}")
+        others = [a[3] for a in bar.arrivals.values() if a[3] is not state]
+        bar.arrivals = {}
+        self._release(others, [None] * len(others))
+        return None
 
     # -- warp collectives ------------------------------------------------------------
 
     def warp_op(self, state, op: str, mask: int, args: tuple, site):
-        with self.lock:
-            self._check()
-            ws = state.sync.warps[state.lin >> 5]
-            lane = state.lin & 31
-            group = mask & ws.existing
-            if group & ws.exited:
-                gone = _lanes(group & ws.exited)[0]
-                raise BarrierError(f"{op}: lane {gone}, named in mask {mask:#010x}, has "
-                                   f"already exited", filename=site[0], line=site[1])
-            ws.pending[lane] = (op, mask, args, site, state)
-            if all(other in ws.pending for other in _lanes(group)):
-                entries = {other: ws.pending[other] for other in _lanes(group)}
-                kinds = {(e[0], e[1]) for e in entries.values()}
-                if len(kinds) > 1:
-                    desc = ", ".join(f"{k[0]} with mask {k[1]:#010x}" for k in sorted(kinds))
-                    raise BarrierError(f"lanes of a warp named in one mask execute different "
-                                       f"warp operations ({desc})",
-                                       filename=site[0], line=site[1])
-                results = warp_compute(op, group, {k: e[2] for k, e in entries.items()})
-                released = []
-                for other, entry in entries.items():
-                    del ws.pending[other]
-                    if other != lane:
-                        ws.results[other] = results[other]
-                        released.append(entry[4])
-                self._release(released)
-                ws.cond.notify_all()
-                return results[lane]
-            self._wait(ws.cond, lambda: lane in ws.results, state, f"{op} at {_site(site)}")
-            return ws.results.pop(lane)
+        self._check()
+        ws = state.sync.warps[state.lin >> 5]
+        lane = state.lin & 31
+        group = mask & ws.existing
+        if group & ws.exited:
+            gone = _lanes(group & ws.exited)[0]
+            raise BarrierError(f"{op}: lane {gone}, named in mask {mask:#010x}, has already "
+                               f"exited", filename=site[0], line=site[1])
+        ws.pending[lane] = (op, mask, args, site, state)
+        members = _lanes(group)
+        if not all(other in ws.pending for other in members):
+            return self._block(state, f"{op} at {_site(site)}")
+        entries = {other: ws.pending.pop(other) for other in members}
+        kinds = {(e[0], e[1]) for e in entries.values()}
+        if len(kinds) > 1:
+            desc = ", ".join(f"{k[0]} with mask {k[1]:#010x}" for k in sorted(kinds))
+            raise BarrierError(f"lanes of a warp named in one mask execute different warp "
+                               f"operations ({desc})", filename=site[0], line=site[1])
+        results = warp_compute(op, group, {k: e[2] for k, e in entries.items()})
+        others = [other for other in members if other != lane]
+        self._release([entries[o][4] for o in others], [results[o] for o in others])
+        return results[lane]
 
     # -- thread exit -----------------------------------------------------------------
 
     def exit(self, state) -> None:
-        """A simulated thread returned from the kernel."""
-        with self.lock:
-            if self.aborted:
-                return
-            self.live -= 1
-            self.exited_total += 1
-            sync = state.sync
-            sync.exited += 1
-            sync.exited_tid = state.tid
-            bar = sync.barrier
-            if bar.arrivals:
-                op, site = next(iter(bar.arrivals.values()))[:2]
-                raise BarrierError(
-                    f"thread {state.tid} exited while {len(bar.arrivals)} thread(s) of its "
-                    f"block wait at {op} at {_site(site)}: a barrier must be reached by "
-                    f"every thread of the block", filename=site[0], line=site[1])
-            if self.grid.arrivals:
-                site = next(iter(self.grid.arrivals.values()))[1]
-                raise BarrierError(f"thread {state.tid} exited while other threads wait at "
-                                   f"grid_sync", filename=site[0], line=site[1])
-            ws = sync.warps[state.lin >> 5]
-            lane = state.lin & 31
-            ws.exited |= 1 << lane
-            for other, (op, mask, _, site, _) in ws.pending.items():
-                if mask >> lane & 1:
-                    raise BarrierError(
-                        f"lane {lane} exited while lane {other} waits for it at {op} "
-                        f"(mask {mask:#010x})", filename=site[0], line=site[1])
-            if self.live and self.blocked >= self.live:
-                raise self._deadlock()
+        """The baton holder returned from the kernel: check its waiters, pass the baton."""
+        if self.aborted:
+            return
+        self.live -= 1
+        self.exited_total += 1
+        self.exited_states.add(state)
+        self.progress += 1
+        sync = state.sync
+        sync.exited += 1
+        sync.exited_tid = state.tid
+        bar = sync.barrier
+        if bar.arrivals:
+            op, site = next(iter(bar.arrivals.values()))[:2]
+            raise BarrierError(
+                f"thread {state.tid} exited while {len(bar.arrivals)} thread(s) of its block "
+                f"wait at {op} at {_site(site)}: a barrier must be reached by every thread "
+                f"of the block", filename=site[0], line=site[1])
+        if self.grid.arrivals:
+            site = next(iter(self.grid.arrivals.values()))[1]
+            raise BarrierError(f"thread {state.tid} exited while other threads wait at "
+                               f"grid_sync", filename=site[0], line=site[1])
+        ws = sync.warps[state.lin >> 5]
+        lane = state.lin & 31
+        ws.exited |= 1 << lane
+        for other, (op, mask, _, site, _) in ws.pending.items():
+            if mask >> lane & 1:
+                raise BarrierError(f"lane {lane} exited while lane {other} waits for it at "
+                                   f"{op} (mask {mask:#010x})", filename=site[0], line=site[1])
+        if self.runnable:
+            self.runnable.popleft().wake.release()
+        elif self.live:
+            raise self._deadlock()

@@ -95,7 +95,8 @@ class ThreadState:
     `live` is the LiveSet of threads running at once, or None when running serially.
     """
 
-    __slots__ = ("dispatch", "launch", "block", "sync", "live", "bid", "tid", "lin")
+    __slots__ = ("dispatch", "launch", "block", "sync", "live", "bid", "tid", "lin", "wake",
+                 "result", "atomics")
 
     def __init__(self, launch: LaunchState, live=None) -> None:
         self.dispatch = _Dispatch(self)
@@ -106,6 +107,12 @@ class ThreadState:
         self.bid = (0, 0, 0)
         self.tid = (0, 0, 0)
         self.lin = 0
+        # Threaded modes: the lock this thread blocks on until it is handed the baton
+        # (see _live), the value a collective that released it left for it, and a count
+        # of atomics since it last let other threads run.
+        self.wake = None
+        self.result = None
+        self.atomics = 0
 
     def enter_block(self, block: BlockState) -> None:
         self.block = block
