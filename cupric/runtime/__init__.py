@@ -49,6 +49,7 @@ _LAZY = {
     "JitOptions": ("cupric.runtime.module", "JitOptions"),
     "PreparedLaunch": ("cupric.runtime.launch", "PreparedLaunch"),
     "LaunchConfig": ("cupric.runtime.launch", "LaunchConfig"),
+    "KernelArgumentError": ("cupric.runtime.launch", "KernelArgumentError"),
     "Linker": ("cupric.runtime.linker", "Linker"),
     "LinkerOptions": ("cupric.runtime.linker", "LinkerOptions"),
     "LinkerError": ("cupric.runtime.linker", "LinkerError"),

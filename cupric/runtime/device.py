@@ -232,8 +232,10 @@ class Device:
         uuid = self._cache.get("uuid")
         if uuid is None:
             raw = check(driver().cuDeviceGetUuid(self._cu_device))
-            b = bytes(raw.bytes)
-            h = b.hex()
+            b = raw.bytes
+            if not isinstance(b, bytes):  # some cuda-python versions give a list of chars
+                b = bytes((x if isinstance(x, int) else ord(x)) & 0xFF for x in b)
+            h = b[:16].hex()
             uuid = f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
             self._cache["uuid"] = uuid
         return uuid

@@ -8,7 +8,7 @@ parameters of a newly captured graph of the same shape without re-instantiating.
 
 from __future__ import annotations
 
-from ._driver import check, driver
+from ._driver import bindings, check, driver
 from ._lifetime import Resource
 from .errors import CudaError
 
@@ -88,7 +88,9 @@ class StreamCapture:
         result = d.cuStreamEndCapture(self._stream.handle)
         err = result[0]
         if exc_type is not None:
-            # The block failed: drop whatever was captured, keep the block's exception.
+            # The block failed: drop whatever was captured and let the block's exception
+            # propagate; an error ending the capture (e.g. an invalidated capture) is a
+            # consequence of that exception, not a separate failure.
             if err == 0 and result[1] is not None and int(result[1]) != 0:
                 check(d.cuGraphDestroy(result[1]))
             return
@@ -215,13 +217,18 @@ class GraphExec(Resource):
             If the graphs differ in a way an update cannot express (`.result` says how);
             this executable graph is left as it was.
         """
-        d = driver()
-        result = d.cuGraphExecUpdate(self.handle, graph.handle)
-        err = result[0]
+        # Through cffi: cuda.bindings drops the result info (which says *why*) when the
+        # call fails, and the reason is the useful part of the error.
+        from .launch import native
+        n = native()
+        info = n.ffi.new("cupric_CUgraphExecUpdateResultInfo *")
+        err = n.lib.cuGraphExecUpdate_v2(int(self.handle), int(graph.handle), info)
         if err == 0:
             return
-        if int(err) == int(d.CUresult.CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE):
-            info = result[1] if len(result) > 1 else None
-            why = getattr(getattr(info, "result", None), "name", "unknown reason")
-            raise GraphUpdateError(int(err), why)
-        check(result)
+        if err == 910:  # CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE
+            try:
+                why = bindings().CUgraphExecUpdateResult(info.result).name
+            except ValueError:
+                why = f"CUgraphExecUpdateResult {info.result}"
+            raise GraphUpdateError(err, why)
+        check((err,))

@@ -15,7 +15,7 @@ import threading
 
 import numpy as np
 
-from ._driver import check, driver
+from ._driver import driver
 from .errors import ClosedError, LaunchError, error_from_code
 
 __all__ = ["PreparedLaunch", "LaunchConfig", "KernelArgumentError", "PARAM_TYPES",
@@ -169,6 +169,13 @@ int cuLaunchCooperativeKernel(uintptr_t f, unsigned int gridDimX, unsigned int g
                    unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
                    unsigned int blockDimZ, unsigned int sharedMemBytes, uintptr_t hStream,
                    void **kernelParams);
+typedef struct {
+    int result;
+    void *errorNode;
+    void *errorFromNode;
+} cupric_CUgraphExecUpdateResultInfo;
+int cuGraphExecUpdate_v2(uintptr_t hGraphExec, uintptr_t hGraph,
+                         cupric_CUgraphExecUpdateResultInfo *resultInfo);
 """
 # Handles (CUfunction, CUstream) are declared as uintptr_t so that Python ints pass
 # without a cdata conversion; on every 64-bit ABI CUDA supports, a pointer and a 64-bit
