@@ -1,0 +1,154 @@
+"""The Generator API: numpy.random.Generator's methods, reproducibility, and the element
+order that device fills share (element k*S + t comes from stream t)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cupric.gpu_rand import BitGenerator, Generator, default_rng, streams
+from cupric.gpu_rand.distributions import u32_to_f32, u64_to_f64
+
+
+def test_same_seed_same_values():
+    a, b = default_rng(5, streams=64), default_rng(5, streams=64)
+    assert np.array_equal(a.random(1000), b.random(1000))
+    assert np.array_equal(a.standard_normal(33, dtype=np.float32),
+                          b.standard_normal(33, dtype=np.float32))
+    assert np.array_equal(a.integers(0, 10, 100), b.integers(0, 10, 100))
+    c = default_rng(6, streams=64)
+    assert not np.array_equal(default_rng(5, streams=64).random(10), c.random(10))
+
+
+def test_element_order_matches_streams():
+    """random(M)[k*S + t] is stream t's k-th uniform; stream t starts t jumps ahead."""
+    s, m = 8, 8 * 5 + 3
+    g = Generator(123, algorithm="xoshiro256++", streams=s)
+    x = g.random(m)
+    start = BitGenerator.seed_from_u64("xoshiro256++", 123).state[:, 0]
+    bits = BitGenerator("xoshiro256++", streams.stream_states("xoshiro256++", start, s))
+    draws = u64_to_f64(bits.next_u64(6))  # (round, stream)
+    want = draws.reshape(-1)[:m]
+    assert np.array_equal(x, want)
+    # streams 0..2 drew 6 values (they hold the last partial round), the rest 5
+    state = g.stream_states
+    assert np.array_equal(state[:, :3], bits.state[:, :3])
+    assert not np.array_equal(state[:, 3:], bits.state[:, 3:])
+
+
+def test_normal_pair_order():
+    """Round k of a normal fill writes k*2S + t (cos half) and k*2S + S + t (sin half)."""
+    s = 4
+    g = Generator(9, streams=s)
+    z = g.standard_normal(2 * s * 3)
+    bits = g.bit_generator  # after the call
+    g2 = Generator(9, streams=s)
+    u = u64_to_f64(g2.bit_generator.next_u64(6))  # (6, s): float64 uses next_u64
+    u1, u2 = 1.0 - u[0::2], 1.0 - u[1::2]  # per round
+    r = np.sqrt(-2.0 * np.log(u1))
+    want = np.stack([r * np.cos(2 * np.pi * u2), r * np.sin(2 * np.pi * u2)], axis=1)
+    np.testing.assert_allclose(z.reshape(3, 2, s), want, rtol=1e-12, atol=1e-12)
+    assert len(bits) == s
+    z32 = Generator(9, streams=s).standard_normal(2 * s * 3, dtype=np.float32)
+    u = u32_to_f32(Generator(9, streams=s).bit_generator.next_u32(6)).astype(np.float64)
+    r = np.sqrt(-2.0 * np.log(1.0 - u[0::2]))
+    t = 2 * np.pi * (1.0 - u[1::2])
+    want = np.stack([r * np.cos(t), r * np.sin(t)], axis=1).astype(np.float32)
+    assert np.array_equal(z32.reshape(3, 2, s), want)  # float64 math, rounded once
+
+
+def test_scalars_and_shapes():
+    g = Generator(1, streams=16)
+    assert isinstance(g.random(), np.float64)
+    assert isinstance(g.random(dtype=np.float32), np.float32)
+    assert isinstance(g.integers(10), np.int64)
+    assert g.random((3, 4)).shape == (3, 4)
+    assert g.standard_normal((2, 0)).shape == (2, 0)
+    out = np.empty((5, 5), np.float32)
+    assert g.random(out=out) is out
+    with pytest.raises(ValueError, match="negative"):
+        g.random(-1)
+    with pytest.raises(ValueError, match="does not match"):
+        g.random((2, 2), out=np.empty(4))
+    with pytest.raises(TypeError, match="float32 or float64"):
+        g.random(3, dtype=np.int32)
+
+
+def test_scalar_draws_use_stream_zero():
+    g = Generator(42, streams=4)
+    first = [g.random() for _ in range(3)]
+    stream0 = BitGenerator.seed_from_u64("xoshiro128++", 42)
+    assert first == u64_to_f64(stream0.next_u64(3)[:, 0]).tolist()
+
+
+def test_location_scale():
+    g = Generator(3, streams=64)
+    u = g.uniform(-2.0, 3.0, 10000)
+    assert u.min() >= -2.0 and u.max() < 3.0
+    n = Generator(3, streams=64).normal(10.0, 2.0, 1000, dtype=np.float32)
+    z = Generator(3, streams=64).standard_normal(1000, dtype=np.float32)
+    assert n.dtype == np.float32
+    np.testing.assert_allclose(n, np.float32(10.0) + np.float32(2.0) * z)
+    e = Generator(4, streams=64).exponential(3.0, 500)
+    assert np.array_equal(e, 3.0 * Generator(4, streams=64).standard_exponential(500))
+    with pytest.raises(ValueError):
+        g.normal(0.0, -1.0)
+    with pytest.raises(ValueError):
+        g.exponential(-1.0)
+
+
+def test_bits():
+    g = Generator(8, algorithm="xoroshiro128++", streams=2)
+    raw = g.bits(4, dtype=np.uint32)
+    ref = Generator(8, algorithm="xoroshiro128++", streams=2).bit_generator
+    assert raw.tolist() == ref.next_u32(2).reshape(-1).tolist()
+    with pytest.raises(TypeError):
+        g.bits(3, dtype=np.int64)
+
+
+def test_jumped_and_spawn():
+    g = Generator(10, streams=32)
+    j = g.jumped()
+    base = BitGenerator.seed_from_u64("xoshiro128++", 10)
+    base.long_jump()
+    assert np.array_equal(j.stream_states[:, 0], base.state[:, 0])
+    kids = g.spawn(3)
+    assert np.array_equal(kids[0].random(10), g.jumped(1).random(10))
+    assert not np.array_equal(kids[1].random(10), kids[2].random(10))
+    with pytest.raises(NotImplementedError):
+        Generator(1, algorithm="xoroshiro64**", streams=2).jumped()
+
+
+def test_constructor_checks_and_repr():
+    g = Generator(2**64 + 3, algorithm="Xoshiro512StarStar", streams=3)
+    assert g.seed == 3 and g.algorithm == "xoshiro512**" and g.streams == 3
+    assert repr(g) == "Generator(xoshiro512**, seed=3, streams=3)"
+    assert Generator(-1, streams=1).seed == 2**64 - 1
+    assert isinstance(Generator(streams=2).seed, int)  # from the OS
+    with pytest.raises(ValueError, match="streams"):
+        Generator(1, streams=0)
+    with pytest.raises(KeyError):
+        Generator(1, algorithm="pcg64")
+
+
+def test_every_algorithm_fills(rng):
+    from cupric.gpu_rand import ALGORITHMS
+
+    seed = int(rng.integers(0, 2**63))
+    for name in ALGORITHMS:
+        g = Generator(seed, algorithm=name, streams=3)
+        assert g.random(7).shape == (7,)
+        assert g.integers(0, 2**40, 5).max() < 2**40
+
+
+def test_import_is_light():
+    """Importing cupric.gpu_rand loads neither the compiler nor cuda-python."""
+    code = ("import sys, cupric.gpu_rand as g; g.Generator; "
+            "bad = [m for m in sys.modules if m.startswith(('cupric.compiler', 'cuda', "
+            "'cupric.runtime', 'cupric.gpu_rand.device'))]; print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"
