@@ -96,7 +96,7 @@ def _sync_event():
     event = getattr(_tls, "event", None)
     if event is None:
         d = driver()
-        event = check(d.cuEventCreate(d.CUevent_flags.CU_EVENT_DISABLE_TIMING))
+        event = check(d.cuEventCreate(int(d.CUevent_flags.CU_EVENT_DISABLE_TIMING)))
         _tls.event = event
     return event
 
@@ -826,7 +826,9 @@ class DeviceBuffer:
             return
         d = _ready()
         if stream is None:
+            # Returns once the source is staged; the DMA may still run on the legacy stream.
             check(d.cuMemcpyHtoD(self.ptr, _host_ptr(host), self.nbytes))
+            self._stream = LEGACY_STREAM
         else:
             check(d.cuMemcpyHtoDAsync(self.ptr, _host_ptr(host), self.nbytes,
                                       stream_handle(stream)))
@@ -1044,7 +1046,7 @@ class DeviceBuffer:
         return cai_dict(self.ptr, self.shape, self.strides, self.dtype, self.readonly,
                         None if s is None else (stream_handle(s) or LEGACY_STREAM))
 
-    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+    def __dlpack__(self, stream=None, *, max_version=None, dl_device=None, copy=None):
         """Export as a DLPack capsule (see `cupric.runtime.dlpack.to_dlpack`)."""
         from .dlpack import to_dlpack
         return to_dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device,

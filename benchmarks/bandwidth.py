@@ -1,0 +1,138 @@
+"""Copy bandwidth of cupric.runtime beside CuPy, in one process run.
+
+Host-to-device and device-to-host from/to pinned memory (256 MiB) and device-to-device
+(1 GiB), queued on one non-blocking stream and timed with CUDA events: 3 warm-up copies,
+then 20 timed repeats of 4 back-to-back copies, alternating cupric and CuPy, median
+reported. CuPy's side is the raw `cudaMemcpyAsync` it exposes.
+D2D counts read + write bytes (as the peer baseline does); H2D/D2H count the bytes moved.
+
+    python3 benchmarks/bandwidth.py [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+
+import numpy as np
+
+MIB = 1 << 20
+WARMUP = 3
+REPEATS = 20
+BATCH = 4
+
+
+def _timed(cp, stream, fn) -> float:
+    """Seconds per copy of BATCH back-to-back copies between two events (the host cost
+    of queuing copies 2..BATCH overlaps with the device running the earlier ones)."""
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    start.record(stream)
+    for _ in range(BATCH):
+        fn()
+    end.record(stream)
+    end.synchronize()
+    return cp.cuda.get_elapsed_time(start, end) / 1e3 / BATCH
+
+
+def _compare(cp, stream, ours, theirs, nbytes) -> dict:
+    for _ in range(WARMUP):
+        ours()
+        theirs()
+    stream.synchronize()
+    mine, peer = [], []
+    for _ in range(REPEATS):
+        mine.append(_timed(cp, stream, ours))
+        peer.append(_timed(cp, stream, theirs))
+    ours_gbps = nbytes / statistics.median(mine) / 1e9
+    cupy_gbps = nbytes / statistics.median(peer) / 1e9
+    return {"cupric_GBps": ours_gbps, "cupy_GBps": cupy_gbps, "ratio": ours_gbps / cupy_gbps}
+
+
+def run(json_path: str | None = None) -> dict:
+    """Measure and return {"h2d_pinned": {...}, "d2h_pinned": {...}, "d2d": {...}}.
+
+    Each entry has ``cupric_GBps``, ``cupy_GBps`` and ``ratio`` (cupric / CuPy; goal
+    >= 0.98). Writes the dict as JSON to `json_path` when given.
+    """
+    import cupy as cp
+    import cupyx
+
+    from cupric import runtime as rt
+    from cupric.runtime import host, memory
+
+    rt.Device(0).make_current()
+    stream = cp.cuda.Stream(non_blocking=True)
+    handle = stream.ptr  # cupric takes raw stream handles: both sides share one stream
+    results: dict = {"device": rt.Device(0).name}
+
+    # Host <-> device, pinned, 256 MiB.
+    n = 256 * MIB
+    data = np.random.default_rng().integers(0, 255, n, dtype=np.uint8)
+    ours_host = host.pinned_array(data)
+    ours_dev = memory.empty(n, np.uint8)
+    cupy_host = cupyx.empty_pinned(n, np.uint8)
+    cupy_host[...] = data
+    cupy_dev = cp.empty(n, np.uint8)
+    runtime_api = cp.cuda.runtime
+    cupy_host_ptr = cupy_host.ctypes.data
+    results["h2d_pinned"] = _compare(
+        cp, stream,
+        lambda: ours_dev.copy_from(ours_host, stream=handle),
+        lambda: runtime_api.memcpyAsync(cupy_dev.data.ptr, cupy_host_ptr, n,
+                                        runtime_api.memcpyHostToDevice, handle), n)
+    results["d2h_pinned"] = _compare(
+        cp, stream,
+        lambda: ours_dev.copy_to(ours_host, stream=handle),
+        lambda: runtime_api.memcpyAsync(cupy_host_ptr, cupy_dev.data.ptr, n,
+                                        runtime_api.memcpyDeviceToHost, handle), n)
+    stream.synchronize()
+    assert np.array_equal(ours_host.array, data) and np.array_equal(cupy_host, data)
+    ours_dev.close()
+    ours_host.close()
+    del cupy_dev, cupy_host
+
+    # Device -> device, 1 GiB.
+    n = 1024 * MIB
+    src = memory.empty(n, np.uint8)
+    src.fill(7)
+    dst = memory.empty(n, np.uint8)
+    csrc = cp.full(n, 9, np.uint8)
+    cdst = cp.empty(n, np.uint8)
+    kind = cp.cuda.runtime.memcpyDeviceToDevice
+    results["d2d"] = _compare(
+        cp, stream,
+        lambda: dst.copy_from(src, stream=handle),
+        lambda: cp.cuda.runtime.memcpyAsync(cdst.data.ptr, csrc.data.ptr, n, kind, handle),
+        2 * n)
+    stream.synchronize()
+    assert int(dst[:16].to_numpy().sum()) == 7 * 16
+    src.close()
+    dst.close()
+
+    _print(results)
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump(results, fh, indent=1)
+    return results
+
+
+def _print(results: dict) -> None:
+    print(f"bandwidth on {results['device']} (median of {REPEATS}, GB/s)")
+    print(f"{'copy':14s} {'cupric':>10s} {'cupy':>10s} {'ratio':>7s}")
+    for key in ("h2d_pinned", "d2h_pinned", "d2d"):
+        r = results[key]
+        print(f"{key:14s} {r['cupric_GBps']:10.1f} {r['cupy_GBps']:10.1f} {r['ratio']:7.3f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", help="write the results to this file")
+    args = parser.parse_args(argv)
+    run(args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
