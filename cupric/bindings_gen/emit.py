@@ -59,17 +59,66 @@ class _Sizes:
     def add(self, text: str) -> None:
         self.texts.append(text)
 
-    def __call__(self, type_text: str) -> int:
+    def replace_last(self, text: str) -> None:
+        self.texts[-1] = text
+        self.ffi = None  # the scratch FFI saw the old text
+
+    def _current(self):
         import cffi
 
         if self.ffi is None or self.count != len(self.texts):
             self.ffi = cffi.FFI()
             self.ffi.cdef("\n".join(self.texts))
             self.count = len(self.texts)
+        return self.ffi
+
+    def __call__(self, type_text: str) -> int:
+        import cffi
+
         try:
-            return self.ffi.sizeof(type_text)
+            return self._current().sizeof(type_text)
         except (cffi.CDefError, TypeError) as exc:
             raise FoldError(f"sizeof({type_text}): {exc}") from exc
+
+    def alignof(self, type_text: str) -> int:
+        return self._current().alignof(type_text)
+
+
+# Members that give a struct the alignment its `aligned(N)` attribute asks for: each has
+# size N and alignment N on LP64 platforms (x86-64 and aarch64 alike).
+_ALIGNERS = {2: ["short"], 4: ["int"], 8: ["long", "long"], 16: ["long", "double"]}
+ALIGNER_FIELD = "__cupric_align"
+
+
+def _aligned_definitions(node: c_ast.Node, alignments: dict[str, str]):
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if (isinstance(current, (c_ast.Struct, c_ast.Union)) and current.decls is not None
+                and current.name in alignments):
+            yield current
+        for _, child in current.children():
+            stack.append(child)
+
+
+def _decl(name, type_node):
+    return c_ast.Decl(name, [], [], [], [], type_node, None, None)
+
+
+def _wrap_aligned(record: c_ast.Node, alignment: int) -> None:
+    """Give a struct/union `alignment` by overlaying its members with an aligner member.
+
+    ``struct float2 { float x, y; }`` becomes
+    ``struct float2 { union { struct { float x, y; }; long long __cupric_align; }; }``:
+    the members keep their names (anonymous members are transparent in C and cffi),
+    the size stays a multiple of the alignment, as it is for the C compiler.
+    """
+    names = _ALIGNERS.get(alignment)
+    if names is None:
+        raise BindingsError(f"cannot express alignment {alignment} of {record.name} in cffi")
+    inner = type(record)(None, record.decls)
+    aligner = _decl(ALIGNER_FIELD, c_ast.TypeDecl(ALIGNER_FIELD, [], None, c_ast.IdentifierType(names)))
+    record.decls = [_decl(None, c_ast.Union(None, [_decl(None, inner), aligner]))]
 
 
 def _fold_node(node: c_ast.Node, folder: Folder, enum_values: dict[str, int]) -> None:
@@ -113,14 +162,7 @@ class _MacroFolder:
         self.active: set[str] = set()
 
     def _expression(self, macro: MacroDef) -> c_ast.Node:
-        words = set(_WORD.findall(macro.value))
-        prelude = "".join(f"typedef int {w};\n" for w in sorted(words & self.typenames))
-        text = f"{prelude}void *__cupric_value = ({macro.value});\n"
-        try:
-            ast = c_parser.CParser().parse(text, macro.name)
-        except Exception as exc:  # pycparser's ParseError: the body is no C expression
-            raise FoldError(f"{macro.name}: not an expression") from exc
-        return ast.ext[-1].init
+        return _parse_expression(macro.value, self.typenames)
 
     def __call__(self, name: str) -> object:
         if name in self.values:
@@ -140,13 +182,25 @@ class _MacroFolder:
         return value
 
 
-def fold_declarations(nodes, functions, macros, typenames, owns) -> Folded:
+def _parse_expression(text: str, typenames: set[str]) -> c_ast.Node:
+    words = set(_WORD.findall(text))
+    prelude = "".join(f"typedef int {w};\n" for w in sorted(words & typenames))
+    try:
+        ast = c_parser.CParser().parse(f"{prelude}void *__cupric_value = ({text});\n", "<expr>")
+    except Exception as exc:  # pycparser's ParseError
+        raise FoldError(f"not an expression: {text}") from exc
+    return ast.ext[-1].init
+
+
+def fold_declarations(nodes, functions, macros, typenames, owns, alignments=None) -> Folded:
     """Fold the selection and the own headers' macros.
 
     Parameters
     ----------
     nodes : list of c_ast.Node
         Selected declarations (copied, not modified).
+    alignments : dict, optional
+        ``{struct tag: alignment expression}`` from `attributes.strip_attributes`.
     functions : list of str
         Names of the declared functions.
     macros : sequence of MacroDef
@@ -173,8 +227,15 @@ def fold_declarations(nodes, functions, macros, typenames, owns) -> Folded:
         if isinstance(node, c_ast.Decl) and isinstance(node.type, c_ast.FuncDecl):
             node = _clean_function(node)
         text = generator.visit(node) + ";"
-        texts.append(text)
         sizes.add(text)
+        for record in _aligned_definitions(node, alignments or {}):
+            wanted = folder.fold_int(_parse_expression(alignments[record.name], typenames))
+            kind = "struct" if isinstance(record, c_ast.Struct) else "union"
+            if sizes.alignof(f"{kind} {record.name}") < wanted:
+                _wrap_aligned(record, wanted)
+                text = generator.visit(node) + ";"
+                sizes.replace_last(text)
+        texts.append(text)
 
     declared = set(functions) | set(enum_values) | typenames
     folded = Folded(cdef="", enum_values=enum_values)

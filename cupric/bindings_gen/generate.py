@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 from . import fakelibc
+from .attributes import strip_attributes
 from .emit import ModuleInfo, fold_declarations, render_module
 from .headers import HeaderSet, content_hash, find_headers
 from .libraries import LibrarySpec
@@ -18,7 +19,7 @@ from .preprocess import preprocess
 from .select import parse, select_declarations
 
 # Bump when the generated text changes for the same headers; part of the cache key.
-GENERATOR_VERSION = "1.0"
+GENERATOR_VERSION = "1.1"
 
 
 @dataclass
@@ -95,13 +96,15 @@ def generate(
     seconds["preprocess"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    ast = parse(unit.text)
+    text, alignments = strip_attributes(unit.text)
+    ast = parse(text)
     selection = select_declarations(ast, spec.owns)
     seconds["parse"] = time.perf_counter() - start
 
     start = time.perf_counter()
     folded = fold_declarations(
-        selection.nodes, selection.functions, unit.macros, selection.typenames, spec.owns
+        selection.nodes, selection.functions, unit.macros, selection.typenames, spec.owns,
+        alignments,
     )
     info = ModuleInfo(
         library=spec.name,

@@ -30,12 +30,11 @@ from . import fakelibc
 from .errors import BindingsError, PreprocessorNotFoundError
 from .headers import HeaderSet
 
-# Macros both backends define, instead of any compiler's predefined set. Erasing
-# __attribute__ drops alignment attributes, which pycparser cannot read and cffi cannot
-# express; the FP16/BF16/FP8 guards skip C++-only headers of the CUDA toolkit. __GNUC__
-# makes crt/host_defines.h choose its GCC definitions (which the erasure then empties).
+# Macros both backends define, instead of any compiler's predefined set. The FP16/BF16/
+# FP8 guards skip C++-only headers of the CUDA toolkit. __GNUC__ makes
+# crt/host_defines.h spell alignment as __attribute__((aligned(n))), which stays in the
+# text for `attributes.strip_attributes` to read and remove.
 _PREDEFINED: tuple[tuple[str, str], ...] = (
-    ("__attribute__(x)", ""),
     ("__declspec(x)", ""),
     ("__asm__(x)", ""),
     ("__extension__", ""),
