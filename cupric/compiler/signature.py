@@ -67,10 +67,23 @@ def resolve_annotation(ann, globalns=None):
 def param_specs(py_func) -> list:
     """The spec of each parameter of `py_func`, from its annotations."""
     sig = inspect.signature(py_func)
+    # String annotations (`from __future__ import annotations`) are evaluated in the
+    # function's globals and closure, with the cupric.types names as a fallback for
+    # kernels defined inside functions that imported them locally.
+    import cupric.types as ct
+    namespace = {name: getattr(ct, name) for name in ct.__all__}
+    namespace["tuple"] = tuple
+    namespace.update(py_func.__globals__)
+    code = py_func.__code__
+    for name, cell in zip(code.co_freevars, py_func.__closure__ or ()):
+        try:
+            namespace[name] = cell.cell_contents
+        except ValueError:
+            pass
     specs = []
     for p in sig.parameters.values():
         try:
-            specs.append(resolve_annotation(p.annotation, py_func.__globals__))
+            specs.append(resolve_annotation(p.annotation, namespace))
         except TypeError as exc:
             raise TypeError(f"parameter '{p.name}' of {py_func.__name__}: {exc}") from None
     return specs

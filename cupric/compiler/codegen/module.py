@@ -87,7 +87,10 @@ class ModuleCodegen:
     def _unit(self, path: str) -> int:
         if self._compile_unit is None:
             file = self._file(path)
-            kind = "FullDebug" if self.debug else "LineTablesOnly"
+            # Line info alone: only .loc/.file directives. "LineTablesOnly" would also
+            # write .debug_info sections, which ptxas refuses without -g ("Optimized
+            # debugging not supported"); DebugDirectivesOnly is what libNVVM accepts.
+            kind = "FullDebug" if self.debug else "DebugDirectivesOnly"
             self._compile_unit = self.module.add_metadata(
                 f'!DICompileUnit(language: DW_LANG_Python, file: !{file}, producer: '
                 f'"cupric", isOptimized: {"false" if self.debug else "true"}, '

@@ -1,0 +1,103 @@
+; ModuleID = 'block_sum'
+target datalayout = "e-p:64:64:64-i1:8:8-i8:8:8-i16:16:16-i32:32:32-i64:64:64-i128:128:128-f32:32:32-f64:64:64-v16:16:16-v32:32:32-v64:64:64-v128:128:128-n16:32:64"
+target triple = "nvptx64-nvidia-cuda"
+
+declare void @llvm.nvvm.barrier0() convergent nounwind
+declare i32 @llvm.nvvm.read.ptx.sreg.ctaid.x() nounwind
+declare i32 @llvm.nvvm.read.ptx.sreg.ntid.x() nounwind
+declare i32 @llvm.nvvm.read.ptx.sreg.tid.x() nounwind
+
+define void @block_sum(float addrspace(1)* noalias %x, i64 %x.shape0, i64 %x.stride0, float addrspace(1)* noalias %out, i64 %out.shape0, i64 %out.stride0) nounwind {
+entry:
+  %slot = alloca float addrspace(1)*
+  %slot.1 = alloca i64
+  %slot.2 = alloca i64
+  store float addrspace(1)* %x, float addrspace(1)** %slot
+  store i64 %x.shape0, i64* %slot.1
+  store i64 %x.stride0, i64* %slot.2
+  %slot.3 = alloca float addrspace(1)*
+  %slot.4 = alloca i64
+  %slot.5 = alloca i64
+  store float addrspace(1)* %out, float addrspace(1)** %slot.3
+  store i64 %out.shape0, i64* %slot.4
+  store i64 %out.stride0, i64* %slot.5
+  %slot.6 = alloca i32
+  store i32 0, i32* %slot.6
+  %slot.7 = alloca float
+  store float 0x0000000000000000, float* %slot.7
+  %slot.8 = alloca i32
+  store i32 0, i32* %slot.8
+  br label %body
+
+body:
+  %r = call i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()
+  %r.1 = call i32 @llvm.nvvm.read.ptx.sreg.ntid.x()
+  %v = mul i32 %r, %r.1
+  %r.2 = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %v.1 = add i32 %v, %r.2
+  store i32 %v.1, i32* %slot.6
+  %v.2 = sitofp i64 0 to float
+  store float %v.2, float* %slot.7
+  %v.3 = load i32, i32* %slot.6
+  store i32 %v.3, i32* %slot.8
+  br label %while.cond
+
+while.cond:
+  %v.4 = load i32, i32* %slot.8
+  %v.5 = load float addrspace(1)*, float addrspace(1)** %slot
+  %v.6 = load i64, i64* %slot.1
+  %v.7 = load i64, i64* %slot.2
+  %v.8 = sext i32 %v.4 to i64
+  %c = icmp slt i64 %v.8, %v.6
+  br i1 %c, label %while.body, label %while.end
+
+while.body:
+  %v.9 = load float, float* %slot.7
+  %v.10 = load float addrspace(1)*, float addrspace(1)** %slot
+  %v.11 = load i64, i64* %slot.1
+  %v.12 = load i64, i64* %slot.2
+  %v.13 = load i32, i32* %slot.8
+  %v.14 = sext i32 %v.13 to i64
+  %p = getelementptr inbounds float, float addrspace(1)* %v.10, i64 %v.14
+  %v.15 = load float, float addrspace(1)* %p, align 4, !invariant.load !0
+  %v.16 = fadd float %v.9, %v.15
+  store float %v.16, float* %slot.7
+  %v.17 = load i32, i32* %slot.8
+  %r.3 = call i32 @llvm.nvvm.read.ptx.sreg.ntid.x()
+  %v.18 = trunc i64 4 to i32
+  %v.19 = mul i32 %r.3, %v.18
+  %v.20 = add i32 %v.17, %v.19
+  store i32 %v.20, i32* %slot.8
+  br label %while.cond
+
+while.end:
+  call void @llvm.nvvm.barrier0()
+  %v.21 = load i32, i32* %slot.6
+  %v.22 = load float addrspace(1)*, float addrspace(1)** %slot.3
+  %v.23 = load i64, i64* %slot.4
+  %v.24 = load i64, i64* %slot.5
+  %v.25 = sext i32 %v.21 to i64
+  %c.1 = icmp slt i64 %v.25, %v.23
+  br i1 %c.1, label %if.then, label %if.end
+
+if.then:
+  %v.26 = load float, float* %slot.7
+  %v.27 = load float addrspace(1)*, float addrspace(1)** %slot.3
+  %v.28 = load i64, i64* %slot.4
+  %v.29 = load i64, i64* %slot.5
+  %v.30 = load i32, i32* %slot.6
+  %v.31 = sext i32 %v.30 to i64
+  %p.1 = getelementptr inbounds float, float addrspace(1)* %v.27, i64 %v.31
+  store float %v.26, float addrspace(1)* %p.1, align 4
+  br label %if.end
+
+if.end:
+  ret void
+}
+
+!nvvm.annotations = !{!1}
+!nvvmir.version = !{!2}
+
+!0 = !{}
+!1 = !{void (float addrspace(1)*, i64, i64, float addrspace(1)*, i64, i64)* @block_sum, !"kernel", i32 1}
+!2 = !{i32 2, i32 0}
