@@ -115,7 +115,7 @@ class ManagedBuffer(DeviceBuffer):
         where = self.device if location is None else location
         d = driver()
         _device_of_context()
-        value = d.CUmem_advise[member]
+        value = getattr(d.CUmem_advise, member)
         if _bindings_major() >= 13:
             check(d.cuMemAdvise(self.ptr, self.nbytes, value, _location(d, where)))
         elif hasattr(d, "cuMemAdvise_v2"):

@@ -149,11 +149,12 @@ class MemoryPool(_lifetime.Resource):
 
     def _get(self, name: str) -> int:
         d = driver()
-        return int(check(d.cuMemPoolGetAttribute(self.handle, d.CUmemPool_attribute[name])))
+        attribute = getattr(d.CUmemPool_attribute, name)
+        return int(check(d.cuMemPoolGetAttribute(self.handle, attribute)))
 
     def _set64(self, name: str, value: int) -> None:
         d = driver()
-        check(d.cuMemPoolSetAttribute(self.handle, d.CUmemPool_attribute[name],
+        check(d.cuMemPoolSetAttribute(self.handle, getattr(d.CUmemPool_attribute, name),
                                       d.cuuint64_t(value)))
 
     @property
@@ -224,7 +225,7 @@ class MemoryPool(_lifetime.Resource):
         desc = d.CUmemAccessDesc()
         desc.location.type = d.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
         desc.location.id = _ordinal(device)
-        desc.flags = d.CUmemAccess_flags[member]
+        desc.flags = getattr(d.CUmemAccess_flags, member)
         check(d.cuMemPoolSetAccess(self.handle, [desc], 1))
 
     def close(self) -> None:

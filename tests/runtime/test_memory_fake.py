@@ -133,12 +133,22 @@ class FakeDriver:
 
 @pytest.fixture
 def fake(monkeypatch):
+    # Real allocations of earlier (GPU) tests must be released by the real driver, not
+    # queued now and handed to the fake: collect and drain first, and keep the cyclic
+    # collector off while the fake is installed.
+    gc.collect()
+    _lifetime.drain()
+    gc.disable()
     drv = FakeDriver()
     monkeypatch.setattr(m, "driver", lambda: drv)
     monkeypatch.setattr(m, "_device_of_context", lambda: 0)
     monkeypatch.setattr(m, "_tls", type(m._tls)())
-    yield drv
-    _lifetime.drain()
+    try:
+        yield drv
+        gc.collect()
+        _lifetime.drain()
+    finally:
+        gc.enable()
 
 
 DTYPES = ["i1", "u1", "i2", "u2", "f2", "i4", "u4", "f4", "i8", "u8", "f8", "c8", "?"]
