@@ -453,6 +453,7 @@ class Kernel:
         """
         from cupric.compiler.signature import bind, param_specs, type_of_value
         if self._param_specs is None:
+            self._check_parameters()
             self._param_specs = param_specs(self.py_func)
         names = list(self.py_func.__code__.co_varnames[:self.py_func.__code__.co_argcount])
         try:
@@ -460,6 +461,17 @@ class Kernel:
         except TypeError as exc:
             raise TypeError(f"{self.__name__}: {exc}") from None
         return bind(self.__name__, names, self._param_specs, actual)
+
+    def _check_parameters(self) -> None:
+        """Kernel parameters are plain positional names (a CompileError at the `def`)."""
+        code = self.py_func.__code__
+        if code.co_flags & 0x0C or code.co_kwonlyargcount or code.co_posonlyargcount or \
+                self.py_func.__defaults__:
+            from cupric.compiler.frontend.source import get_source
+            src = get_source(self.py_func)
+            raise src.error(src.tree, "kernel parameters must be plain positional "
+                            "parameters (no *args, **kwargs, defaults or keyword-only "
+                            "parameters)") from None
 
     def _variant(self, arg_types, noalias) -> Specialization:
         spec = self._variants.get((arg_types, noalias))
@@ -484,6 +496,7 @@ class Kernel:
             The signature does not fit the kernel's parameters.
         """
         from cupric.compiler.signature import Generic, bind, param_specs, parse_signature
+        self._check_parameters()
         specs = param_specs(self.py_func)
         if signature is None:
             if any(isinstance(s, Generic) for s in specs):

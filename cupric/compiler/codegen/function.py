@@ -359,8 +359,13 @@ class FunctionCodegen:
         directly in it, checking that they fit)."""
         consts = self.typed.consts
         if node in consts:
-            t = want if want is not None else materialize(self.typed.types[node])
-            return self.constant(consts[node], t, node)
+            if want is not None:
+                return self.constant(consts[node], want, node)
+            t = self.typed.types[node]
+            value = self.constant(consts[node], materialize(t), node)
+            # A weak literal keeps its weak type: the consumer re-emits it in the type
+            # the operation computes in (checking that it fits there).
+            return KValue(t, value.vals) if isinstance(t, WeakType) else value
         method = getattr(self, "_e_" + type(node).__name__)
         value = method(node)
         if want is not None:

@@ -508,6 +508,9 @@ class Typer:
             raise self.error(node, f"name '{name}' is not defined")
         if is_constant_value(value):
             return self._const(node, value)
+        if isinstance(value, (str, bytes)):
+            raise self.error(node, f"'{name}' is a string; constants of type "
+                             f"{type(value).__name__} are not supported in kernels")
         if isinstance(value, np.ndarray):
             raise self.error(node, f"'{name}' is a NumPy array from outside the kernel; "
                              "arrays reach kernels only as arguments")

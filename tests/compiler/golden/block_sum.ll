@@ -64,31 +64,30 @@ while.body:
   store float %v.16, float* %slot.7
   %v.17 = load i32, i32* %slot.8
   %r.3 = call i32 @llvm.nvvm.read.ptx.sreg.ntid.x()
-  %v.18 = trunc i64 4 to i32
-  %v.19 = mul i32 %r.3, %v.18
-  %v.20 = add i32 %v.17, %v.19
-  store i32 %v.20, i32* %slot.8
+  %v.18 = mul i32 %r.3, 4
+  %v.19 = add i32 %v.17, %v.18
+  store i32 %v.19, i32* %slot.8
   br label %while.cond
 
 while.end:
   call void @llvm.nvvm.barrier0()
-  %v.21 = load i32, i32* %slot.6
-  %v.22 = load float addrspace(1)*, float addrspace(1)** %slot.3
-  %v.23 = load i64, i64* %slot.4
-  %v.24 = load i64, i64* %slot.5
-  %v.25 = sext i32 %v.21 to i64
-  %c.1 = icmp slt i64 %v.25, %v.23
+  %v.20 = load i32, i32* %slot.6
+  %v.21 = load float addrspace(1)*, float addrspace(1)** %slot.3
+  %v.22 = load i64, i64* %slot.4
+  %v.23 = load i64, i64* %slot.5
+  %v.24 = sext i32 %v.20 to i64
+  %c.1 = icmp slt i64 %v.24, %v.22
   br i1 %c.1, label %if.then, label %if.end
 
 if.then:
-  %v.26 = load float, float* %slot.7
-  %v.27 = load float addrspace(1)*, float addrspace(1)** %slot.3
-  %v.28 = load i64, i64* %slot.4
-  %v.29 = load i64, i64* %slot.5
-  %v.30 = load i32, i32* %slot.6
-  %v.31 = sext i32 %v.30 to i64
-  %p.1 = getelementptr inbounds float, float addrspace(1)* %v.27, i64 %v.31
-  store float %v.26, float addrspace(1)* %p.1, align 4
+  %v.25 = load float, float* %slot.7
+  %v.26 = load float addrspace(1)*, float addrspace(1)** %slot.3
+  %v.27 = load i64, i64* %slot.4
+  %v.28 = load i64, i64* %slot.5
+  %v.29 = load i32, i32* %slot.6
+  %v.30 = sext i32 %v.29 to i64
+  %p.1 = getelementptr inbounds float, float addrspace(1)* %v.26, i64 %v.30
+  store float %v.25, float addrspace(1)* %p.1, align 4
   br label %if.end
 
 if.end:

@@ -99,49 +99,47 @@ if.then:
   store i64 %v.49, i64 addrspace(1)* %p.3, align 8
   %v.50 = load double, double* %slot.9
   %v.51 = fptrunc double %v.50 to float
-  %v.52 = sitofp i64 2 to float
-  %v.53 = fmul float %v.51, %v.52
-  %v.54 = fptosi float %v.53 to i64
-  %v.55 = load i64 addrspace(1)*, i64 addrspace(1)** %slot.3
-  %v.56 = load i64, i64* %slot.4
-  %v.57 = load i64, i64* %slot.5
-  %v.58 = load i64, i64* %slot.6
-  %v.59 = load i64, i64* %slot.7
-  %v.60 = load i64, i64* %slot.8
-  %v.61 = mul i64 %v.60, %v.57
-  %v.62 = add i64 %v.61, 3
-  %p.4 = getelementptr inbounds i64, i64 addrspace(1)* %v.55, i64 %v.62
-  store i64 %v.54, i64 addrspace(1)* %p.4, align 8
-  %v.63 = load double, double* %slot.9
-  %v.64 = sitofp i64 0 to double
-  %c.1 = fcmp ogt double %v.63, %v.64
-  %v.65 = zext i1 %c.1 to i64
-  %v.66 = zext i1 true to i64
-  %v.67 = add i64 %v.65, %v.66
-  %v.68 = load i64 addrspace(1)*, i64 addrspace(1)** %slot.3
-  %v.69 = load i64, i64* %slot.4
-  %v.70 = load i64, i64* %slot.5
-  %v.71 = load i64, i64* %slot.6
-  %v.72 = load i64, i64* %slot.7
-  %v.73 = load i64, i64* %slot.8
-  %v.74 = mul i64 %v.73, %v.70
-  %v.75 = add i64 %v.74, 4
-  %p.5 = getelementptr inbounds i64, i64 addrspace(1)* %v.68, i64 %v.75
-  store i64 %v.67, i64 addrspace(1)* %p.5, align 8
-  %v.76 = load double, double* %slot.9
-  %v.77 = fptrunc double %v.76 to half
-  %v.78 = fptosi half %v.77 to i16
-  %v.79 = load i64 addrspace(1)*, i64 addrspace(1)** %slot.3
-  %v.80 = load i64, i64* %slot.4
-  %v.81 = load i64, i64* %slot.5
-  %v.82 = load i64, i64* %slot.6
-  %v.83 = load i64, i64* %slot.7
-  %v.84 = load i64, i64* %slot.8
-  %v.85 = mul i64 %v.84, %v.81
-  %v.86 = add i64 %v.85, 5
-  %p.6 = getelementptr inbounds i64, i64 addrspace(1)* %v.79, i64 %v.86
-  %v.87 = sext i16 %v.78 to i64
-  store i64 %v.87, i64 addrspace(1)* %p.6, align 8
+  %v.52 = fmul float %v.51, 0x4000000000000000
+  %v.53 = fptosi float %v.52 to i64
+  %v.54 = load i64 addrspace(1)*, i64 addrspace(1)** %slot.3
+  %v.55 = load i64, i64* %slot.4
+  %v.56 = load i64, i64* %slot.5
+  %v.57 = load i64, i64* %slot.6
+  %v.58 = load i64, i64* %slot.7
+  %v.59 = load i64, i64* %slot.8
+  %v.60 = mul i64 %v.59, %v.56
+  %v.61 = add i64 %v.60, 3
+  %p.4 = getelementptr inbounds i64, i64 addrspace(1)* %v.54, i64 %v.61
+  store i64 %v.53, i64 addrspace(1)* %p.4, align 8
+  %v.62 = load double, double* %slot.9
+  %c.1 = fcmp ogt double %v.62, 0x0000000000000000
+  %v.63 = zext i1 %c.1 to i64
+  %v.64 = zext i1 true to i64
+  %v.65 = add i64 %v.63, %v.64
+  %v.66 = load i64 addrspace(1)*, i64 addrspace(1)** %slot.3
+  %v.67 = load i64, i64* %slot.4
+  %v.68 = load i64, i64* %slot.5
+  %v.69 = load i64, i64* %slot.6
+  %v.70 = load i64, i64* %slot.7
+  %v.71 = load i64, i64* %slot.8
+  %v.72 = mul i64 %v.71, %v.68
+  %v.73 = add i64 %v.72, 4
+  %p.5 = getelementptr inbounds i64, i64 addrspace(1)* %v.66, i64 %v.73
+  store i64 %v.65, i64 addrspace(1)* %p.5, align 8
+  %v.74 = load double, double* %slot.9
+  %v.75 = fptrunc double %v.74 to half
+  %v.76 = fptosi half %v.75 to i16
+  %v.77 = load i64 addrspace(1)*, i64 addrspace(1)** %slot.3
+  %v.78 = load i64, i64* %slot.4
+  %v.79 = load i64, i64* %slot.5
+  %v.80 = load i64, i64* %slot.6
+  %v.81 = load i64, i64* %slot.7
+  %v.82 = load i64, i64* %slot.8
+  %v.83 = mul i64 %v.82, %v.79
+  %v.84 = add i64 %v.83, 5
+  %p.6 = getelementptr inbounds i64, i64 addrspace(1)* %v.77, i64 %v.84
+  %v.85 = sext i16 %v.76 to i64
+  store i64 %v.85, i64 addrspace(1)* %p.6, align 8
   br label %if.end
 
 if.end:

@@ -71,73 +71,68 @@ if.then:
   %v.18 = load float, float addrspace(1)* %p.1, align 4, !invariant.load !0
   store float %v.18, float* %slot.11
   %v.19 = load float, float* %slot.10
-  %v.20 = fpext float %v.19 to double
-  %c.1 = fcmp une double %v.20, 0x0000000000000000
+  %c.1 = fcmp une float %v.19, 0x0000000000000000
   br i1 %c.1, label %ifexp.then, label %ifexp.else
 
 if.end:
   ret void
 
 ifexp.then:
-  %v.21 = load float, float* %slot.10
-  %v.22 = load float, float* %slot.11
-  %c.2 = fcmp olt float %v.21, %v.22
+  %v.20 = load float, float* %slot.10
+  %v.21 = load float, float* %slot.11
+  %c.2 = fcmp olt float %v.20, %v.21
   store i1 %c.2, i1* %cmp
   br i1 %c.2, label %cmp.next, label %cmp.end
 
 ifexp.else:
-  %v.32 = load float, float* %slot.11
-  %v.33 = fpext float %v.32 to double
-  %v.34 = sitofp i64 0 to double
-  %c.6 = fcmp oge double %v.33, %v.34
+  %v.29 = load float, float* %slot.11
+  %c.6 = fcmp oge float %v.29, 0x0000000000000000
   store i1 %c.6, i1* %slot.12
   br label %ifexp.end
 
 ifexp.end:
-  %v.35 = load i1, i1* %slot.12
-  %v.36 = load i8 addrspace(1)*, i8 addrspace(1)** %slot.6
-  %v.37 = load i64, i64* %slot.7
-  %v.38 = load i64, i64* %slot.8
-  %v.39 = load i64, i64* %slot.9
-  %p.2 = getelementptr inbounds i8, i8 addrspace(1)* %v.36, i64 %v.39
-  %v.40 = zext i1 %v.35 to i8
-  store i8 %v.40, i8 addrspace(1)* %p.2, align 1
+  %v.30 = load i1, i1* %slot.12
+  %v.31 = load i8 addrspace(1)*, i8 addrspace(1)** %slot.6
+  %v.32 = load i64, i64* %slot.7
+  %v.33 = load i64, i64* %slot.8
+  %v.34 = load i64, i64* %slot.9
+  %p.2 = getelementptr inbounds i8, i8 addrspace(1)* %v.31, i64 %v.34
+  %v.35 = zext i1 %v.30 to i8
+  store i8 %v.35, i8 addrspace(1)* %p.2, align 1
   br label %if.end
 
 bool.end:
-  %v.31 = load i1, i1* %boolop
-  store i1 %v.31, i1* %slot.12
+  %v.28 = load i1, i1* %boolop
+  store i1 %v.28, i1* %slot.12
   br label %ifexp.end
 
 bool.end.1:
-  %v.27 = load i1, i1* %boolop.1
-  store i1 %v.27, i1* %boolop
-  br i1 %v.27, label %bool.next.1, label %bool.end
+  %v.25 = load i1, i1* %boolop.1
+  store i1 %v.25, i1* %boolop
+  br i1 %v.25, label %bool.next.1, label %bool.end
 
 cmp.end:
-  %v.24 = load i1, i1* %cmp
-  store i1 %v.24, i1* %boolop.1
-  br i1 %v.24, label %bool.end.1, label %bool.next
+  %v.22 = load i1, i1* %cmp
+  store i1 %v.22, i1* %boolop.1
+  br i1 %v.22, label %bool.end.1, label %bool.next
 
 cmp.next:
-  %v.23 = fpext float %v.22 to double
-  %c.3 = fcmp olt double %v.23, 0x3FF0000000000000
+  %c.3 = fcmp olt float %v.21, 0x3FF0000000000000
   store i1 %c.3, i1* %cmp
   br label %cmp.end
 
 bool.next:
-  %v.25 = load float, float* %slot.10
-  %v.26 = load float, float* %slot.11
-  %c.4 = fcmp oeq float %v.25, %v.26
+  %v.23 = load float, float* %slot.10
+  %v.24 = load float, float* %slot.11
+  %c.4 = fcmp oeq float %v.23, %v.24
   store i1 %c.4, i1* %boolop.1
   br label %bool.end.1
 
 bool.next.1:
-  %v.28 = load float, float* %slot.10
-  %v.29 = fpext float %v.28 to double
-  %c.5 = fcmp ogt double %v.29, 0x3FE0000000000000
-  %v.30 = xor i1 %c.5, true
-  store i1 %v.30, i1* %boolop
+  %v.26 = load float, float* %slot.10
+  %c.5 = fcmp ogt float %v.26, 0x3FE0000000000000
+  %v.27 = xor i1 %c.5, true
+  store i1 %v.27, i1* %boolop
   br label %bool.end
 }
 

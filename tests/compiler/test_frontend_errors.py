@@ -1,0 +1,142 @@
+"""The bad-kernel corpus (bad_kernels/cases.py): every kernel outside the language fails
+with a CompileError naming file:line:col of the marked line, showing that line with a
+caret, with a message matching the marker, and no internal exception chained to it.
+Also the launch-time errors: wrong argument count and argument types."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+import pytest
+
+import cupric
+from cupric.compiler.errors import CompileError
+
+HERE = Path(__file__).parent / "bad_kernels"
+sys.path.insert(0, str(HERE))
+
+import cases  # noqa: E402
+
+SOURCE = (HERE / "cases.py").read_text().splitlines()
+MARKER = re.compile(r"#\s*ERROR:\s*(.*?)\s*(?:#\s*noqa.*)?$")
+
+
+def _marker(line: int):
+    m = MARKER.search(SOURCE[line - 1])
+    return m.group(1) if m else None
+
+
+def _function_lines(fn):
+    import inspect
+    lines, first = inspect.getsourcelines(fn)
+    return range(first, first + len(lines))
+
+
+def test_corpus_is_large_enough():
+    assert len(cases.CASES) >= 40
+
+
+@pytest.mark.parametrize("fn,sig", cases.CASES, ids=[f.__name__ for f, _ in cases.CASES])
+def test_bad_kernel(fn, sig):
+    kern = cupric.kernel(fn)
+    with pytest.raises(CompileError) as info:
+        kern.inspect_ir(sig)
+    err = info.value
+    assert err.filename and Path(err.filename).name == "cases.py"
+    assert err.line is not None and err.col is not None
+    pattern = _marker(err.line)
+    assert pattern is not None, (f"error reported at line {err.line} which has no ERROR "
+                                 f"marker:\n{err}")
+    own = [n for n in _function_lines(fn) if _marker(n)]
+    if own:
+        assert err.line in own, f"expected line {own}, got {err.line}:\n{err}"
+    assert re.search(pattern, err.message), f"{pattern!r} not in {err.message!r}"
+    text = str(err)
+    assert f"cases.py:{err.line}:{err.col + 1}:" in text
+    assert SOURCE[err.line - 1].strip() in text
+    assert "^" in text.splitlines()[2]
+    # No internal traceback or exception chained to the user's error.
+    assert err.__cause__ is None
+    assert err.__context__ is None or err.__suppress_context__
+
+
+def test_error_names_what_is_allowed():
+    kern = cupric.kernel(cases.with_statement)
+    with pytest.raises(CompileError) as info:
+        kern.inspect_ir(cases.F1)
+    assert "hint: kernels may use" in str(info.value)
+
+
+def test_traceback_stays_short():
+    import traceback
+    kern = cupric.kernel(cases.list_literal)
+    try:
+        kern.inspect_ir(cases.F1)
+    except CompileError as exc:
+        frames = traceback.extract_tb(exc.__traceback__)
+        internal = [f for f in frames if "cupric/compiler/typing" in f.filename
+                    or "cupric/compiler/codegen" in f.filename]
+        assert not internal, frames
+
+
+# -- launch-time argument errors ---------------------------------------------------------
+
+@cupric.kernel
+def _scale(x: cupric.types.Array[cupric.types.f32, 1], a: cupric.types.f32):
+    pass
+
+
+def test_wrong_argument_count():
+    with pytest.raises(TypeError, match=r"_scale\(\) takes 2 arguments \(x, a\), got 1"):
+        _scale.bind_types((np.zeros(3, np.float32),))
+
+
+def test_wrong_array_dtype():
+    with pytest.raises(TypeError, match="argument 'x' of _scale\\(\\) expects Array\\[f32"):
+        _scale.bind_types((np.zeros(3, np.float64), 1.0))
+
+
+def test_float_for_integer_parameter():
+    @cupric.kernel
+    def k(n: cupric.types.i32):
+        pass
+    with pytest.raises(TypeError, match="expects i32, got a float"):
+        k.bind_types((1.5,))
+
+
+def test_contiguity_annotation_is_checked():
+    @cupric.kernel
+    def k(x: cupric.types.Array[cupric.types.f32, 2, "C"]):
+        pass
+    with pytest.raises(TypeError, match="expects a C-contiguous array"):
+        k.bind_types((np.zeros((4, 4), np.float32).T,))
+
+
+T = TypeVar("T")
+
+
+def test_typevar_must_bind_consistently():
+    @cupric.kernel
+    def k(x: T, y: T):
+        pass
+    with pytest.raises(TypeError, match="TypeVar T is already"):
+        k.bind_types((np.zeros(3, np.float32), np.zeros(3, np.float64)))
+
+
+def test_calling_a_kernel_directly_says_how_to_launch():
+    with pytest.raises(TypeError, match=r"_scale\[grid, block\]"):
+        _scale(1)
+
+
+def test_bad_launch_config():
+    with pytest.raises(TypeError, match="launch _scale as"):
+        _scale[1]
+
+
+def test_signature_string_errors():
+    with pytest.raises(ValueError, match="cannot parse signature"):
+        _scale.inspect_ir("Array[f32, 1, 'C'], float32")
