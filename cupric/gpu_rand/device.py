@@ -9,10 +9,10 @@ they are; `compiled_kernel` wraps them with the compiler's decorators on first G
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
-from cupric.device import bits, grid
-from cupric.device import math as dmath
+from cupric.device import grid
 from cupric.types import f32, f64, u32, u64
 
 from . import algorithms as _alg
@@ -32,6 +32,7 @@ def _device(fn):
 
 _F32_SCALE = f32(2.0 ** -24)
 _F64_SCALE = f64(2.0 ** -53)
+_TWO_PI = 6.283185307179586
 
 
 # ---- state words in and out of registers ------------------------------------------------
@@ -349,6 +350,19 @@ def xoshiro512ss_u32(s):
     return u32(x >> 32), s
 
 
+@_device
+def mulhi64(a, b):
+    """The high 64 bits of the 128-bit product of two u64, from 32-bit limbs."""
+    a_lo = a & 0xFFFFFFFF
+    a_hi = a >> 32
+    b_lo = b & 0xFFFFFFFF
+    b_hi = b >> 32
+    lh = a_lo * b_hi
+    hl = a_hi * b_lo
+    mid = ((a_lo * b_lo) >> 32) + (lh & 0xFFFFFFFF) + (hl & 0xFFFFFFFF)
+    return a_hi * b_hi + (lh >> 32) + (hl >> 32) + (mid >> 32)
+
+
 # ---- per-algorithm table ----------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -366,11 +380,6 @@ class DeviceAlgorithm:
     def fn(self, role: str):
         """The current module-level function for `role` (decorated once compiled)."""
         return globals()[getattr(self, role)]
-
-    @property
-    def zero(self) -> tuple:
-        word = u64 if self.algorithm.word_bits == 64 else u32
-        return tuple(word(0) for _ in range(self.algorithm.words))
 
 
 _TAGS = {"xoroshiro128+": ("xoroshiro128p", "xoroshiro128_step"),
@@ -469,8 +478,8 @@ def _normal_body(da: DeviceAlgorithm, wide: bool):
                 x2, st = draw(st)
                 u1 = 1.0 - f64(x1 >> 11) * _F64_SCALE
                 u2 = 1.0 - f64(x2 >> 11) * _F64_SCALE
-                r = dmath.sqrt(-2.0 * dmath.log(u1))
-                sin_t, cos_t = dmath.sincospi(2.0 * u2)
+                r = math.sqrt(-2.0 * math.log(u1))
+                sin_t, cos_t = math.sin(_TWO_PI * u2), math.cos(_TWO_PI * u2)
                 out[i] = r * cos_t
                 if i + n_streams < n:
                     out[i + n_streams] = r * sin_t
@@ -489,8 +498,8 @@ def _normal_body(da: DeviceAlgorithm, wide: bool):
                 x2, st = draw(st)
                 u1 = f32(1.0) - f32(x1 >> 8) * _F32_SCALE
                 u2 = f32(1.0) - f32(x2 >> 8) * _F32_SCALE
-                r = dmath.sqrt(f32(-2.0) * dmath.log(u1))
-                sin_t, cos_t = dmath.sincospi(f32(2.0) * u2)
+                r = math.sqrt(f32(-2.0) * math.log(u1))
+                sin_t, cos_t = math.sin(f32(_TWO_PI) * u2), math.cos(f32(_TWO_PI) * u2)
                 out[i] = r * cos_t
                 if i + n_streams < n:
                     out[i + n_streams] = r * sin_t
@@ -513,7 +522,7 @@ def _exponential_body(da: DeviceAlgorithm, wide: bool):
             i = t
             while i < n:
                 x, st = draw(st)
-                out[i] = -dmath.log(1.0 - f64(x >> 11) * _F64_SCALE)
+                out[i] = -math.log(1.0 - f64(x >> 11) * _F64_SCALE)
                 i += n_streams
             store(states, t, st)
     else:
@@ -526,7 +535,7 @@ def _exponential_body(da: DeviceAlgorithm, wide: bool):
             i = t
             while i < n:
                 x, st = draw(st)
-                out[i] = -dmath.log(f32(1.0) - f32(x >> 8) * _F32_SCALE)
+                out[i] = -math.log(f32(1.0) - f32(x >> 8) * _F32_SCALE)
                 i += n_streams
             store(states, t, st)
 
@@ -550,14 +559,14 @@ def _integers_body(da: DeviceAlgorithm, wide_draw: bool, out_cast):
             i = t
             while i < n:
                 x, st = draw(st)
-                if span == 0:
+                if not span:
                     value = x
                 else:
                     lo = x * span
                     while lo < threshold:
                         x, st = draw(st)
                         lo = x * span
-                    value = bits.mulhi(x, span)
+                    value = mulhi64(x, span)
                 out[i] = out_cast(low + value)
                 i += n_streams
             store(states, t, st)
@@ -585,16 +594,15 @@ def _integers_body(da: DeviceAlgorithm, wide_draw: bool, out_cast):
 def _apply_fn(da: DeviceAlgorithm):
     """apply(st, table, level, d): p(T) st for the polynomial in table[level, d, :]."""
     step, xor = da.fn("step"), da.fn("xor")
-    zero = da.zero
     words = da.algorithm.words
     word_bits = da.algorithm.word_bits
 
     def apply(st, table, level, d):
-        acc = zero
+        acc = xor(st, st)  # zero words of the state's own type
         for w in range(words):
             word = table[level, d, w]
             for b in range(word_bits):
-                if (word & 1) != 0:
+                if word & 1:
                     acc = xor(acc, st)
                 word = word >> 1
                 st = step(st)

@@ -1,10 +1,8 @@
 """The device half gives the host half's bits.
 
 Each kernel of `cupric.gpu_rand.device` is a thin shell (find t, guard it) around a
-per-stream body, so the bodies run here as plain Python over t; bodies that call math or
-bit intrinsics run under a minimal thread state installed through the documented intrinsic
-contract (`cupric.device._intrinsic.install`). When `cupric.simulator.launch` exists the
-whole kernels run on it too.
+per-stream body, so the bodies run here as plain Python over t, and the whole kernels run
+on `cupric.simulator.launch`.
 """
 
 from __future__ import annotations
@@ -12,34 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cupric.device import _intrinsic
 from cupric.gpu_rand import ALGORITHMS, BitGenerator, device, distributions, streams
 
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
 
 ALL = sorted(ALGORITHMS)
 S = 5
-
-
-class _ThreadState:
-    """Just enough of a simulated thread for the intrinsics the gpu_rand bodies call."""
-
-    def __init__(self) -> None:
-        def sincospi(x):
-            return np.sin(np.pi * x), np.cos(np.pi * x)
-
-        def mulhi(a, b):
-            return type(a)((int(a) * int(b)) >> (8 * a.dtype.itemsize))
-
-        self.dispatch = {"math.log": np.log, "math.sqrt": np.sqrt,
-                         "math.sincospi": sincospi, "bits.mulhi": mulhi}
-
-
-@pytest.fixture
-def thread_state():
-    _intrinsic.install(_ThreadState())
-    yield
-    _intrinsic.install(None)
 
 
 def run_body(kind, name, states, *args):
@@ -77,7 +53,7 @@ def test_fills_bit_exact(name, kind, dtype, fill, rng):
     ("integers64", np.uint64, 3 * 2**62),
     ("integers64", np.uint64, 2**64),
 ])
-def test_integers_bit_exact(name, kind, out_dtype, span, rng, thread_state):
+def test_integers_bit_exact(name, kind, out_dtype, span, rng):
     host_state = seeded(name, rng)
     dev_state = host_state.copy()
     low = -3
@@ -97,7 +73,7 @@ def test_integers_bit_exact(name, kind, out_dtype, span, rng, thread_state):
     ("exponential_f32", np.float32, distributions.fill_exponential),
     ("exponential_f64", np.float64, distributions.fill_exponential),
 ])
-def test_transcendental_fills_close(name, kind, dtype, fill, rng, thread_state):
+def test_transcendental_fills_close(name, kind, dtype, fill, rng):
     """Same draws, same formula; float32 math may round differently from the host's
     float64-then-round, so these agree to a few ulp, and the states agree exactly."""
     host_state = seeded(name, rng)
@@ -164,3 +140,23 @@ def test_simulator_kernels(name, rng):
     _, init = device.kernel_function("init_streams", name)
     launch(init, (2,), (32,), (states, base, table, 4))
     assert np.array_equal(states, streams.stream_states(name, base[:, 0], 64))
+
+
+def test_simulator_normal_and_wide_integers(rng):
+    launch = _simulator_launch()
+    name = "xoshiro256++"
+    host_state = seeded(name, rng, 33)
+    dev_state = host_state.copy()
+    want, got = np.zeros(101, np.float32), np.zeros(101, np.float32)
+    distributions.fill_normal(name, host_state, want)
+    launch(device.kernel_function("normal_f32", name)[1], (2,), (32,), (dev_state, got))
+    np.testing.assert_allclose(got, want, rtol=4e-6, atol=4e-6)
+    assert np.array_equal(dev_state, host_state)
+
+    span = 3 * 2**62
+    want, got = np.zeros(77, np.uint64), np.zeros(77, np.uint64)
+    distributions.fill_integers(name, host_state, want, 10, span)
+    launch(device.kernel_function("integers64", name)[1], (2,), (32,),
+           (dev_state, got, np.uint64(10), np.uint64(span),
+            np.uint64(distributions.lemire_threshold(span, 64))))
+    assert np.array_equal(got, want) and np.array_equal(dev_state, host_state)
