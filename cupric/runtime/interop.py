@@ -8,15 +8,37 @@ stream. `as_device_array(obj)` turns any such object, any DLPack producer, or a
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
-from .memory import (DeviceBuffer, LEGACY_STREAM, borrow, c_strides, cai_dict,
+from .memory import (DeviceBuffer, LEGACY_STREAM, borrow_validated, c_strides, cai_dict,
                      normalize_dtype, order_after, stream_handle)
 
 __all__ = ["as_device_array", "from_cuda_array_interface", "parse_cuda_array_interface",
            "cai_dict", "is_device_array"]
 
 _SUPPORTED_CAI_VERSIONS = (1, 2, 3)
+
+
+_DTYPE_BY_TYPESTR: dict[str, np.dtype] = {}
+
+
+def _dtype_of(typestr, descr) -> np.dtype:
+    dtype = _DTYPE_BY_TYPESTR.get(typestr)
+    if dtype is not None:
+        return dtype
+    try:
+        dtype = np.dtype(typestr)
+        if dtype.kind == "V" and descr is not None and descr != [("", typestr)]:
+            return normalize_dtype(np.dtype([tuple(field) for field in descr]))
+    except TypeError as exc:
+        raise TypeError(f"__cuda_array_interface__ typestr {typestr!r} is not understood: "
+                        f"{exc}") from None
+    dtype = normalize_dtype(dtype)
+    if dtype.kind != "V" and isinstance(typestr, str):
+        _DTYPE_BY_TYPESTR[typestr] = dtype
+    return dtype
 
 
 def parse_cuda_array_interface(interface: dict) -> dict:
@@ -37,9 +59,15 @@ def parse_cuda_array_interface(interface: dict) -> dict:
         For a mask (masked arrays are not supported), a version cupric does not know,
         strides of the wrong length, or ``stream == 0`` (forbidden by the protocol).
     """
-    if not isinstance(interface, dict):
-        raise TypeError(f"__cuda_array_interface__ must be a dict, got "
-                        f"{type(interface).__name__}")
+    return dict(zip(("ptr", "shape", "strides", "dtype", "readonly", "stream"),
+                    _parse(interface)))
+
+
+def _parse(interface):
+    if type(interface) is not dict:
+        if not isinstance(interface, dict):
+            raise TypeError(f"__cuda_array_interface__ must be a dict, got "
+                            f"{type(interface).__name__}")
     try:
         shape = interface["shape"]
         typestr = interface["typestr"]
@@ -50,24 +78,19 @@ def parse_cuda_array_interface(interface: dict) -> dict:
     if version not in _SUPPORTED_CAI_VERSIONS:
         raise ValueError(f"__cuda_array_interface__ version {version} is not supported "
                          f"(cupric reads versions {_SUPPORTED_CAI_VERSIONS})")
-    try:
-        shape = tuple(int(n) for n in shape)
-    except TypeError:
-        raise TypeError(f"__cuda_array_interface__['shape'] must be a tuple of ints, got "
-                        f"{shape!r}") from None
-    descr = interface.get("descr")
-    try:
-        dtype = np.dtype(typestr)
-        if dtype.kind == "V" and descr is not None and descr != [("", typestr)]:
-            dtype = np.dtype([tuple(field) for field in descr])
-    except TypeError as exc:
-        raise TypeError(f"__cuda_array_interface__ typestr {typestr!r} is not understood: "
-                        f"{exc}") from None
-    dtype = normalize_dtype(dtype)
-    if not (isinstance(data, tuple) and len(data) == 2):
+    if type(shape) is not tuple or not all(type(n) is int for n in shape):
+        try:
+            shape = tuple(operator.index(n) for n in shape)
+        except TypeError:
+            raise TypeError(f"__cuda_array_interface__['shape'] must be a tuple of ints, "
+                            f"got {shape!r}") from None
+    dtype = _dtype_of(typestr, interface.get("descr"))
+    if type(data) is not tuple or len(data) != 2:
         raise TypeError(f"__cuda_array_interface__['data'] must be (pointer, read_only), got "
                         f"{data!r}")
-    ptr = int(data[0]) if data[0] is not None else 0
+    ptr = data[0]
+    if type(ptr) is not int:
+        ptr = 0 if ptr is None else operator.index(ptr)
     readonly = bool(data[1])
     if interface.get("mask") is not None:
         raise ValueError("masked CUDA arrays (__cuda_array_interface__['mask']) are not "
@@ -76,20 +99,21 @@ def parse_cuda_array_interface(interface: dict) -> dict:
     if strides is None:
         strides = c_strides(shape, dtype.itemsize)
     else:
-        strides = tuple(int(s) for s in strides)
+        strides = tuple(operator.index(s) for s in strides)
         if len(strides) != len(shape):
             raise ValueError(f"__cuda_array_interface__ has {len(strides)} strides for "
                              f"{len(shape)} dimensions")
     stream = interface.get("stream") if version >= 3 else None
     if stream is not None:
-        if isinstance(stream, bool) or not isinstance(stream, int):
-            raise TypeError(f"__cuda_array_interface__['stream'] must be an int or None, "
-                            f"got {type(stream).__name__}")
+        if type(stream) is not int:
+            if isinstance(stream, bool) or not isinstance(stream, int):
+                raise TypeError(f"__cuda_array_interface__['stream'] must be an int or "
+                                f"None, got {type(stream).__name__}")
+            stream = int(stream)
         if stream == 0:
             raise ValueError("__cuda_array_interface__['stream'] is 0, which the protocol "
                              "forbids as ambiguous (1 means the legacy default stream)")
-    return {"ptr": ptr, "shape": shape, "strides": strides, "dtype": dtype,
-            "readonly": readonly, "stream": stream}
+    return ptr, shape, strides, dtype, readonly, stream
 
 
 def from_cuda_array_interface(obj, interface: dict | None = None, stream=None) -> DeviceBuffer:
@@ -102,14 +126,11 @@ def from_cuda_array_interface(obj, interface: dict | None = None, stream=None) -
     """
     if interface is None:
         interface = obj.__cuda_array_interface__
-    info = parse_cuda_array_interface(interface)
-    producer = info["stream"]
-    consumer = stream_handle(stream)
+    ptr, shape, strides, dtype, readonly, producer = _parse(interface)
     if producer is not None:
-        order_after(consumer, producer)
-    kept = stream if stream is not None else (producer if producer is not None else None)
-    return borrow(info["ptr"], info["shape"], info["strides"], info["dtype"],
-                  readonly=info["readonly"], owner=obj, stream=kept)
+        order_after(stream_handle(stream), producer)
+    kept = stream if stream is not None else producer
+    return borrow_validated(ptr, shape, strides, dtype, readonly, obj, kept)
 
 
 def is_device_array(obj) -> bool:

@@ -474,6 +474,20 @@ def borrow(ptr: int, shape, strides, dtype, *, readonly=False, owner=None, relea
                               cls=cls)
 
 
+def borrow_validated(ptr: int, shape: tuple, strides: tuple, dtype: np.dtype,
+                     readonly: bool, owner, stream) -> "DeviceBuffer":
+    """`borrow` for a layout already validated (shape and strides tuples of ints, a
+    normalized dtype): the fast path of the array protocols."""
+    alloc = _Allocation.__new__(_Allocation)
+    alloc.ptr = ptr
+    alloc.nbytes = -1  # unknown: borrows are never freed, so only labels would show it
+    alloc.kind = BORROWED
+    alloc.device = -1
+    alloc.owner = owner
+    alloc._init_resource(ptr, None)
+    return DeviceBuffer._make(alloc, ptr, shape, strides, dtype, readonly, stream)
+
+
 # --------------------------------------------------------------------------------------
 # Host arrays
 
@@ -1138,12 +1152,19 @@ def zeros_like(array, dtype=None, stream=None) -> DeviceBuffer:
 
 
 def to_device(array, stream=None) -> DeviceBuffer:
-    """A new device buffer holding a copy of a host array.
+    """A new device buffer holding a copy of an array.
 
-    A non-contiguous host array is made contiguous on the host first. With a stream, the
+    A host array (NumPy, `PinnedBuffer`) is copied host-to-device; a non-contiguous one is
+    made contiguous on the host first. A device array (a `DeviceBuffer`, or any CAI/DLPack
+    array) is copied device-to-device and must be C-contiguous. With a stream, the
     allocation and the copy are stream-ordered and the call returns before the copy ends
     (see `DeviceBuffer.copy_from` for the Safety of pinned sources).
     """
+    device_array = _device_array_or_none(array)
+    if device_array is not None:
+        buf = _new_buffer(device_array.shape, device_array.dtype, stream)
+        buf.copy_from(device_array, stream)
+        return buf
     host = _host_array(array, "to_device's argument")
     if not host.flags.c_contiguous:
         host = np.ascontiguousarray(host)

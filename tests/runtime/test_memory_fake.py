@@ -424,3 +424,13 @@ def test_fake_arity_matches_real_signatures():
         if name.startswith("_cu"):
             params = len(inspect.signature(impl).parameters) - 1
             assert params == _arity(name[1:]), name
+
+
+def test_to_device_of_a_device_array_copies_device_to_device(fake, rng):
+    host = rng.standard_normal(16)
+    a = m.to_device(host)
+    fake.calls.clear()
+    b = m.to_device(a)
+    assert [c[0] for c in fake.calls] == ["cuMemAlloc", "cuMemcpyDtoD"]
+    assert b.ptr != a.ptr
+    np.testing.assert_array_equal(b.to_numpy(), host)

@@ -336,11 +336,38 @@ def test_peer_access_between_two_gpus(rt, rng):
         pytest.skip("GPUs 0 and 1 cannot access each other")
     pl.enable_peer_access(1, 0)
     pl.enable_peer_access(1, 0)  # idempotent
+    pl.enable_peer_access(0, 1)
     data = rng.standard_normal(1000)
     src = m.to_device(data)
-    rt.Device(1).make_current()
-    dst = m.empty(1000)
-    rt.Device(0).make_current()
+    assert src.device == 0
+    try:
+        rt.Device(1).make_current()
+        dst = m.empty(1000)
+        s1 = rt.Device(1).create_stream()
+        also = m.empty(1000, stream=s1)
+    finally:
+        rt.Device(0).make_current()
+    assert dst.device == 1 and also.device == 1
+    # The device of borrowed memory is asked of the driver.
+    assert m.borrow(dst.ptr, (1000,), None, np.float64).device == 1
     pl.copy_peer(dst, src)
     rt.Device(0).synchronize()
     np.testing.assert_array_equal(dst.to_numpy(), data)
+    # Unified addressing: a plain device-to-device copy crosses devices too.
+    also.copy_from(src, stream=s1)
+    s1.synchronize()
+    np.testing.assert_array_equal(also.to_numpy(), data)
+    # A pool of device 0 opened to device 1.
+    pool = pl.create_pool(0)
+    pool.set_access(1, "read_write")
+    pooled = pool.empty(1000, np.float64)
+    pl.copy_peer(pooled, dst)
+    np.testing.assert_array_equal(pooled.to_numpy(), data)
+    pooled.close()
+    pool.close()
+    also.close(stream=s1)
+    s1.synchronize()
+    s1.close()
+    pl.disable_peer_access(1, 0)
+    pl.disable_peer_access(1, 0)  # idempotent
+    pl.disable_peer_access(0, 1)
