@@ -758,10 +758,8 @@ class FunctionCodegen:
         if kind == "math":
             return self.math_call(node, target[1], target[2], args, arg_nodes)
         if kind == "intrinsic":
-            rule, arg_types = target[1], target[2]
-            consts = [self.typed.consts.get(a) for a in arg_nodes]
-            result_type = self.typed.types[node]
-            return rule.lower(self, args, arg_types, result_type, consts)
+            rule, call = target[1], target[2]
+            return rule.lower(self, call, args)
         if kind == "device":
             return self.device_call(node, target[1], args, arg_nodes)
         if kind == "builtin":

@@ -20,15 +20,15 @@ def read_sreg(cg, register_name: str):
 
 
 def _no_args(result):
-    def infer(arg_types, consts):
-        if arg_types:
+    def infer(call):
+        if call.arg_types or call.keywords:
             raise TypeError("takes no arguments")
         return result
     return infer
 
 
 def _sreg_rule(name: str, register_name: str) -> None:
-    def lower(cg, args, arg_types, result_type, consts):
+    def lower(cg, call, args):
         return KValue(i32, [read_sreg(cg, register_name)])
     register(name, _no_args(i32), lower)
 
@@ -40,8 +40,9 @@ _sreg_rule("warpsize", "warpsize")
 _sreg_rule("laneid", "laneid")
 
 
-def _ndim_infer(arg_types, consts):
-    if len(arg_types) != 1 or consts[0] not in (1, 2, 3):
+def _ndim_infer(call):
+    consts = call.consts
+    if len(call.arg_types) != 1 or call.keywords or consts[0] not in (1, 2, 3):
         raise TypeError("takes one constant argument, 1, 2 or 3 (the number of axes)")
     n = consts[0]
     return i64 if n == 1 else TupleType([i64] * n)
@@ -51,7 +52,8 @@ def _wide(cg, reg: str):
     return cg.b.cast("zext", read_sreg(cg, reg), ll.i64)
 
 
-def _grid_lower(cg, args, arg_types, result_type, consts):
+def _grid_lower(cg, call, args):
+    consts, result_type = call.consts, call.result_type
     vals = []
     for axis in "xyz"[:consts[0]]:
         block = _wide(cg, f"ctaid.{axis}")
@@ -61,7 +63,8 @@ def _grid_lower(cg, args, arg_types, result_type, consts):
     return KValue(result_type, vals)
 
 
-def _gridsize_lower(cg, args, arg_types, result_type, consts):
+def _gridsize_lower(cg, call, args):
+    consts, result_type = call.consts, call.result_type
     vals = []
     for axis in "xyz"[:consts[0]]:
         vals.append(cg.b.binop("mul", _wide(cg, f"ntid.{axis}"), _wide(cg, f"nctaid.{axis}")))
@@ -72,7 +75,7 @@ register("grid", _ndim_infer, _grid_lower)
 register("gridsize", _ndim_infer, _gridsize_lower)
 
 
-def _sync_lower(cg, args, arg_types, result_type, consts):
+def _sync_lower(cg, call, args):
     cg.mcg.module.declare("llvm.nvvm.barrier0", ll.FunctionType(ll.void, []),
                           attributes="convergent nounwind")
     cg.b.call("llvm.nvvm.barrier0", ll.FunctionType(ll.void, []), [])

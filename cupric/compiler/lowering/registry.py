@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-__all__ = ["Rule", "RULES", "register", "rule_for"]
+__all__ = ["Rule", "RULES", "Call", "register", "rule_for"]
 
 
 @dataclass(frozen=True)
@@ -23,12 +23,15 @@ class Rule:
     name : str
         The intrinsic's dotted name (`"threadIdx.x"`, `"syncthreads"`).
     infer : callable
-        `infer(arg_types: list[Type], const_args: list) -> Type`; `const_args[i]` is the
-        Python value of argument i when it is a compile-time constant, else None. Raises
-        `TypeError` with a message for the user when the arguments do not fit.
+        `infer(call) -> Type` where `call` (a `Call`) holds `arg_types`, `consts` (the
+        Python value of each argument that is a compile-time constant, else None) and
+        `keywords` (name -> constant value; keyword arguments of intrinsics must be
+        constants). Raises `TypeError` with a message for the user when the arguments
+        do not fit.
     lower : callable
-        `lower(cg, args: list[KValue], arg_types, result_type, const_args) -> KValue`
-        where `cg` is the function codegen (`cupric.compiler.codegen.function`).
+        `lower(cg, call, args: list[KValue]) -> KValue` where `cg` is the function
+        codegen (`cupric.compiler.codegen.function.FunctionCodegen`) and `call` also
+        carries `result_type`.
     writes : frozenset of int
         Indices of array arguments the intrinsic writes through (atomics, stores). Arrays
         passed anywhere else stay eligible for the read-only data path.
@@ -38,6 +41,28 @@ class Rule:
     infer: Callable
     lower: Callable
     writes: frozenset = field(default_factory=frozenset)
+
+
+class Call:
+    """One call site of an intrinsic, as rules see it."""
+
+    __slots__ = ("arg_types", "consts", "keywords", "result_type", "node")
+
+    def __init__(self, arg_types, consts, keywords, node=None) -> None:
+        self.arg_types = list(arg_types)
+        self.consts = list(consts)
+        self.keywords = dict(keywords)
+        self.result_type = None
+        self.node = node
+
+    def keyword(self, name: str, default, allowed=None):
+        """The constant value of keyword `name` (or `default`), checked against
+        `allowed`."""
+        value = self.keywords.get(name, default)
+        if allowed is not None and value not in allowed:
+            raise TypeError(f"{name}= must be one of {', '.join(map(repr, allowed))}, got "
+                            f"{value!r}")
+        return value
 
 
 RULES: dict[str, Rule] = {}

@@ -20,7 +20,7 @@ import numpy as np
 from cupric.compiler.frontend.resolve import MISSING, is_constant_value, lookup
 from cupric.compiler.frontend.source import FunctionSource
 from cupric.compiler.lowering.mathlib import MATH, MATH_CONSTANTS
-from cupric.compiler.lowering.registry import rule_for
+from cupric.compiler.lowering.registry import Call, rule_for
 from cupric.compiler.typing.ktypes import (NONE, WEAK_FLOAT, WEAK_INT, ObjectType, StructType,
                                            TupleType, WeakType, is_numeric, is_scalar,
                                            materialize)
@@ -526,7 +526,7 @@ class Typer:
             if obj is math and attr in MATH_CONSTANTS:
                 return self._const(node, MATH_CONSTANTS[attr])
             if isinstance(obj, Dim3) and attr in ("x", "y", "z"):
-                return self._intrinsic_call(node, obj.component(attr), [], [])
+                return self._intrinsic_call(node, obj.component(attr), [], [], {})
             value = getattr(obj, attr, MISSING)
             if value is MISSING:
                 raise self.error(node, f"{_describe(base)} has no attribute '{attr}'")
@@ -705,10 +705,10 @@ class Typer:
             return UNKNOWN
         if not isinstance(ft, ObjectType):
             raise self.error(node.func, f"{_describe(ft)} is not callable")
-        if node.keywords:
+        obj = ft.obj
+        if node.keywords and not isinstance(obj, Intrinsic):
             raise self.error(node.keywords[0], "keyword arguments are not supported in "
                              "kernel calls; pass arguments by position")
-        obj = ft.obj
         arg_types = [self.expr(a) for a in node.args]
         consts = [self.fn.consts.get(a) for a in node.args]
         if UNKNOWN in arg_types:
@@ -726,7 +726,16 @@ class Typer:
         if obj in MATH:
             return self._math(node, MATH[obj], arg_types)
         if isinstance(obj, Intrinsic):
-            return self._intrinsic_call(node, obj, arg_types, consts)
+            keywords = {}
+            for kw in node.keywords:
+                if kw.arg is None:
+                    raise self.error(kw, "**keywords are not supported in kernels")
+                self.expr(kw.value)
+                if kw.value not in self.fn.consts:
+                    raise self.error(kw.value, f"the keyword argument {kw.arg}= must be a "
+                                     "compile-time constant")
+                keywords[kw.arg] = self.fn.consts[kw.value]
+            return self._intrinsic_call(node, obj, arg_types, consts, keywords)
         if getattr(obj, "_cupric_device_function", False):
             return self._device_call(node, obj, arg_types)
         if getattr(obj, "_cupric_kernel", False):
@@ -773,16 +782,19 @@ class Typer:
             return bool_
         return ft
 
-    def _intrinsic_call(self, node, intrinsic: Intrinsic, arg_types, consts) -> Type:
+    def _intrinsic_call(self, node, intrinsic: Intrinsic, arg_types, consts,
+                        keywords) -> Type:
         rule = rule_for(intrinsic.name)
         if rule is None:
             raise self.error(node, f"cupric.device.{intrinsic.name} has no compiler lowering "
                              "(it runs only in the simulator for now)")
+        call = Call(arg_types, consts, keywords, node)
         try:
-            t = rule.infer(list(arg_types), list(consts))
+            t = rule.infer(call)
         except TypeError as exc:
             raise self.error(node, f"{intrinsic.name}: {exc}") from None
-        self.fn.targets[node] = ("intrinsic", rule, list(arg_types))
+        call.result_type = t
+        self.fn.targets[node] = ("intrinsic", rule, call)
         if isinstance(node, ast.Call):
             for i in rule.writes:
                 if i < len(node.args) and isinstance(node.args[i], ast.Name):
