@@ -239,8 +239,8 @@ def default_pool(device=None) -> MemoryPool:
     ordinal = _ordinal(device)
     from .device import Device
     dev = Device(ordinal)
-    dev.make_current()
-    handle = check(driver().cuDeviceGetDefaultMemPool(dev.handle))
+    with dev.primary_context():  # pushed for the call, popped after: current is unchanged
+        handle = check(driver().cuDeviceGetDefaultMemPool(dev.handle))
     return MemoryPool._wrap(handle, ordinal, owned=False)
 
 
@@ -249,8 +249,8 @@ def current_pool(device=None) -> MemoryPool:
     ordinal = _ordinal(device)
     from .device import Device
     dev = Device(ordinal)
-    dev.make_current()
-    handle = check(driver().cuDeviceGetMemPool(dev.handle))
+    with dev.primary_context():
+        handle = check(driver().cuDeviceGetMemPool(dev.handle))
     return MemoryPool._wrap(handle, ordinal, owned=False)
 
 
@@ -268,7 +268,6 @@ def create_pool(device=None, options: PoolOptions | None = None) -> MemoryPool:
         raise TypeError(f"options must be a PoolOptions, got {type(options).__name__}")
     ordinal = _ordinal(device)
     from .device import Device
-    Device(ordinal).make_current()
     d = driver()
     props = d.CUmemPoolProps()
     props.allocType = d.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
@@ -277,7 +276,8 @@ def create_pool(device=None, options: PoolOptions | None = None) -> MemoryPool:
     props.location.id = ordinal
     if options.max_size:
         props.maxSize = options.max_size
-    handle = check(d.cuMemPoolCreate(props))
+    with Device(ordinal).primary_context():
+        handle = check(d.cuMemPoolCreate(props))
     pool = MemoryPool._wrap(handle, ordinal, owned=True)
     if options.release_threshold is not None:
         pool.release_threshold = options.release_threshold
@@ -310,9 +310,9 @@ def enable_peer_access(peer, device=None) -> None:
     other = Device(peer)
     if other.ordinal == dev.ordinal:
         raise ValueError(f"device {dev.ordinal} cannot be its own peer")
-    dev.make_current()
     peer_context = other.primary_context().handle
-    result = driver().cuCtxEnablePeerAccess(peer_context, 0)
+    with dev.primary_context():  # the calling thread's current context is left as it was
+        result = driver().cuCtxEnablePeerAccess(peer_context, 0)
     if int(result[0]) == _PEER_ACCESS_ALREADY_ENABLED:
         return  # the requested state already holds: the call's purpose is met
     check(result)
@@ -324,8 +324,9 @@ def disable_peer_access(peer, device=None) -> None:
     from .device import Device
     dev = Device(_ordinal(device))
     other = Device(peer)
-    dev.make_current()
-    result = driver().cuCtxDisablePeerAccess(other.primary_context().handle)
+    peer_context = other.primary_context().handle
+    with dev.primary_context():
+        result = driver().cuCtxDisablePeerAccess(peer_context)
     if int(result[0]) == _PEER_ACCESS_NOT_ENABLED:
         return  # the requested state already holds
     check(result)

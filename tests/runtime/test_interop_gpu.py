@@ -223,3 +223,26 @@ def test_host_arrays_are_refused_with_advice(rt, torch):
         as_device_array(np.zeros(3))
     with pytest.raises(TypeError, match="to_device|non-CUDA"):
         as_device_array(torch.zeros(3))
+
+
+def test_dlpack_copy_true_exports_a_fresh_copy(rt, rng):
+    from cupric.runtime import memory as m
+    from cupric.runtime.dlpack import from_dlpack
+    data = rng.standard_normal((10, 3))
+    buf = m.to_device(data)
+    copied = from_dlpack(buf.__dlpack__(copy=True, max_version=(1, 0), stream=-1))
+    assert copied.ptr != buf.ptr
+    np.testing.assert_array_equal(copied.to_numpy(), data)
+    same = from_dlpack(buf)
+    assert same.ptr == buf.ptr
+    same.close()  # hands the tensor back; the memory stays buf's
+    np.testing.assert_array_equal(buf.to_numpy(), data)
+
+
+def test_cupy_takes_managed_memory_by_dlpack(rt, cp, rng):
+    from cupric.runtime import managed as mg
+    data = rng.standard_normal(256).astype(np.float32)
+    managed = mg.managed_array(data)
+    x = cp.from_dlpack(managed)
+    assert x.data.ptr == managed.ptr
+    np.testing.assert_array_equal(cp.asnumpy(x), data)

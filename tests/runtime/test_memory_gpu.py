@@ -354,8 +354,9 @@ def test_peer_access_between_two_gpus(rt, rng):
     rt.Device(0).synchronize()
     np.testing.assert_array_equal(dst.to_numpy(), data)
     # Unified addressing: a plain device-to-device copy crosses devices too.
-    also.copy_from(src, stream=s1)
-    s1.synchronize()
+    with rt.Device(1).primary_context():
+        also.copy_from(src, stream=s1)
+        s1.synchronize()
     np.testing.assert_array_equal(also.to_numpy(), data)
     # A pool of device 0 opened to device 1.
     pool = pl.create_pool(0)
@@ -365,9 +366,11 @@ def test_peer_access_between_two_gpus(rt, rng):
     np.testing.assert_array_equal(pooled.to_numpy(), data)
     pooled.close()
     pool.close()
-    also.close(stream=s1)
-    s1.synchronize()
-    s1.close()
+    with rt.Device(1).primary_context():
+        also.close(stream=s1)
+        s1.synchronize()
+        s1.close()
+    assert rt.current_device().ordinal == 0  # peer calls leave the current context alone
     pl.disable_peer_access(1, 0)
     pl.disable_peer_access(1, 0)  # idempotent
     pl.disable_peer_access(0, 1)
