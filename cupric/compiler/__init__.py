@@ -4,7 +4,8 @@ Frontend: `kernel`/`device_function` (kernel.py), parsing and name resolution
 (frontend/), type inference (typing/), the pure-Python IR builder (ir/), codegen
 (codegen/), intrinsic and math lowering tables (lowering/), the command line (cli.py).
 Backend: toolchain discovery, options, libNVVM, linking, targets and the kernel cache.
-Names here load lazily so importing the package stays cheap.
+Names here load lazily so importing the package stays cheap. (`cupric.kernel` is the
+decorator; `cupric.compiler.kernel` is the module that defines it.)
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import importlib
 
 _LAZY = {
-    "kernel": ("cupric.compiler.kernel", "kernel"),
     "device_function": ("cupric.compiler.kernel", "device_function"),
     "Kernel": ("cupric.compiler.kernel", "Kernel"),
     "DeviceFunction": ("cupric.compiler.kernel", "DeviceFunction"),

@@ -1,0 +1,113 @@
+"""`python -m cupric compile`: compile one kernel of a Python file for one signature and
+write its NVVM IR, PTX or cubin, the way `nvcc -ptx` or `cargo build` would, without a GPU.
+
+    python -m cupric compile FILE::KERNEL --signature "f32, Array[f32, 1, 'C']" \\
+        --arch sm_90 --emit nvvm-ir|ptx|cubin [-o OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+
+__all__ = ["main", "load_kernel"]
+
+_EMITS = ("nvvm-ir", "ptx", "cubin")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m cupric compile",
+        description="Compile a cupric kernel to NVVM IR, PTX or cubin.")
+    p.add_argument("target", metavar="FILE::KERNEL",
+                   help="the Python file and the name of the kernel in it")
+    p.add_argument("--signature", "-s", default=None,
+                   help="parameter types, e.g. \"f32, Array[f32, 1, 'C']\" (default: the "
+                   "kernel's annotations, when all are concrete)")
+    p.add_argument("--arch", default="sm_90", help="target architecture (default sm_90)")
+    p.add_argument("--emit", choices=_EMITS, default="ptx", help="what to write")
+    p.add_argument("-o", "--output", default=None,
+                   help="output file (default: standard output; required for cubin)")
+    p.add_argument("-O", "--opt-level", type=int, default=3, choices=range(4))
+    p.add_argument("--lineinfo", action="store_true", help="map PTX lines to Python lines")
+    p.add_argument("--debug", "-g", action="store_true", help="full debug information")
+    p.add_argument("--fast-math", action="store_true", help="fast, less exact float math")
+    p.add_argument("--may-alias", action="store_true",
+                   help="compile the variant for arrays that may overlap (no noalias, no "
+                   "read-only cache loads)")
+    return p
+
+
+def load_kernel(target: str):
+    """The kernel named by `FILE::KERNEL` (the file is imported as a module).
+
+    Raises
+    ------
+    ValueError
+        Malformed target, missing file or name, or a name that is not a kernel.
+    """
+    from cupric.compiler.kernel import Kernel, kernel
+
+    path, sep, name = target.rpartition("::")
+    if not sep or not path or not name:
+        raise ValueError(f"expected FILE::KERNEL, got {target!r}")
+    if not os.path.isfile(path):
+        raise ValueError(f"no such file: {path}")
+    module_name = "_cupric_cli_" + os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    spec.loader.exec_module(module)
+    obj = getattr(module, name, None)
+    if obj is None:
+        raise ValueError(f"{path} has no name {name!r}")
+    if isinstance(obj, Kernel):
+        return obj
+    if callable(getattr(obj, "__code__", None)) or hasattr(obj, "__code__"):
+        return kernel(obj)
+    raise ValueError(f"{path}::{name} is not a kernel (a {type(obj).__name__})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the process exit status."""
+    args = _parser().parse_args(argv)
+    from cupric.compiler.errors import CompilerError
+
+    if args.emit == "cubin" and args.output is None:
+        print("cupric compile: --emit cubin needs -o FILE", file=sys.stderr)
+        return 2
+    try:
+        kern = load_kernel(args.target)
+        from cupric.compiler.kernel import Kernel
+
+        kern = Kernel(kern.py_func, debug=args.debug, lineinfo=args.lineinfo,
+                      fast_math=args.fast_math, opt_level=args.opt_level, arch=args.arch,
+                      c_division=kern.c_division)
+        noalias = not args.may_alias
+        if args.emit == "nvvm-ir":
+            out = kern.inspect_ir(args.signature, noalias=noalias)
+        else:
+            spec = kern.specialize(args.signature, noalias=noalias)
+            from cupric.compiler import backend
+
+            options = kern.options.resolve(args.arch)
+            want = ("ptx",) if args.emit == "ptx" else ("cubin",)
+            artifact = backend.build(spec.ir, options=options, want=want, cache=False)
+            out = artifact.ptx if args.emit == "ptx" else artifact.cubin
+    except (CompilerError, ValueError, TypeError) as exc:
+        print(f"cupric compile: {exc}", file=sys.stderr)
+        return 1
+    if args.output is None:
+        sys.stdout.write(out)
+    else:
+        mode = "wb" if isinstance(out, bytes) else "w"
+        with open(args.output, mode) as f:
+            f.write(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

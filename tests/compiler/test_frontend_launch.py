@@ -1,0 +1,143 @@
+"""The launch path without a GPU: argument flattening per the Kernel ABI, specialization
+keys, the alias check that picks the noalias/read-only variant, runtime parameter types,
+and the simulator fallback."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+import cupric
+from cupric.compiler.typing.ktypes import StructType, TupleType
+from cupric.types import Array, bool_, f32, i32, i64
+
+kmod = importlib.import_module("cupric.compiler.kernel")
+
+
+class FakeBuffer:
+    """Quacks like cupric.runtime.DeviceBuffer (ptr, shape, strides in bytes, dtype)."""
+
+    def __init__(self, ptr, shape, dtype=np.float32, strides=None):
+        self.ptr = ptr
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.itemsize = self.dtype.itemsize
+        if strides is None:
+            strides, acc = [], self.itemsize
+            for n in reversed(self.shape):
+                strides.insert(0, acc)
+                acc *= n
+        self.strides = tuple(strides)
+
+
+def test_array_flattening_and_key():
+    flat, extents = [], []
+    buf = FakeBuffer(0x1000, (4, 8))
+    key = kmod._arg_parts(buf, flat, extents, 0)
+    assert flat == [0x1000, 4, 8, 8, 1]  # strides in elements
+    assert key == (np.dtype(np.float32), 2, "C")
+    assert extents == [(0x1000, 0x1000 + 4 * 8 * 4, 0)]
+    t = FakeBuffer(0x1000, (8, 4), strides=(4, 32))
+    assert kmod._arg_parts(t, [], [], 0)[2] == "F"
+
+
+def test_scalars_tuples_and_bad_strides():
+    flat = []
+    key = kmod._arg_parts((1, 2.0, True), flat, [], 0)
+    assert key == (tuple, int, float, bool) and flat == [1, 2.0, True]
+    with pytest.raises(TypeError, match="not a multiple of the item size"):
+        kmod._arg_parts(FakeBuffer(0, (4,), strides=(6,)), [], [], 0)
+    with pytest.raises(TypeError, match="host NumPy array"):
+        kmod._arg_parts(np.zeros(3), [], [], 0)
+
+
+def test_alias_check():
+    a = FakeBuffer(0x1000, (256,))
+    b = FakeBuffer(0x2000, (256,))
+    overlap = FakeBuffer(0x1000 + 512, (256,))
+    ext = []
+    for i, buf in enumerate((a, b)):
+        kmod._arg_parts(buf, [], ext, i)
+    assert kmod._disjoint(ext, frozenset({1}))
+    ext2 = []
+    for i, buf in enumerate((a, overlap)):
+        kmod._arg_parts(buf, [], ext2, i)
+    assert not kmod._disjoint(ext2, frozenset({1}))
+    assert kmod._disjoint(ext2, frozenset())  # read-only overlap is harmless
+    # The same array passed twice and written: may alias.
+    ext3 = []
+    for i, buf in enumerate((a, a)):
+        kmod._arg_parts(buf, [], ext3, i)
+    assert not kmod._disjoint(ext3, frozenset({0}))
+
+
+def test_param_types_follow_the_abi():
+    point = StructType(np.dtype([("x", np.float32), ("n", np.int64)], align=True))
+    types = [f32, Array[f32, 2, "C"], bool_, TupleType([i32, i64]), point]
+    assert kmod.param_types(types) == ["f32", "ptr", "i64", "i64", "i64", "i64", "bool",
+                                       "i32", "i64", ("bytes", 16, 8)]
+
+
+@cupric.kernel
+def _copy(x: Array[f32, 1], y: Array[f32, 1]):
+    i = cupric.device.grid(1)
+    if i < len(x):
+        y[i] = x[i]
+
+
+def test_writes_decide_read_only_arrays():
+    spec = _copy.specialize("Array[f32, 1, 'C'], Array[f32, 1, 'C']")
+    assert spec.typed.writes == {1}
+    assert spec.arg_types[0].readonly and not spec.arg_types[1].readonly
+    plain = _copy.specialize("Array[f32, 1, 'C'], Array[f32, 1, 'C']", noalias=False)
+    assert not plain.arg_types[0].readonly
+
+
+def test_writes_through_device_functions_and_aliases():
+    @cupric.device_function
+    def put(a, i, v):
+        a[i] = v
+
+    @cupric.kernel
+    def k(x: Array[f32, 1], y: Array[f32, 1], z: Array[f32, 1]):
+        w = z
+        put(x, 0, 1.0)
+        w[0] = y[0]
+
+    spec = k.specialize("Array[f32, 1, 'C'], Array[f32, 1, 'C'], Array[f32, 1, 'C']")
+    assert spec.typed.writes == {0, 2}
+
+
+def test_simulator_fallback_without_gpu(monkeypatch, capsys):
+    monkeypatch.setattr(kmod, "_SIMULATOR", [True])
+    monkeypatch.setattr(kmod, "_SIM_NOTICE", [False])
+    seen = []
+    import cupric.simulator as sim
+    monkeypatch.setattr(sim, "launch", lambda f, g, b, a, shared_bytes=0: seen.append(
+        (f, g, b, a, shared_bytes)))
+    x = np.arange(4, dtype=np.float32)
+    y = np.zeros(4, np.float32)
+    _copy[1, 4](x, y)
+    _copy[(1,), (4,), None, 16](x, y)
+    assert seen[0][:3] == (_copy.py_func, 1, 4) and seen[1][4] == 16
+    err = capsys.readouterr().err
+    assert err.count("CPU simulator") == 1
+
+
+def test_simulate_and_launch_keywords(monkeypatch):
+    seen = []
+    import cupric.simulator as sim
+    monkeypatch.setattr(sim, "launch", lambda f, g, b, a, shared_bytes=0: seen.append(g))
+    monkeypatch.setattr(kmod, "_SIMULATOR", [True])
+    _copy.simulate[2, 32](np.zeros(2, np.float32), np.zeros(2, np.float32))
+    _copy.launch(np.zeros(2, np.float32), np.zeros(2, np.float32), grid=3, block=32)
+    assert seen == [2, 3]
+
+
+def test_device_function_runs_as_python():
+    @cupric.device_function
+    def twice(v):
+        return 2 * v
+    assert twice(21) == 42
