@@ -411,6 +411,8 @@ def device_algorithm(algorithm) -> DeviceAlgorithm:
 # Each factory returns `thread(t, ...)`: everything one GPU thread does for stream t. The
 # kernels (`_kernel_*`) only find t and guard it, so the bodies can also run in a plain
 # loop over t. Element k*S + t of a fill belongs to stream t (S = number of streams).
+# Float fills write shift + scale * v (shift 0, scale 1 for the standard distributions;
+# the compiler may fuse that into one fma, which leaves v exact in the standard case).
 
 def _bits_body(da: DeviceAlgorithm, wide: bool):
     load, store = da.fn("load"), da.fn("store")
@@ -435,27 +437,27 @@ def _uniform_body(da: DeviceAlgorithm, wide: bool):
     if wide:
         draw = da.fn("u64")
 
-        def thread(t, states, out):
+        def thread(t, states, out, shift, scale):
             n_streams = states.shape[1]
             n = out.size
             st = load(states, t)
             i = t
             while i < n:
                 x, st = draw(st)
-                out[i] = f64(x >> 11) * _F64_SCALE
+                out[i] = shift + scale * (f64(x >> 11) * _F64_SCALE)
                 i += n_streams
             store(states, t, st)
     else:
         draw = da.fn("u32")
 
-        def thread(t, states, out):
+        def thread(t, states, out, shift, scale):
             n_streams = states.shape[1]
             n = out.size
             st = load(states, t)
             i = t
             while i < n:
                 x, st = draw(st)
-                out[i] = f32(x >> 8) * _F32_SCALE
+                out[i] = shift + scale * (f32(x >> 8) * _F32_SCALE)
                 i += n_streams
             store(states, t, st)
 
@@ -468,7 +470,7 @@ def _normal_body(da: DeviceAlgorithm, wide: bool):
     if wide:
         draw = da.fn("u64")
 
-        def thread(t, states, out):
+        def thread(t, states, out, shift, scale):
             n_streams = states.shape[1]
             n = out.size
             st = load(states, t)
@@ -480,15 +482,15 @@ def _normal_body(da: DeviceAlgorithm, wide: bool):
                 u2 = 1.0 - f64(x2 >> 11) * _F64_SCALE
                 r = math.sqrt(-2.0 * math.log(u1))
                 sin_t, cos_t = math.sin(_TWO_PI * u2), math.cos(_TWO_PI * u2)
-                out[i] = r * cos_t
+                out[i] = shift + scale * (r * cos_t)
                 if i + n_streams < n:
-                    out[i + n_streams] = r * sin_t
+                    out[i + n_streams] = shift + scale * (r * sin_t)
                 i += 2 * n_streams
             store(states, t, st)
     else:
         draw = da.fn("u32")
 
-        def thread(t, states, out):
+        def thread(t, states, out, shift, scale):
             n_streams = states.shape[1]
             n = out.size
             st = load(states, t)
@@ -500,9 +502,9 @@ def _normal_body(da: DeviceAlgorithm, wide: bool):
                 u2 = f32(1.0) - f32(x2 >> 8) * _F32_SCALE
                 r = math.sqrt(f32(-2.0) * math.log(u1))
                 sin_t, cos_t = math.sin(f32(_TWO_PI) * u2), math.cos(f32(_TWO_PI) * u2)
-                out[i] = r * cos_t
+                out[i] = shift + scale * (r * cos_t)
                 if i + n_streams < n:
-                    out[i + n_streams] = r * sin_t
+                    out[i + n_streams] = shift + scale * (r * sin_t)
                 i += 2 * n_streams
             store(states, t, st)
 
@@ -515,27 +517,27 @@ def _exponential_body(da: DeviceAlgorithm, wide: bool):
     if wide:
         draw = da.fn("u64")
 
-        def thread(t, states, out):
+        def thread(t, states, out, shift, scale):
             n_streams = states.shape[1]
             n = out.size
             st = load(states, t)
             i = t
             while i < n:
                 x, st = draw(st)
-                out[i] = -math.log(1.0 - f64(x >> 11) * _F64_SCALE)
+                out[i] = shift + scale * -math.log(1.0 - f64(x >> 11) * _F64_SCALE)
                 i += n_streams
             store(states, t, st)
     else:
         draw = da.fn("u32")
 
-        def thread(t, states, out):
+        def thread(t, states, out, shift, scale):
             n_streams = states.shape[1]
             n = out.size
             st = load(states, t)
             i = t
             while i < n:
                 x, st = draw(st)
-                out[i] = -math.log(f32(1.0) - f32(x >> 8) * _F32_SCALE)
+                out[i] = shift + scale * -math.log(f32(1.0) - f32(x >> 8) * _F32_SCALE)
                 i += n_streams
             store(states, t, st)
 
@@ -647,6 +649,14 @@ def _kernel_fill(thread):
     return kernel
 
 
+def _kernel_affine(thread):
+    def kernel(states, out, shift, scale):
+        t = grid(1)
+        if t < states.shape[1]:
+            thread(t, states, out, shift, scale)
+    return kernel
+
+
 def _kernel_integers(thread):
     def kernel(states, out, low, span, threshold):
         t = grid(1)
@@ -677,11 +687,11 @@ def _build(kind: str, da: DeviceAlgorithm, wrap) -> tuple:
         body = _bits_body(da, kind == "bits64")
         return wrap(body), _kernel_fill
     if kind in ("uniform_f32", "uniform_f64"):
-        return wrap(_uniform_body(da, kind.endswith("64"))), _kernel_fill
+        return wrap(_uniform_body(da, kind.endswith("64"))), _kernel_affine
     if kind in ("normal_f32", "normal_f64"):
-        return wrap(_normal_body(da, kind.endswith("64"))), _kernel_fill
+        return wrap(_normal_body(da, kind.endswith("64"))), _kernel_affine
     if kind in ("exponential_f32", "exponential_f64"):
-        return wrap(_exponential_body(da, kind.endswith("64"))), _kernel_fill
+        return wrap(_exponential_body(da, kind.endswith("64"))), _kernel_affine
     if kind == "integers32":
         return wrap(_integers_body(da, False, u32)), _kernel_integers
     if kind == "integers32_to64":

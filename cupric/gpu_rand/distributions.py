@@ -67,14 +67,25 @@ def fill_bits(algorithm, state: np.ndarray, out: np.ndarray) -> None:
     _fill(alg, state, flat, lambda s: draw(alg, s)[None], 1)
 
 
-def fill_uniform(algorithm, state: np.ndarray, out: np.ndarray) -> None:
-    """Uniform [0, 1) floats: float32 from ``next_u32``, float64 from ``next_u64``."""
+def _affine(values: np.ndarray, dtype: np.dtype, shift: float, scale: float) -> np.ndarray:
+    """shift + scale * values in `dtype`, as the device kernels write it."""
+    v = values.astype(dtype, copy=False)
+    return dtype.type(shift) + dtype.type(scale) * v
+
+
+def fill_uniform(algorithm, state: np.ndarray, out: np.ndarray,
+                 shift: float = 0.0, scale: float = 1.0) -> None:
+    """shift + scale * U, U uniform in [0, 1): float32 from ``next_u32``, float64 from
+    ``next_u64`` (the standard construction, exact for shift 0 and scale 1)."""
     alg = _alg.get(algorithm)
     flat = _check_out(out, (np.dtype(np.float32), np.dtype(np.float64)))
-    if flat.dtype == np.float32:
-        _fill(alg, state, flat, lambda s: u32_to_f32(draw_u32(alg, s))[None], 1)
+    dt = flat.dtype
+    if dt == np.float32:
+        _fill(alg, state, flat,
+              lambda s: _affine(u32_to_f32(draw_u32(alg, s)), dt, shift, scale)[None], 1)
     else:
-        _fill(alg, state, flat, lambda s: u64_to_f64(draw_u64(alg, s))[None], 1)
+        _fill(alg, state, flat,
+              lambda s: _affine(u64_to_f64(draw_u64(alg, s)), dt, shift, scale)[None], 1)
 
 
 def _uniform_open_closed(alg, s, f32: bool) -> np.ndarray:
@@ -84,8 +95,9 @@ def _uniform_open_closed(alg, s, f32: bool) -> np.ndarray:
     return 1.0 - u64_to_f64(draw_u64(alg, s))
 
 
-def fill_normal(algorithm, state: np.ndarray, out: np.ndarray) -> None:
-    """Standard normal variates by Box–Muller, both values of each pair used.
+def fill_normal(algorithm, state: np.ndarray, out: np.ndarray,
+                shift: float = 0.0, scale: float = 1.0) -> None:
+    """shift + scale * Z, Z standard normal by Box–Muller, both values of each pair used.
 
     Each pair takes u1 then u2 from the stream (24-bit uniforms for float32, 53-bit for
     float64) and gives r*cos(2 pi u2), r*sin(2 pi u2) with r = sqrt(-2 ln(1 - u1)).
@@ -102,18 +114,25 @@ def fill_normal(algorithm, state: np.ndarray, out: np.ndarray) -> None:
         u2 = _uniform_open_closed(alg, s, f32)  # (0, 1]: the angle's range is immaterial
         r = np.sqrt(-2.0 * np.log(u1))
         theta = TWO_PI * u2
-        return np.stack([r * np.cos(theta), r * np.sin(theta)]).astype(flat.dtype)
+        z = np.stack([r * np.cos(theta), r * np.sin(theta)]).astype(flat.dtype)
+        return _affine(z, flat.dtype, shift, scale)
 
     _fill(alg, state, flat, pair, 2)
 
 
-def fill_exponential(algorithm, state: np.ndarray, out: np.ndarray) -> None:
-    """Standard exponential variates, -ln(1 - U) (inversion; largest 16.6 for float32)."""
+def fill_exponential(algorithm, state: np.ndarray, out: np.ndarray,
+                     shift: float = 0.0, scale: float = 1.0) -> None:
+    """shift + scale * E, E = -ln(1 - U) standard exponential (inversion; E <= 16.6 for
+    float32, 36.7 for float64)."""
     alg = _alg.get(algorithm)
     flat = _check_out(out, (np.dtype(np.float32), np.dtype(np.float64)))
     f32 = flat.dtype == np.float32
-    _fill(alg, state, flat,
-          lambda s: (-np.log(_uniform_open_closed(alg, s, f32))).astype(flat.dtype)[None], 1)
+
+    def draw(s):
+        e = (-np.log(_uniform_open_closed(alg, s, f32))).astype(flat.dtype)
+        return _affine(e, flat.dtype, shift, scale)[None]
+
+    _fill(alg, state, flat, draw, 1)
 
 
 def lemire_threshold(span: int, bits: int) -> int:

@@ -11,9 +11,9 @@ pytest.importorskip("cupric.compiler.kernel", reason="the compiler front end is 
 
 SIGNATURES = {
     "bits32": "W2, Array[u32, 1, 'C']", "bits64": "W2, Array[u64, 1, 'C']",
-    "uniform_f32": "W2, Array[f32, 1, 'C']", "uniform_f64": "W2, Array[f64, 1, 'C']",
-    "normal_f32": "W2, Array[f32, 1, 'C']", "normal_f64": "W2, Array[f64, 1, 'C']",
-    "exponential_f32": "W2, Array[f32, 1, 'C']", "exponential_f64": "W2, Array[f64, 1, 'C']",
+    "uniform_f32": "W2, Array[f32, 1, 'C'], f32, f32", "uniform_f64": "W2, Array[f64, 1, 'C'], f64, f64",
+    "normal_f32": "W2, Array[f32, 1, 'C'], f32, f32", "normal_f64": "W2, Array[f64, 1, 'C'], f64, f64",
+    "exponential_f32": "W2, Array[f32, 1, 'C'], f32, f32", "exponential_f64": "W2, Array[f64, 1, 'C'], f64, f64",
     "integers32": "W2, Array[u32, 1, 'C'], u64, u64, u64",
     "integers32_to64": "W2, Array[u64, 1, 'C'], u64, u64, u64",
     "integers64": "W2, Array[u64, 1, 'C'], u64, u64, u64",

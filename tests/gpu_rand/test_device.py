@@ -40,9 +40,22 @@ def test_fills_bit_exact(name, kind, dtype, fill, rng):
     dev_state = host_state.copy()
     want, got = np.zeros(17, dtype), np.zeros(17, dtype)
     fill(name, host_state, want)
-    run_body(kind, name, dev_state, got)
+    affine = (dtype(0.0), dtype(1.0)) if kind.startswith("uniform") else ()
+    run_body(kind, name, dev_state, got, *affine)
     assert np.array_equal(got, want)
     assert np.array_equal(dev_state, host_state)
+
+
+@pytest.mark.parametrize("kind, dtype", [("uniform_f32", np.float32),
+                                         ("uniform_f64", np.float64)])
+def test_uniform_affine(kind, dtype, rng):
+    name = "xoshiro128**"
+    host_state = seeded(name, rng)
+    dev_state = host_state.copy()
+    want, got = np.zeros(17, dtype), np.zeros(17, dtype)
+    distributions.fill_uniform(name, host_state, want, -2.0, 5.0)
+    run_body(kind, name, dev_state, got, dtype(-2.0), dtype(5.0))
+    assert np.array_equal(got, want)  # without fma contraction (Python) the same roundings
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -79,8 +92,8 @@ def test_transcendental_fills_close(name, kind, dtype, fill, rng):
     host_state = seeded(name, rng)
     dev_state = host_state.copy()
     want, got = np.zeros(23, dtype), np.zeros(23, dtype)
-    fill(name, host_state, want)
-    run_body(kind, name, dev_state, got)
+    fill(name, host_state, want, 1.5, 2.0)
+    run_body(kind, name, dev_state, got, dtype(1.5), dtype(2.0))
     tol = 4e-6 if dtype == np.float32 else 1e-13
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
     assert np.array_equal(dev_state, host_state)
@@ -131,7 +144,7 @@ def test_simulator_kernels(name, rng):
     want, got = np.zeros(173, np.float32), np.zeros(173, np.float32)
     distributions.fill_uniform(name, host_state, want)
     _, kernel = device.kernel_function("uniform_f32", name)
-    launch(kernel, (2,), (32,), (dev_state, got))
+    launch(kernel, (2,), (32,), (dev_state, got, np.float32(0.0), np.float32(1.0)))
     assert np.array_equal(got, want) and np.array_equal(dev_state, host_state)
 
     base = host_state[:, :1].copy()
@@ -149,7 +162,8 @@ def test_simulator_normal_and_wide_integers(rng):
     dev_state = host_state.copy()
     want, got = np.zeros(101, np.float32), np.zeros(101, np.float32)
     distributions.fill_normal(name, host_state, want)
-    launch(device.kernel_function("normal_f32", name)[1], (2,), (32,), (dev_state, got))
+    launch(device.kernel_function("normal_f32", name)[1], (2,), (32,),
+           (dev_state, got, np.float32(0.0), np.float32(1.0)))
     np.testing.assert_allclose(got, want, rtol=4e-6, atol=4e-6)
     assert np.array_equal(dev_state, host_state)
 
