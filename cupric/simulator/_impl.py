@@ -187,10 +187,10 @@ def _syncwarp(s, mask=FULL):
 
 @implements("warp.activemask")
 def _activemask(s):
-    existing = _existing_lanes(s)
-    if s.live is not None:
-        existing &= ~s.sync.warps[s.lin >> 5].exited
-    return np.uint32(existing)
+    if s.live is None:
+        # Running serially, the warp is converged: every lane that exists is active.
+        return np.uint32(_existing_lanes(s))
+    return np.uint32(s.live.activemask(s, _user_site()))
 
 
 @implements("warp.shfl_idx")

@@ -44,12 +44,14 @@ class _Barrier:
 
 
 class _WarpSync:
-    __slots__ = ("existing", "exited", "pending")
+    __slots__ = ("existing", "exited", "pending", "members", "converging")
 
     def __init__(self, existing: int) -> None:
         self.existing = existing  # lanes that exist in this (maybe partial) warp
         self.exited = 0
         self.pending: dict = {}  # lane -> (op, mask, args, site, state)
+        self.members: list = []  # the ThreadState of each existing lane
+        self.converging: dict = {}  # lane -> (site, state), waiting in warp.activemask
 
 
 class BlockSync:
@@ -166,10 +168,17 @@ class LiveSet:
         self.exited_states: set = set()
         self.grid = _Barrier(len(states))
         self.progress = 0
+        self.nblocks = 0
 
-    @staticmethod
-    def block_sync(nthreads: int) -> BlockSync:
-        return BlockSync(nthreads)
+    def block_sync(self, nthreads: int) -> BlockSync:
+        """The sync state of the next block; its threads are the next `nthreads` states."""
+        sync = BlockSync(nthreads)
+        first = nthreads * self.nblocks
+        self.nblocks += 1
+        for w, ws in enumerate(sync.warps):
+            start = first + w * WARP
+            ws.members = self.states[start:start + WARP][:min(WARP, nthreads - w * WARP)]
+        return sync
 
     def start(self) -> None:
         """Hand the baton to the first thread."""
@@ -180,10 +189,42 @@ class LiveSet:
     def _block(self, me, what: str):
         """Give the baton away until a collective releases `me`; returns its result."""
         self.waiting[me] = what
+        self._converge(me.sync.warps[me.lin >> 5], me)
+        if me not in self.waiting:  # released at once by the convergence just resolved
+            return me.result
         if not self.runnable:
             raise self._deadlock()
         self._switch(me)
         return me.result
+
+    def _converge(self, ws: _WarpSync, me=None) -> None:
+        """Resolve warp.activemask calls once no lane of the warp can run any more.
+
+        A lane waiting in activemask waits until every other live lane of its warp has
+        stopped (at activemask, a barrier or a collective) or exited; the lanes stopped
+        at the same activemask are the ones executing together, and that is the mask.
+        """
+        if not ws.converging:
+            return
+        for lane, member in enumerate(ws.members):
+            if not ws.exited >> lane & 1 and member not in self.waiting:
+                return
+        by_site: dict = {}
+        for lane, (site, _) in ws.converging.items():
+            by_site[site] = by_site.get(site, 0) | 1 << lane
+        for lane, (site, member) in ws.converging.items():
+            if member is me:  # the running thread: it goes on without a hand-off
+                me.result = by_site[site]
+                del self.waiting[me]
+            else:
+                self._release([member], [by_site[site]])
+        ws.converging.clear()
+
+    def activemask(self, state, site) -> int:
+        self._check()
+        ws = state.sync.warps[state.lin >> 5]
+        ws.converging[state.lin & 31] = (site, state)
+        return self._block(state, f"warp.activemask at {_site(site)}")
 
     def _switch(self, me) -> None:
         self.progress += 1
@@ -330,6 +371,7 @@ class LiveSet:
             if mask >> lane & 1:
                 raise BarrierError(f"lane {lane} exited while lane {other} waits for it at "
                                    f"{op} (mask {mask:#010x})", filename=site[0], line=site[1])
+        self._converge(ws)
         if self.runnable:
             self.runnable.popleft().wake.release()
         elif self.live:

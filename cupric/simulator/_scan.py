@@ -20,7 +20,7 @@ __all__ = ["BLOCK_COLLECTIVES", "WARP_COLLECTIVES", "GRID_COLLECTIVES", "needs"]
 BLOCK_COLLECTIVES = frozenset({"syncthreads", "syncthreads_count", "syncthreads_and",
                                "syncthreads_or"})
 WARP_COLLECTIVES = frozenset({
-    "syncwarp", "warp.shfl_idx", "warp.shfl_up", "warp.shfl_down", "warp.shfl_xor",
+    "syncwarp", "warp.activemask", "warp.shfl_idx", "warp.shfl_up", "warp.shfl_down", "warp.shfl_xor",
     "warp.any", "warp.all", "warp.ballot", "warp.match_any", "warp.match_all",
     "warp.reduce_add", "warp.reduce_min", "warp.reduce_max", "warp.reduce_and",
     "warp.reduce_or", "warp.reduce_xor"})
