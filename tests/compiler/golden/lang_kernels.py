@@ -223,3 +223,181 @@ SIGNATURES = [
      "Array[u64, 1, 'C'], Array[i32, 1, 'C'], Array[u64, 1, 'C']"),
 ]
 
+
+
+# -- NumPy references: each check runs a kernel through `run` (GPU or simulator) on fresh
+# random inputs and compares with NumPy. run(kern, grid, block, *args) -> list of the
+# arrays among args, as NumPy arrays after the launch.
+
+def _py_control_flow(n):
+    total = 0
+    k = 0
+    while True:
+        k += 1
+        if k > n:
+            break
+        if k % 3 == 0:
+            continue
+        total += k
+    for j in range(10, 0, -3):
+        total += j
+    if total > 100:
+        total -= 100
+    elif total > 50:
+        total -= 50
+    else:
+        total += 1
+    return total
+
+
+def _py_logic(x, y):
+    if x != 0.0:
+        return bool((x < y < 1.0 or x == y) and not (x > 0.5))
+    return bool(y >= 0)
+
+
+def check_saxpy(run, rng):
+    n = 1000
+    x = rng.standard_normal(n).astype(np.float32)
+    y = rng.standard_normal(n).astype(np.float32)
+    out = np.full(n, np.nan, np.float32)
+    a = np.float32(rng.standard_normal())
+    _, _, got = run(saxpy, (n + 127) // 128, 128, a, x, y, out)
+    np.testing.assert_allclose(got, a * x + y, rtol=1e-6, atol=1e-6)
+
+
+def check_vecadd(run, rng):
+    n = 777
+    x = rng.standard_normal(n).astype(np.float32)
+    y = rng.standard_normal(n).astype(np.float32)
+    out = np.full(n, np.nan, np.float32)
+    got = run(vecadd, 7, 128, x, y, out)[2]
+    np.testing.assert_array_equal(got, x + y)
+
+
+def check_grid_stride(run, rng):
+    x = rng.standard_normal(5000)
+    factor = float(rng.uniform(0.5, 2))
+    got = run(grid_stride_scale, 3, 64, x.copy(), factor)[0]
+    np.testing.assert_allclose(got, x * factor + OFFSET, rtol=1e-15)
+
+
+def check_int_arith(run, rng):
+    n = 500
+    a = rng.integers(-1000, 1000, n).astype(np.int32)
+    b = rng.integers(-50, 50, n).astype(np.int32)
+    b[b == 0] = 3
+    out = np.full((n, 8), -7, np.int32)
+    got = run(int_arith, 4, 128, a, b, out)[2]
+    expect = np.stack([a // b, a % b, a * 3 - b, (a & 0xFF) | (b ^ 7), a >> 2,
+                       -a + np.abs(b), np.minimum(np.minimum(a, b), 5), np.maximum(a, b)],
+                      axis=1)
+    np.testing.assert_array_equal(got, expect)
+
+
+def check_wrap_u8(run, rng):
+    a = rng.integers(0, 256, 300).astype(np.uint8)
+    out = np.zeros(300, np.uint8)
+    got = run(wrap_u8, 3, 128, a, out)[1]
+    np.testing.assert_array_equal(got, ((a.astype(np.int64) * 3 + 200) % 256).astype(np.uint8))
+
+
+def check_float_math(run, rng):
+    x = rng.uniform(-4, 4, 400)
+    out = np.full((400, 8), np.nan)
+    got = run(float_math, 4, 128, x, out)[1]
+    erf = np.vectorize(math.erf)
+    expect = np.stack([
+        np.sqrt(np.abs(x)), np.exp(x) - np.log(np.abs(x) + 1.0),
+        np.sin(x) * np.cos(x) + np.tanh(x), np.abs(x) ** 1.5 + erf(x),
+        np.floor(x) + np.ceil(x), x // 0.75 + x % 0.75, x ** 2 + 2.0 ** x, math.pi * x], axis=1)
+    np.testing.assert_allclose(got, expect, rtol=1e-13, atol=1e-13)
+
+
+def check_float32_math(run, rng):
+    x = rng.uniform(-4, 4, 300).astype(np.float32)
+    out = np.full(300, np.nan, np.float32)
+    got = run(float32_math, 3, 128, x, out)[1]
+    expect = np.sqrt(np.abs(x)) + np.exp(x * np.float32(0.5)) + np.arctan2(x, np.float32(2))
+    np.testing.assert_allclose(got, expect, rtol=2e-6)
+
+
+def check_control_flow(run, rng):
+    n = rng.integers(0, 40, 200).astype(np.int32)
+    out = np.full(200, -1, np.int64)
+    got = run(control_flow, 2, 128, n, out)[1]
+    np.testing.assert_array_equal(got, [_py_control_flow(int(v)) for v in n])
+
+
+def check_logic(run, rng):
+    a = rng.choice([0.0, 0.25, 0.5, 0.75, 1.0, -0.5], 300).astype(np.float32)
+    b = rng.choice([0.0, 0.25, 0.5, 0.75, 1.0, -0.5], 300).astype(np.float32)
+    out = np.zeros(300, np.bool_)
+    got = run(logic, 3, 128, a, b, out)[2]
+    np.testing.assert_array_equal(got, [_py_logic(float(x), float(y)) for x, y in zip(a, b)])
+
+
+def check_device_calls(run, rng):
+    a = rng.integers(-100, 100, 256).astype(np.int64)
+    out = np.zeros((256, 3), np.int64)
+    got = run(device_calls, 2, 128, a, out)[1]
+    np.testing.assert_array_equal(got, np.stack([a // 7, a % 7, np.clip(a, -10, 10)], 1))
+
+
+def check_matrix_2d(run, rng):
+    a = rng.standard_normal((33, 17)).astype(np.float32)
+    b = rng.standard_normal((17, 33)).astype(np.float32)
+    out = np.full((33, 17), np.nan, np.float32)
+    got = run(matrix_2d, (5, 3), (8, 8), a, b, out)[2]
+    expect = a * b.T
+    idx = np.arange(17)
+    expect[idx, idx] = 17
+    np.testing.assert_allclose(got, expect, rtol=1e-6)
+
+
+def check_generic(run, rng):
+    x = rng.standard_normal(100)
+    factor = np.array([rng.standard_normal()])
+    out = np.zeros(100)
+    got = run(generic_scale, 1, 128, x, factor, out)[2]
+    np.testing.assert_array_equal(got, x * factor[0])
+
+
+def check_casts(run, rng):
+    x = rng.uniform(-1000, 1000, 200)
+    out = np.zeros((200, 6), np.int64)
+    got = run(casts, 2, 128, x, out)[1]
+    expect = [[int(i32(v)), int(i8(i32(v))), int(u32(int(i64(v)) & 0xFFFF)),
+               int(float(np.float32(v)) * 2), int(v > 0) + 1, int(i16(f16(v)))] for v in x]
+    np.testing.assert_array_equal(got, np.array(expect, np.int64))
+
+
+def check_tuples(run, rng):
+    a = np.zeros((3, 4, 5), np.float32)
+    out = np.zeros(2, np.int64)
+    got = run(tuples_and_shapes, 1, 32, a, out)[1]
+    np.testing.assert_array_equal(got, [60 + 2 + 8 + 60 + 3, 80 + 4])
+
+
+def check_block_sum(run, rng):
+    x = rng.standard_normal(1000).astype(np.float32)
+    out = np.zeros(128, np.float32)
+    got = run(block_sum, 2, 64, x, out)[1]
+    expect = np.array([x[i::256].sum(dtype=np.float32) for i in range(128)])
+    np.testing.assert_allclose(got, expect, rtol=1e-5, atol=1e-5)
+
+
+def check_power(run, rng):
+    a = rng.integers(0, 1 << 40, 100).astype(np.uint64)
+    e = rng.integers(0, 6, 100).astype(np.int32)
+    out = np.zeros(100, np.uint64)
+    got = run(power_and_unsigned, 1, 128, a, e, out)[2]
+    m = 1 << 64
+    expect = [(pow(int(v), int(k), m) + int(v) // 3 + int(v) % 5) % m for v, k in zip(a, e)]
+    np.testing.assert_array_equal(got, np.array(expect, np.uint64))
+
+
+CHECKS = [check_saxpy, check_vecadd, check_grid_stride, check_int_arith, check_wrap_u8,
+          check_float_math, check_float32_math, check_control_flow, check_logic,
+          check_device_calls, check_matrix_2d, check_generic, check_casts, check_tuples,
+          check_block_sum, check_power]
