@@ -86,6 +86,7 @@ def _measure(results: dict, name: str, setup) -> None:
 
 def run(json_path: str | None = None) -> dict:
     """Measure every row; returns ``{row: {"us": ..., ...}, "device": ...}``."""
+    global PER_BATCH, BATCHES
     import cupric.runtime as rt
     from cupric.runtime._driver import check, driver
     from cupric.runtime.launch import native
@@ -104,7 +105,7 @@ def run(json_path: str | None = None) -> dict:
     sync = stream.synchronize
     a, n = 2.0, N
 
-    def prepared(backend, numpy_scalars=False):
+    def prepared(backend, numpy_scalars=False):  # backend None: the default one
         def setup():
             p = fn.prepare(["ptr", "ptr", "f32", "i32"], backend=backend)
             launch_ = p.launch
@@ -114,10 +115,16 @@ def run(json_path: str | None = None) -> dict:
             return (lambda: launch_(GRID, BLOCK, stream, 0, x_ptr, y_ptr, a, n)), sync
         return setup
 
-    _measure(results, "cupric PreparedLaunch (cffi)", prepared("cffi"))
-    _measure(results, "cupric PreparedLaunch (cffi, NumPy scalars)", prepared("cffi", True))
-    _measure(results, "cupric PreparedLaunch (ctypes)", prepared("ctypes"))
-    _measure(results, "cupric PreparedLaunch (cuda.bindings)", prepared("bindings"))
+    from cupric.runtime.launch import build_launcher, launch_backends
+    build_launcher()
+    results["backends"] = launch_backends()
+    default = fn.prepare(["ptr", "ptr", "f32", "i32"]).backend
+    results["default_backend"] = default
+    _measure(results, "cupric PreparedLaunch", prepared(None))
+    _measure(results, "cupric PreparedLaunch (NumPy scalars)", prepared(None, True))
+    for backend in ("api", "bindings", "cffi", "ctypes"):
+        if backend != default:
+            _measure(results, f"cupric PreparedLaunch via {backend}", prepared(backend))
 
     class Buf:  # what a DeviceBuffer exposes to the launch path
         def __init__(self, ptr):
@@ -131,14 +138,70 @@ def run(json_path: str | None = None) -> dict:
 
     _measure(results, "cupric Function.launch (inferred types)", general)
 
-    def raw_cffi():
-        # The floor of the cffi path: the same call with no packing and no Python logic.
-        p = fn.prepare(["ptr", "ptr", "f32", "i32"])
-        p.launch(GRID, BLOCK, stream, 0, x_ptr, y_ptr, a, n)
-        call, f, argv, null, s = native().launch, fn.ptr, p._argv, native().null, stream.ptr
-        return (lambda: call(f, GRID, 1, 1, BLOCK, 1, 1, 0, s, argv, null)), sync
+    def raw(backend):
+        # The floor of each path: the same call with no packing and no Python logic.
+        def setup():
+            p = fn.prepare(["ptr", "ptr", "f32", "i32"], backend=backend)
+            p.launch(GRID, BLOCK, stream, 0, x_ptr, y_ptr, a, n)
+            call, f, argv, null, s = p._call, p._func, p._argv, p._null, stream.ptr
+            err = call(f, GRID, 1, 1, BLOCK, 1, 1, 0, s, argv, null)
+            if err:
+                raise RuntimeError(f"raw launch failed with CUresult {err}")
+            return (lambda: call(f, GRID, 1, 1, BLOCK, 1, 1, 0, s, argv, null)), sync
+        return setup
 
-    _measure(results, "floor: cuLaunchKernel via cffi, no packing", raw_cffi)
+    for backend in ("api", "cffi"):
+        _measure(results, f"floor: cuLaunchKernel via {backend}, no packing", raw(backend))
+
+    def raw_api_extra_buffer():
+        # Parameters as one buffer (CU_LAUNCH_PARAM_BUFFER_POINTER) instead of a void**.
+        from cupric.runtime import launch as launch_mod
+        p = fn.prepare(["ptr", "ptr", "f32", "i32"], backend="api")
+        p.launch(GRID, BLOCK, stream, 0, x_ptr, y_ptr, a, n)
+        ffi = launch_mod._launcher.ffi
+        size = ffi.new("size_t *", p._size)
+        buf = p._buf[0]
+        extra = ffi.new("void *[]", [ffi.cast("void *", 1), ffi.cast("void *", int(
+            native().ffi.cast("uintptr_t", buf))), ffi.cast("void *", 2), size,
+            ffi.cast("void *", 0)])
+        call, f, s = p._call, p._func, stream.ptr
+        null = ffi.NULL
+        keep = (buf, size, extra)
+        err = call(f, GRID, 1, 1, BLOCK, 1, 1, 0, s, null, extra)
+        if err:
+            raise RuntimeError(f"launch with a parameter buffer failed with CUresult {err}")
+        return (lambda: call(f, GRID, 1, 1, BLOCK, 1, 1, 0, s, null, extra) and keep), sync
+
+    _measure(results, "floor: api with one parameter buffer (extra)", raw_api_extra_buffer)
+
+    def gpu_time():
+        # GPU time per kernel when launched back to back: if the host were faster than
+        # this, the batches would measure the GPU, not the host.
+        p = fn.prepare(["ptr", "ptr", "f32", "i32"])
+        start, end = stream.record(), dev.create_event()
+        for _ in range(PER_BATCH):
+            p.launch(GRID, BLOCK, stream, 0, x_ptr, y_ptr, a, n)
+        end.record(stream)
+        end.synchronize()
+        return start.elapsed_time(end) * 1e3 / PER_BATCH
+
+    try:
+        results["gpu_us_per_kernel_back_to_back"] = gpu_time()
+    except Exception as exc:  # recorded, as for every row
+        results["gpu_us_per_kernel_back_to_back"] = f"error: {exc}"
+
+    def small_batches(backend):
+        def setup():
+            p = fn.prepare(["ptr", "ptr", "f32", "i32"], backend=backend)
+            launch_ = p.launch
+            return (lambda: launch_(GRID, BLOCK, stream, 0, x_ptr, y_ptr, a, n)), sync
+        return setup
+
+    saved = PER_BATCH, BATCHES
+    PER_BATCH, BATCHES = 50, 200
+    _measure(results, "cupric PreparedLaunch, batches of 50", small_batches(None))
+    _measure(results, "floor: api, batches of 50", raw("api"))
+    PER_BATCH, BATCHES = saved
 
     def raw_bindings():
         p = fn.prepare(["ptr", "ptr", "f32", "i32"], backend="bindings")
@@ -215,12 +278,14 @@ def run(json_path: str | None = None) -> dict:
 
 
 def _print_table(results: dict) -> None:
-    base = results.get("cupric PreparedLaunch (cffi)", {}).get("us")
+    base = results.get("cupric PreparedLaunch", {}).get("us")
     print(f"launch overhead on {results['device']}, {results['launches']} launches, "
-          f"median of {BATCHES} batches of {PER_BATCH}")
+          f"median of {BATCHES} batches of {PER_BATCH}; default backend "
+          f"{results.get('default_backend')}; GPU time per kernel "
+          f"{results.get('gpu_us_per_kernel_back_to_back')}")
     print(f"{'':55s} {'us/launch':>10s} {'continuous':>11s} {'vs cupric':>10s}")
     for name, row in results.items():
-        if not isinstance(row, dict):
+        if not isinstance(row, dict) or not ("us" in row or "error" in row):
             continue
         if "error" in row:
             print(f"{name:55s} error: {row['error']}")

@@ -17,9 +17,12 @@ import numpy as np
 
 from ._driver import driver
 from .errors import ClosedError, LaunchError, error_from_code
+from .stream import Stream as _Stream
+from .stream import as_stream_handle
 
 __all__ = ["PreparedLaunch", "LaunchConfig", "KernelArgumentError", "PARAM_TYPES",
-           "param_layout", "infer_param", "validate_launch", "dim3"]
+           "param_layout", "infer_param", "validate_launch", "dim3", "make_prepared",
+           "build_launcher", "launch_backends"]
 
 
 class KernelArgumentError(TypeError):
@@ -233,13 +236,155 @@ def _ctypes_launch():
     return fn
 
 
+# The compiled launcher: a two-line C trampoline built with cffi's API mode into the
+# user's cache. Calling a compiled cffi function costs a fraction of a libffi (ABI mode)
+# call, which matters at this scale. Building needs a C compiler and the Python headers;
+# where they are missing, launches go through cuda.bindings instead.
+_LAUNCHER_CDEF = """
+void cupric_set_launch(uintptr_t address);
+int cupric_launch(uintptr_t f, unsigned int gx, unsigned int gy, unsigned int gz,
+                  unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
+                  uintptr_t stream, void **params, void **extra);
+"""
+_LAUNCHER_SOURCE = """
+#include <stdint.h>
+typedef int (*cupric_launch_fn)(uintptr_t, unsigned int, unsigned int, unsigned int,
+                                unsigned int, unsigned int, unsigned int, unsigned int,
+                                uintptr_t, void **, void **);
+static cupric_launch_fn cupric_real_launch;
+static void cupric_set_launch(uintptr_t address) {
+    cupric_real_launch = (cupric_launch_fn)address;
+}
+static int cupric_launch(uintptr_t f, unsigned int gx, unsigned int gy, unsigned int gz,
+                         unsigned int bx, unsigned int by, unsigned int bz,
+                         unsigned int shared, uintptr_t stream, void **params,
+                         void **extra) {
+    return cupric_real_launch(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra);
+}
+"""
+_launcher = None          # the loaded extension module, once built or found
+_launcher_error = None    # why it could not be had (str), reported by launch_backends()
+_launcher_lock = threading.Lock()
+
+
+def _launcher_name() -> str:
+    import hashlib
+    import sys
+    digest = hashlib.sha256((_LAUNCHER_CDEF + _LAUNCHER_SOURCE).encode()).hexdigest()[:12]
+    tag = sys.implementation.cache_tag.replace("-", "_")
+    return f"_cupric_launch_{tag}_{digest}"
+
+
+def _cache_dir() -> str:
+    base = os.environ.get("CUPRIC_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cupric")
+    return os.path.join(base, "launch")
+
+
+def _load_launcher(build: bool):
+    """The compiled launcher module: from the cache, or built there when `build`."""
+    global _launcher, _launcher_error
+    if _launcher is not None:
+        return _launcher
+    with _launcher_lock:
+        if _launcher is not None:
+            return _launcher
+        if _launcher_error is not None:
+            return None  # a failed build is not retried in this process
+        return _find_or_build_launcher(build)
+
+
+def _find_or_build_launcher(build: bool):
+    global _launcher, _launcher_error
+    import glob
+    import importlib.machinery
+    import importlib.util
+    name = _launcher_name()
+    directory = _cache_dir()
+    found = glob.glob(os.path.join(directory, name + ".*so")) + \
+        glob.glob(os.path.join(directory, name + ".*pyd"))
+    if not found:
+        if not build:
+            return None
+        try:
+            found = [_build_launcher(name, directory)]
+        except Exception as exc:  # no compiler / headers: recorded, and bindings used
+            _launcher_error = f"{type(exc).__name__}: {exc}"[:300]
+            return None
+    loader = importlib.machinery.ExtensionFileLoader(name, found[0])
+    spec = importlib.util.spec_from_file_location(name, found[0], loader=loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    n = native()
+    module.lib.cupric_set_launch(int(n.ffi.cast("uintptr_t", n.launch)))
+    _launcher = module
+    return module
+
+
+def _build_launcher(name: str, directory: str) -> str:
+    import shutil
+    import tempfile
+    import cffi
+    builder = cffi.FFI()
+    builder.cdef(_LAUNCHER_CDEF)
+    builder.set_source(name, _LAUNCHER_SOURCE)
+    os.makedirs(directory, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        built = builder.compile(tmpdir=tmp, verbose=False)
+        target = os.path.join(directory, os.path.basename(built))
+        # Atomic: another process building at the same time leaves one complete file.
+        shutil.move(built, target + ".partial")
+        os.replace(target + ".partial", target)
+    return target
+
+
+def build_launcher() -> bool:
+    """Build the compiled launcher into the cache now (one-time, about a second).
+
+    Returns
+    -------
+    bool
+        True if it is available afterwards; if not, `launch_backends()` says why.
+    """
+    return _load_launcher(build=True) is not None
+
+
+def launch_backends() -> dict:
+    """Which ways of calling cuLaunchKernel are available, and the default.
+
+    ``"api"`` (compiled cffi trampoline, fastest), ``"bindings"`` (cuda.bindings),
+    ``"cffi"`` (ABI mode), ``"ctypes"``. `CUPRIC_LAUNCH_BACKEND` overrides the default.
+    """
+    api = _load_launcher(build=False) is not None
+    return {"default": _default_backend(), "api": api, "api_error": _launcher_error,
+            "bindings": True, "cffi": True, "ctypes": True}
+
+
+def _default_backend() -> str:
+    chosen = os.environ.get("CUPRIC_LAUNCH_BACKEND")
+    if chosen:
+        return chosen
+    build = os.environ.get("CUPRIC_BUILD_LAUNCHER", "1") != "0"
+    return "api" if _load_launcher(build=build) is not None else "bindings"
+
+
 # -- the prepared launch -------------------------------------------------------------------
 
 # What struct.pack_into raises for a value of the wrong type or range (a NumPy array
 # raises TypeError from its __index__, a huge int OverflowError on some versions).
 _PACK_ERRORS = (struct.error, TypeError, ValueError, OverflowError)
 
-_BACKENDS = ("cffi", "ctypes", "bindings")
+_BACKENDS = ("api", "bindings", "cffi", "ctypes")
+
+
+def make_prepared(function, param_types, *, cooperative: bool = False,
+                  backend: str | None = None) -> PreparedLaunch:
+    """The `PreparedLaunch` for a backend (the default one when None)."""
+    backend = backend or ("cffi" if cooperative else _default_backend())
+    if backend == "bindings":
+        return _BindingsPreparedLaunch(function, param_types, cooperative=cooperative,
+                                       backend=backend)
+    return PreparedLaunch(function, param_types, cooperative=cooperative, backend=backend)
 
 
 class PreparedLaunch:
@@ -278,25 +423,25 @@ class PreparedLaunch:
 
     Cost
     ----
-    One `struct.pack_into` and one cffi call. Python ints and floats pack fastest; NumPy
-    scalars cost about 0.15 us more each.
+    One `struct.pack_into` and one native call: the compiled launcher when it could be
+    built (see `build_launcher`), else cuda.bindings. Python ints and floats pack
+    fastest; NumPy scalars cost about 0.15 us more each.
     """
 
-    __slots__ = ("function", "param_types", "cooperative", "_func_ptr", "_format",
+    __slots__ = ("function", "param_types", "cooperative", "_func", "_format",
                  "_offsets", "_size", "_struct", "_pack", "_buf", "_view", "_argv", "_call",
                  "_null", "_bytes_params", "_lock_acquire", "_lock_release", "_backend",
-                 "_ffi", "__weakref__")
+                 "_ffi", "_stream_handles", "__weakref__")
 
     def __init__(self, function, param_types, *, cooperative: bool = False,
                  backend: str | None = None) -> None:
-        backend = backend or os.environ.get("CUPRIC_LAUNCH_BACKEND", "cffi")
+        backend = backend or "cffi"
         if backend not in _BACKENDS:
             raise ValueError(f"launch backend must be one of {_BACKENDS}, got {backend!r}")
         types, fmt, offsets, size = param_layout(param_types)
         self.function = function  # keeps the function, hence its module, alive
         self.param_types = types
         self.cooperative = bool(cooperative)
-        self._func_ptr = function.ptr
         self._format = fmt
         self._offsets = offsets
         self._size = size
@@ -305,6 +450,11 @@ class PreparedLaunch:
         n = native()
         self._ffi = n.ffi
         self._backend = backend
+        # The function and stream as the backend's call takes them: ints for the cffi
+        # and ctypes paths, the cuda.bindings objects for cuda.bindings (which would
+        # otherwise build a CUfunction/CUstream object from the int on every call).
+        self._func = function.ptr
+        self._stream_handles = False
         if cooperative:
             if backend != "cffi":
                 raise ValueError("cooperative launches use the cffi backend")
@@ -316,11 +466,19 @@ class PreparedLaunch:
         elif backend == "cffi":
             self._call = n.launch
             self._null = n.null
+        elif backend == "api":
+            launcher = _load_launcher(build=True)
+            if launcher is None:
+                raise RuntimeError(f"the compiled launcher is not available: {_launcher_error}")
+            self._call = launcher.lib.cupric_launch
+            self._null = launcher.ffi.NULL
         elif backend == "ctypes":
             self._call = _ctypes_launch()
             self._null = None
-        else:
-            self._call = _bindings_launch
+        else:  # bindings
+            self._call = driver().cuLaunchKernel
+            self._func = function.handle
+            self._stream_handles = True
             self._null = 0
         self._buf, self._view, self._argv = self._new_buffers()
         self._pack = self._struct.pack_into
@@ -335,15 +493,33 @@ class PreparedLaunch:
         for i, offset in enumerate(self._offsets):
             argv[i] = buf + offset
         view = ffi.buffer(buf)
-        if self._backend != "cffi":
-            # ctypes and cuda.bindings take the void** as an address; `buf` and the cdata
-            # array stay referenced through the returned tuple.
+        if self._backend in ("ctypes", "bindings") and not self.cooperative:
+            # These take the void** as an address; `buf` and the cdata array stay
+            # referenced through the returned tuple.
             return (buf, argv), view, int(ffi.cast("uintptr_t", argv))
+        if self._backend == "api":
+            # cdata of another FFI instance: pass the array by address.
+            return (buf, argv), view, _launcher.ffi.cast("void **",
+                                                         int(ffi.cast("uintptr_t", argv)))
         return buf, view, argv
+
+    @property
+    def backend(self) -> str:
+        """How this launch reaches cuLaunchKernel: "api", "bindings", "cffi" or "ctypes"."""
+        return self._backend
 
     def __repr__(self) -> str:
         types = ", ".join(t if isinstance(t, str) else f"bytes[{t[1]}]" for t in self.param_types)
-        return f"<PreparedLaunch {self.function.name}({types})>"
+        return f"<PreparedLaunch {self.function.name}({types}) via {self._backend}>"
+
+    def _stream_arg(self, stream):
+        """The stream as the backend's call takes it (slow path of `launch`)."""
+        if stream.__class__ is _Stream:
+            if stream._closed:
+                raise ClosedError("cannot launch on a closed stream")
+            return stream._handle if self._stream_handles else stream._ptr
+        ptr = as_stream_handle(stream)
+        return driver().CUstream(ptr) if self._stream_handles else ptr
 
     def launch(self, grid, block, stream, shared_bytes, *values) -> None:
         """Launch the kernel with `values` (see the class docstring)."""
@@ -357,12 +533,14 @@ class PreparedLaunch:
             by = bz = 1
         else:
             bx, by, bz = dim3(block, "block")
-        if stream is None:
+        if stream.__class__ is _Stream and not stream._closed:
+            s = stream._ptr
+        elif stream is None:
             s = 0
         elif stream.__class__ is int:
             s = stream
         else:
-            s = _stream_ptr(stream)
+            s = self._stream_arg(stream)
         if self._bytes_params:
             values = self._struct_values(values)
         if self._lock_acquire(False):
@@ -371,7 +549,7 @@ class PreparedLaunch:
                     self._pack(self._view, 0, *values)
                 except _PACK_ERRORS:
                     raise self._argument_error(values) from None
-                err = self._call(self._func_ptr, gx, gy, gz, bx, by, bz, shared_bytes, s,
+                err = self._call(self._func, gx, gy, gz, bx, by, bz, shared_bytes, s,
                                  self._argv, self._null)
             finally:
                 self._lock_release()
@@ -390,8 +568,12 @@ class PreparedLaunch:
             self._pack(view, 0, *values)
         except _PACK_ERRORS:
             raise self._argument_error(values) from None
-        return self._call(self._func_ptr, gx, gy, gz, bx, by, bz, shared_bytes, s, argv,
-                          self._null)
+        return self._result(self._call(self._func, gx, gy, gz, bx, by, bz, shared_bytes, s,
+                                       argv, self._null))
+
+    @staticmethod
+    def _result(r) -> int:
+        return r
 
     def _struct_values(self, values):
         values = list(values)
@@ -431,13 +613,12 @@ class PreparedLaunch:
         return KernelArgumentError(f"kernel {name!r}: cannot pack arguments {values!r}")
 
     def _failed(self, err, grid, block, shared_bytes, stream, values):
-        code = int(err)
+        code = int(err if not isinstance(err, tuple) else err[0])
         if code == 201:  # CUDA_ERROR_INVALID_CONTEXT: no context current in this thread yet
             self.function.device.make_current()
-            err = self._launch_private(*grid, *block, shared_bytes, stream, values)
-            if not err:
+            code = int(self._launch_private(*grid, *block, shared_bytes, stream, values))
+            if not code:
                 return
-            code = int(err)
         if code in (1, 701, 720, 912):  # a configuration the driver refused
             validate_launch(self.function, grid, block, shared_bytes)
             if code == 720:
@@ -466,7 +647,8 @@ class PreparedLaunch:
             self._pack(view, 0, *values)
         except _PACK_ERRORS:
             raise self._argument_error(values) from None
-        argv_address = argv if isinstance(argv, int) else int(self._ffi.cast("uintptr_t", argv))
+        argv_address = int(self._ffi.cast("uintptr_t", buf[1] if isinstance(buf, tuple)
+                                          else argv))
         config = d.CUlaunchConfig()
         config.gridDimX, config.gridDimY, config.gridDimZ = gx, gy, gz
         config.blockDimX, config.blockDimY, config.blockDimZ = bx, by, bz
@@ -500,15 +682,56 @@ class PreparedLaunch:
             raise error_from_code(code, f"launching kernel {self.function.name!r}")
 
 
-def _bindings_launch(f, gx, gy, gz, bx, by, bz, shared, stream, argv, _extra):
-    d = driver()
-    (err,) = d.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, stream, argv, 0)
-    return int(err)
+class _BindingsPreparedLaunch(PreparedLaunch):
+    """`PreparedLaunch` through cuda.bindings' cuLaunchKernel, which returns ``(err,)``."""
+
+    __slots__ = ()
+
+    def launch(self, grid, block, stream, shared_bytes, *values) -> None:
+        if grid.__class__ is int:
+            gx = grid
+            gy = gz = 1
+        else:
+            gx, gy, gz = dim3(grid, "grid")
+        if block.__class__ is int:
+            bx = block
+            by = bz = 1
+        else:
+            bx, by, bz = dim3(block, "block")
+        if stream.__class__ is _Stream and not stream._closed:
+            s = stream._handle
+        elif stream is None:
+            s = 0
+        elif stream.__class__ is int:
+            s = stream
+        else:
+            s = self._stream_arg(stream)
+        if self._bytes_params:
+            values = self._struct_values(values)
+        if self._lock_acquire(False):
+            try:
+                try:
+                    self._pack(self._view, 0, *values)
+                except _PACK_ERRORS:
+                    raise self._argument_error(values) from None
+                (err,) = self._call(self._func, gx, gy, gz, bx, by, bz, shared_bytes, s,
+                                    self._argv, 0)
+            finally:
+                self._lock_release()
+        else:
+            err = self._launch_private(gx, gy, gz, bx, by, bz, shared_bytes, s, values)
+        if err:
+            self._failed(err, (gx, gy, gz), (bx, by, bz), shared_bytes, s, values)
+
+    __call__ = launch
+
+    @staticmethod
+    def _result(r) -> int:
+        return int(r[0])
 
 
 def _stream_ptr(stream) -> int:
-    from .stream import Stream, as_stream_handle
-    if isinstance(stream, Stream):
+    if isinstance(stream, _Stream):
         if stream._closed:
             raise ClosedError("cannot launch on a closed stream")
         return stream._ptr

@@ -388,7 +388,8 @@ class Function:
     Safe. `launch` and `prepare` may be used from any thread.
     """
 
-    __slots__ = ("_module", "_name", "_handle", "_ptr", "_attrs", "_prepared", "__weakref__")
+    __slots__ = ("_module", "_name", "_handle", "_ptr", "_attrs", "_prepared", "_limits",
+                 "__weakref__")
 
     def __init__(self, *args, **kwargs) -> None:
         raise TypeError("Function has no public constructor; use module.get_function(name)")
@@ -402,6 +403,7 @@ class Function:
         self._ptr = int(handle)
         self._attrs = {}
         self._prepared = {}
+        self._limits = None
         return self
 
     def __repr__(self) -> str:
@@ -458,6 +460,7 @@ class Function:
         check(d.cuFuncSetAttribute(self.handle, getattr(d.CUfunction_attribute, _FUNC_ATTRIBUTES[name]),
                                    int(value)))
         self._attrs.pop(name, None)
+        self._limits = None
 
     def set_cache_config(self, name: str) -> None:
         """Preferred L1/shared split for this kernel: "none", "shared", "l1", "equal"."""
@@ -499,13 +502,16 @@ class Function:
             ``("bytes", size, align)`` for a struct passed by value.
         cooperative : bool
             Launch with `cuLaunchCooperativeKernel` (grid-wide sync).
+        backend : {"api", "bindings", "cffi", "ctypes"}, optional
+            How to call cuLaunchKernel; the default is the fastest available (see
+            `cupric.runtime.launch.launch_backends`).
 
         Returns
         -------
         PreparedLaunch
         """
-        from .launch import PreparedLaunch
-        return PreparedLaunch(self, param_types, cooperative=cooperative, backend=backend)
+        from .launch import make_prepared
+        return make_prepared(self, param_types, cooperative=cooperative, backend=backend)
 
     def launch(self, grid, block=None, *args, stream=None, shared_bytes: int = 0,
                cooperative: bool = False, cluster=None) -> None:
@@ -558,7 +564,8 @@ class Function:
             t, v = infer_param(a, i)
             types.append(t)
             values.append(v)
-        validate_launch(self, grid, block, shared_bytes)
+        if not self._within_limits(grid, block, shared_bytes):
+            validate_launch(self, grid, block, shared_bytes)  # raises, saying which limit
         key = (tuple(types), cooperative)
         prepared = self._prepared.get(key)
         if prepared is None:
@@ -571,6 +578,23 @@ class Function:
             prepared.launch(grid, block, stream, shared_bytes, *values)
 
     __call__ = launch
+
+    def _within_limits(self, grid, block, shared_bytes) -> bool:
+        """A quick test of the launch shape against cached limits (details on failure
+        come from `validate_launch`)."""
+        from .launch import dim3
+        limits = self._limits
+        if limits is None:
+            dev = self.device
+            limits = (self.max_threads_per_block, dev.max_block_dims, dev.max_grid_dims,
+                      self.max_dynamic_shared_size_bytes)
+            self._limits = limits
+        max_threads, (mbx, mby, mbz), (mgx, mgy, mgz), max_shared = limits
+        gx, gy, gz = dim3(grid, "grid")
+        bx, by, bz = dim3(block, "block")
+        return (bx * by * bz <= max_threads and bx <= mbx and by <= mby and bz <= mbz
+                and gx <= mgx and gy <= mgy and gz <= mgz
+                and shared_bytes.__class__ is int and 0 <= shared_bytes <= max_shared)
 
 
 for _name in _FUNC_ATTRIBUTES:

@@ -289,6 +289,50 @@ def test_prepared_launch_matches_numpy(rt, mod, rng):
         dx.free(), dy.free()
 
 
+@pytest.mark.parametrize("backend", ["api", "bindings", "cffi", "ctypes"])
+def test_every_launch_backend(rt, mod, rng, backend):
+    from cupric.runtime.launch import build_launcher, launch_backends
+    if backend == "api" and not build_launcher():
+        pytest.skip(f"compiled launcher unavailable: {launch_backends()['api_error']}")
+    n = 3000
+    x = rng.random(n, dtype=np.float32)
+    y = rng.random(n, dtype=np.float32)
+    dx, dy = Mem.from_array(x), Mem.from_array(y)
+    try:
+        p = mod.get_function("axpy").prepare(["ptr", "ptr", "f32", "i32"], backend=backend)
+        assert p.backend == backend
+        s = rt.Device(0).create_stream()
+        p.launch((n + 127) // 128, 128, s, 0, dx.ptr, dy.ptr, 0.5, n)
+        p(((n + 127) // 128, 1), (128, 1, 1), s.ptr, 0, dx.ptr, dy.ptr, 0.25, n)
+        s.synchronize()
+        np.testing.assert_allclose(dy.get(np.float32, n), 0.75 * x + y, rtol=1e-5)
+        with pytest.raises(rt.LaunchError, match="exceeds its maximum"):
+            p.launch(1, 2048, s, 0, dx.ptr, dy.ptr, 0.5, n)
+        with pytest.raises(rt.KernelArgumentError, match="host NumPy array"):
+            p.launch(1, 32, s, 0, x, dy.ptr, 0.5, n)
+        s.close()
+        with pytest.raises(rt.ClosedError):
+            p.launch(1, 32, s, 0, dx.ptr, dy.ptr, 0.5, n)
+
+        # A fresh thread has no current context: the launch makes it current and retries.
+        errors = []
+
+        def fresh():
+            try:
+                p.launch((n + 127) // 128, 128, None, 0, dx.ptr, dy.ptr, 1.0, n)
+            except BaseException as exc:  # re-raised by the assertion below
+                errors.append(exc)
+
+        t = threading.Thread(target=fresh)
+        t.start()
+        t.join()
+        assert not errors, errors
+        rt.synchronize()
+        np.testing.assert_allclose(dy.get(np.float32, n), 1.75 * x + y, rtol=1e-5)
+    finally:
+        dx.free(), dy.free()
+
+
 def test_general_launch_infers_types(rt, mod, rng):
     n = 1000
     x = rng.random(n, dtype=np.float32)

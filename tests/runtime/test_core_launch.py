@@ -252,3 +252,36 @@ def test_launch_config():
     assert c.grid == (4, 2, 1) and c.block == (128, 1, 1) and c.shared_bytes == 64
     with pytest.raises(LaunchError):
         L.LaunchConfig(1, 1, -1)
+
+
+def test_compiled_launcher_reaches_the_driver_entry_point(monkeypatch, tmp_path):
+    """The API-mode trampoline calls whatever cuLaunchKernel address it is given."""
+    import shutil
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler for the compiled launcher")
+    pytest.importorskip("setuptools")
+    ffi = cffi.FFI()
+    types = ["ptr", "f32"]
+    rec = Recorder(ffi, _sizes(types))
+    signature = ("int(uintptr_t, unsigned int, unsigned int, unsigned int, unsigned int, "
+                 "unsigned int, unsigned int, unsigned int, uintptr_t, void **, void **)")
+    callback = ffi.callback(signature, rec)
+    n = L._Native()
+    n.ffi, n.lib, n.path, n.null = ffi, None, "fake", ffi.NULL
+    n.launch = callback
+    n.launch_cooperative = None
+    monkeypatch.setattr(L, "native", lambda: n)
+    monkeypatch.setattr(L, "_launcher", None)
+    monkeypatch.setattr(L, "_launcher_error", None)
+    monkeypatch.setenv("CUPRIC_CACHE_DIR", str(tmp_path))
+    assert L.build_launcher(), L._launcher_error
+    p = L.PreparedLaunch(FakeFunction(), types, backend="api")
+    assert p.backend == "api"
+    p.launch((3, 2), 64, 0x99, 16, 0xABC000, 0.5)
+    (call,) = rec.calls
+    assert call["f"] == 0x1234 and call["grid"] == (3, 2, 1) and call["block"] == (64, 1, 1)
+    assert call["stream"] == 0x99 and call["shared"] == 16
+    assert call["params"] == [struct.pack("<Q", 0xABC000), struct.pack("<f", 0.5)]
+    # A second process finds the built module in the cache instead of building again.
+    monkeypatch.setattr(L, "_launcher", None)
+    assert L._load_launcher(build=False) is not None
