@@ -40,29 +40,33 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     names = args.libraries or list(libraries.LIBRARIES)
     explicit = bool(args.libraries)
+    try:
+        specs = [libraries.get(name) for name in names]
+    except KeyError as exc:
+        print(f"error: {exc.args[0]}", file=sys.stderr)
+        return 2
+    start = time.perf_counter()
+    results = cache.ensure_many(specs, args.headers, args.out, args.force, args.preprocessor)
+    total = time.perf_counter() - start
     status = 0
-    for name in names:
-        try:
-            spec = libraries.get(name)
-        except KeyError as exc:
-            print(f"error: {exc.args[0]}", file=sys.stderr)
-            return 2
-        start = time.perf_counter()
-        try:
-            path, generated = cache.ensure(spec, args.headers, args.out, args.force, args.preprocessor)
-        except HeadersNotFoundError as exc:
-            print(f"{name}: skipped: {exc}", file=sys.stderr)
+    for spec in specs:
+        name = spec.name
+        value, error = results[name]
+        if isinstance(error, HeadersNotFoundError):
+            print(f"{name}: skipped: {error}", file=sys.stderr)
             status = status or (1 if explicit else 0)
             continue
-        except BindingsError as exc:
-            print(f"{name}: FAILED: {exc}", file=sys.stderr)
+        if isinstance(error, BindingsError):
+            print(f"{name}: FAILED: {error}", file=sys.stderr)
             status = 1
             continue
-        seconds = time.perf_counter() - start
+        if error is not None:
+            raise error
+        path, generated = value
         module = cache.import_module(path, spec.name)
-        what = "generated" if generated else "cached"
+        what = f"generated in {sum(generated.seconds.values()):.2f} s" if generated else "cached"
         version = ".".join(map(str, module.LIBRARY_VERSION))
-        print(f"{name} {version}: {what} in {seconds:.2f} s -> {path}")
+        print(f"{name} {version}: {what} -> {path}")
         header_dir = find_headers(spec, args.headers).include_dirs[0]
         try:
             lib = module.ffi.dlopen(find_shared_library(spec.shared_library, header_dir))
@@ -70,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  coverage: shared library not loadable ({exc}); install {spec.package}")
             continue
         print(f"  coverage: {measure(name, module.FUNCTIONS, lib, module.ffi)}")
+    print(f"{len(specs)} libraries in {total:.2f} s")
     return status
 
 

@@ -137,6 +137,47 @@ def ensure(
         return write_entry(directory, spec, generated), generated
 
 
+def _ensure_one(args):
+    spec, headers, root, force, backend = args
+    try:
+        return spec.name, ensure(spec, headers, root, force, backend), None
+    except Exception as exc:  # returned, not swallowed: ensure_many re-raises or reports it
+        return spec.name, None, exc
+
+
+def ensure_many(
+    specs,
+    headers: str | None = None,
+    root: str | None = None,
+    force: bool = False,
+    backend: str | None = None,
+    jobs: int | None = None,
+) -> dict[str, tuple]:
+    """`ensure` for several libraries, in parallel processes where there are cores.
+
+    Returns
+    -------
+    dict
+        ``{name: ((path, generated) or None, exception or None)}`` in the order given.
+
+    Cost
+    ----
+    Each library takes about a second of one core (pcpp and pycparser are pure Python),
+    so generation is spread over ``min(len(specs), cpu_count)`` processes.
+    """
+    specs = list(specs)
+    work = [(spec, headers, root, force, backend) for spec in specs]
+    jobs = jobs or min(len(specs), os.cpu_count() or 1)
+    if jobs <= 1:
+        results = [_ensure_one(item) for item in work]
+    else:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            results = list(pool.map(_ensure_one, work))
+    return {name: (value, error) for name, value, error in results}
+
+
 def import_module(path: str, library: str) -> types.ModuleType:
     """Import a generated module from its file (not through sys.path)."""
     name = f"cupric.bindings_gen._generated.{library}"

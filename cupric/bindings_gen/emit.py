@@ -198,7 +198,7 @@ def fold_declarations(nodes, functions, macros, typenames, owns, alignments=None
     Parameters
     ----------
     nodes : list of c_ast.Node
-        Selected declarations (copied, not modified).
+        Selected declarations; folded in place (the AST is the caller's to discard).
     alignments : dict, optional
         ``{struct tag: alignment expression}`` from `attributes.strip_attributes`.
     functions : list of str
@@ -218,12 +218,12 @@ def fold_declarations(nodes, functions, macros, typenames, owns, alignments=None
     folder = Folder(names, sizes, macro_folder)
     generator = c_generator.CGenerator()
     texts = []
-    for original in nodes:
-        node = copy.deepcopy(original)
+    for node in nodes:
+        # In place: copying the AST cost more than the rest of the folding.
         try:
             _fold_node(node, folder, enum_values)
         except FoldError as exc:
-            raise BindingsError(f"cannot fold a constant at {original.coord}: {exc}") from exc
+            raise BindingsError(f"cannot fold a constant at {node.coord}: {exc}") from exc
         if isinstance(node, c_ast.Decl) and isinstance(node.type, c_ast.FuncDecl):
             node = _clean_function(node)
         text = generator.visit(node) + ";"

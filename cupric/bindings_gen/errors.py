@@ -26,12 +26,18 @@ class HeadersNotFoundError(BindingsError):
     def __init__(self, library: str, package: str, detail: str):
         self.library = library
         self.package = package
+        self.detail = detail
         # Packages not on PyPI (the OptiX SDK) are named as a phrase ("the OptiX SDK ...").
         how = f"install {package}" if package.startswith("the ") else f"`pip install {package}`"
         super().__init__(
             f"headers of {library} not found ({detail}); {how}, or set CUDA_HOME, "
             f"or pass --headers DIR"
         )
+
+
+    def __reduce__(self):
+        # Generation runs in worker processes; their errors must survive pickling.
+        return (type(self), (self.library, self.package, self.detail))
 
 
 class PreprocessorNotFoundError(BindingsError):
@@ -52,9 +58,13 @@ class LibraryNotFoundError(ImportError):
     def __init__(self, library: str, package: str, detail: str, hint: str | None = None):
         self.library = library
         self.package = package
+        self._args = (library, package, detail, hint)
         # Libraries that are not on PyPI (OptiX comes with the driver) give their own hint.
         hint = hint or f"install it with `pip install {package}`"
         super().__init__(f"{library} is not available ({detail}); {hint}")
+
+    def __reduce__(self):
+        return (type(self), self._args)
 
 
 class LibraryStatusError(RuntimeError):

@@ -39,7 +39,9 @@ class GeneratedModule:
     backend : str
         The preprocessor that ran.
     seconds : dict
-        Time per stage.
+        Wall time per stage.
+    cpu_seconds : float
+        Processor time of the whole generation (steady when the machine is busy).
     """
 
     text: str
@@ -48,6 +50,7 @@ class GeneratedModule:
     files: tuple[str, ...]
     backend: str
     seconds: dict[str, float] = field(default_factory=dict)
+    cpu_seconds: float = 0.0
 
 
 def _version(macros, names) -> tuple[int, ...]:
@@ -90,6 +93,7 @@ def generate(
     HeadersNotFoundError, PreprocessorNotFoundError, BindingsError
     """
     seconds = {}
+    cpu_start = time.process_time()
     start = time.perf_counter()
     header_set = header_set or find_headers(spec, headers)
     unit = preprocess(header_set, backend)
@@ -116,4 +120,5 @@ def generate(
     )
     text = render_module(folded, selection.functions, selection.inline_functions, info)
     seconds["emit"] = time.perf_counter() - start
-    return GeneratedModule(text, info, selection.functions, unit.files, unit.backend, seconds)
+    return GeneratedModule(text, info, selection.functions, unit.files, unit.backend, seconds,
+                           time.process_time() - cpu_start)
