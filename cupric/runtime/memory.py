@@ -91,21 +91,25 @@ def memory_info() -> tuple[int, int]:
 _tls = threading.local()
 
 
-def _sync_event():
-    """A per-thread event without timing, used to order one stream after another."""
-    event = getattr(_tls, "event", None)
+def _sync_event(ordinal: int):
+    """A per-thread, per-device event without timing, to order one stream after another."""
+    events = getattr(_tls, "events", None)
+    if events is None:
+        events = _tls.events = {}
+    event = events.get(ordinal)
     if event is None:
         d = driver()
         event = check(d.cuEventCreate(int(d.CUevent_flags.CU_EVENT_DISABLE_TIMING)))
-        _tls.event = event
+        events[ordinal] = event
     return event
 
 
 def order_after(consumer: int, producer: int) -> None:
     """Make work queued later on stream `consumer` wait for the work now on `producer`.
 
-    Both are raw stream handles (ints). Nothing is done when they are the same stream or
-    both the legacy default stream. Used by the array-interchange protocols.
+    Both are raw stream handles (ints) of the current device. Nothing is done when they
+    are the same stream or both the legacy default stream. Used by the array-interchange
+    protocols.
 
     Cost
     ----
@@ -115,9 +119,8 @@ def order_after(consumer: int, producer: int) -> None:
         return
     if consumer in (0, LEGACY_STREAM) and producer in (0, LEGACY_STREAM):
         return
-    _device_of_context()
+    event = _sync_event(_device_of_context())
     d = driver()
-    event = _sync_event()
     check(d.cuEventRecord(event, producer))
     check(d.cuStreamWaitEvent(consumer, event, 0))
 
