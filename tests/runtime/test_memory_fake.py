@@ -434,3 +434,36 @@ def test_to_device_of_a_device_array_copies_device_to_device(fake, rng):
     assert [c[0] for c in fake.calls] == ["cuMemAlloc", "cuMemcpyDtoD"]
     assert b.ptr != a.ptr
     np.testing.assert_array_equal(b.to_numpy(), host)
+
+
+def test_protocol_stream_ordering(fake, rng):
+    from cupric.runtime import dlpack, interop
+    host = rng.standard_normal(8)
+
+    class Producer:
+        __cuda_array_interface__ = {"shape": (8,), "typestr": "<f8",
+                                    "data": (host.ctypes.data, False), "version": 3,
+                                    "strides": None, "stream": 5}
+
+    fake.calls.clear()
+    buf = interop.as_device_array(Producer(), stream=7)
+    assert buf.stream == 7
+    event = 0xE0  # what the fake's cuEventCreate returns
+    assert fake.calls == [("cuEventCreate", 2), ("cuEventRecord", event, 5),
+                          ("cuStreamWaitEvent", 7, event, 0)]
+    fake.calls.clear()
+    interop.as_device_array(Producer(), stream=5)  # same stream: nothing to do
+    assert fake.calls == []
+    mine = m.to_device(host, stream=11)
+    fake.calls.clear()
+    info = dlpack.parse_capsule(mine.__dlpack__(stream=9))
+    assert fake.calls == [("cuEventRecord", event, 11), ("cuStreamWaitEvent", 9, event, 0)]
+    info["release"]()
+    fake.calls.clear()
+    dlpack.parse_capsule(mine.__dlpack__(stream=-1))["release"]()  # -1: no ordering
+    assert fake.calls == []
+    legacy = m.to_device(host)  # synchronous copies leave the legacy stream as producer
+    assert legacy.__cuda_array_interface__["stream"] == 1
+    fake.calls.clear()
+    dlpack.parse_capsule(legacy.__dlpack__())["release"]()  # consumer legacy too: nothing
+    assert fake.calls == []
