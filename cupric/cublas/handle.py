@@ -1,0 +1,622 @@
+"""cuBLAS handles: the library context every call takes, bound to one device and stream.
+
+A ``cublasHandle_t`` holds cuBLAS's state on one device (made in the device's primary
+context, the one PyTorch and CuPy use), the stream its calls are queued on, a workspace,
+and modes: math mode (TF32 tensor cores or pedantic), atomics, and where scalars live
+(host or device pointers). This module also keeps the table of C functions, cast once
+to integer-argument signatures so that a call passes plain Python ints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import numpy as np
+
+from cupric.runtime._lifetime import Resource
+from cupric.runtime.errors import ClosedError
+
+from . import _validate as V
+
+__all__ = ["Handle", "HandleOptions", "default_handle", "resolve", "MATH_MODES"]
+
+# cublasMath_t values (fixed by the C API; a CPU test compares them with the headers).
+MATH_MODES = {"default": 0, "tensor_op": 1, "pedantic": 2, "tf32": 3}
+_DISALLOW_REDUCED_PRECISION_REDUCTION = 16
+_POINTER_MODES = {"host": 0, "device": 1}
+_MIB = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class HandleOptions:
+    """How a new handle is set up (validated at construction).
+
+    Parameters
+    ----------
+    math_mode : {"default", "tf32", "pedantic", "tensor_op"}
+        ``"tf32"`` lets float32 routines use TF32 tensor cores (10-bit mantissa inputs,
+        float32 accumulation); ``"pedantic"`` forbids every reduced-precision shortcut;
+        ``"default"`` lets cuBLAS pick exact-precision kernels.
+    disallow_reduced_precision_reduction : bool
+        For float16/bfloat16 GEMMs with float32 compute: never reduce partial sums in
+        reduced precision (split-K).
+    atomics : bool
+        Allow routines with faster variants that use atomics (results may differ in the
+        last bits from run to run).
+    pointer_mode : {"host", "device"}
+        Where scalars (alpha, beta) and scalar results (dot, nrm2...) live. In device mode
+        they are device arrays and calls never wait for the GPU.
+    workspace_bytes : int, optional
+        Size of the workspace the handle allocates and owns; None picks 32 MiB on
+        compute capability 9.0 and newer, 4 MiB before (what cuBLAS itself uses).
+    """
+
+    math_mode: str = "default"
+    disallow_reduced_precision_reduction: bool = False
+    atomics: bool = False
+    pointer_mode: str = "host"
+    workspace_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.math_mode not in MATH_MODES:
+            raise ValueError(f"math_mode must be one of {', '.join(MATH_MODES)}, got "
+                             f"{self.math_mode!r}")
+        if self.pointer_mode not in _POINTER_MODES:
+            raise ValueError(f"pointer_mode must be 'host' or 'device', got "
+                             f"{self.pointer_mode!r}")
+        if self.workspace_bytes is not None and (
+                not isinstance(self.workspace_bytes, int) or self.workspace_bytes < 0):
+            raise ValueError(f"workspace_bytes must be a non-negative int or None, got "
+                             f"{self.workspace_bytes!r}")
+
+    def math_flags(self) -> int:
+        """The cublasMath_t value these options select."""
+        flags = MATH_MODES[self.math_mode]
+        if self.disallow_reduced_precision_reduction:
+            flags |= _DISALLOW_REDUCED_PRECISION_REDUCTION
+        return flags
+
+
+# --------------------------------------------------------------------------------------
+# The function table
+
+
+_FAST: dict[str, object] = {}
+
+
+def _integer_signature(ffi, fn) -> str:
+    args = []
+    for arg in ffi.typeof(fn).args:
+        if arg.kind == "pointer":
+            args.append("uintptr_t")
+        elif arg.kind == "enum":
+            args.append("int")
+        elif arg.kind == "primitive":
+            args.append(arg.cname)
+        else:  # structs by value: none in the cuBLAS API
+            raise TypeError(f"unexpected argument type {arg.cname}")
+    return f"int(*)({', '.join(args)})"
+
+
+def fast_function(name: str, module=None):
+    """The C function `name`, cast so that every pointer argument is a ``uintptr_t``.
+
+    Pointers then pass as plain Python ints (device addresses from DeviceBuffer.ptr),
+    with no ``ffi.cast`` per call; on x86-64 and aarch64 a pointer and a ``uintptr_t``
+    travel in the same register, so the call is the same machine call.
+
+    Cost
+    ----
+    The first lookup of a name parses its signature (tens of microseconds); later ones
+    are a dictionary hit.
+    """
+    fn = _FAST.get(name)
+    if fn is not None:
+        return fn
+    if module is None:
+        from . import lib as module
+    ffi = module.ffi
+    raw = getattr(module.lib, name)
+    fn = ffi.cast(_integer_signature(ffi, raw), raw)
+    _FAST[name] = fn
+    return fn
+
+
+# --------------------------------------------------------------------------------------
+# Host scalars
+
+
+# Host scalar types by letter: the BLAS precisions, plus "H" (half, the scale type of
+# 16F compute) and "I" (int32, the scale type of 32I compute) used by gemm_ex.
+_SCALAR_CTYPE = {"S": "float[1]", "D": "double[1]", "C": "float[2]", "Z": "double[2]",
+                 "H": "uint16_t[1]", "I": "int32_t[1]"}
+SCALAR_DTYPES = {**V.SCALAR_DTYPE, "H": np.dtype(np.float16), "I": np.dtype(np.int32)}
+_scalar_cache: dict[tuple, tuple] = {}
+_SCALAR_CACHE_LIMIT = 1024
+
+
+def _number(value, prefix: str, name: str):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+            value, (int, float, complex, np.number)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    if prefix in ("C", "Z"):
+        return complex(value)
+    if isinstance(value, (complex, np.complexfloating)):
+        if value.imag != 0:
+            raise TypeError(f"{name} = {value!r} is complex but this call's scalars are "
+                            f"real")
+        value = value.real
+    if prefix == "I":
+        if float(value) != int(value) or not -2**31 <= int(value) < 2**31:
+            raise TypeError(f"{name} = {value!r}: this call's scalars are int32")
+        return int(value)
+    return float(value)
+
+
+def _initializer(number, prefix: str):
+    if prefix in ("C", "Z"):
+        return [number.real, number.imag]
+    if prefix == "H":
+        return [int(np.array(number, np.float16).view(np.uint16))]
+    return [number]
+
+
+def host_scalar(prefix: str, value, name: str) -> tuple[object, int]:
+    """(keep-alive object, address) of `value` in host memory as the precision's type.
+
+    Values seen before come from a cache of immutable buffers, so the common 1 and 0
+    cost one dictionary lookup.
+
+    Raises
+    ------
+    TypeError
+        If `value` is not a number, or is complex where the routine's scalar is real.
+    """
+    key = (prefix, value)
+    try:
+        hit = _scalar_cache.get(key)
+    except TypeError:  # unhashable: not a number
+        hit = None
+    if hit is not None:
+        return hit
+    from . import lib
+    number = _number(value, prefix, name)
+    ffi = lib.ffi
+    buf = ffi.new(_SCALAR_CTYPE[prefix], _initializer(number, prefix))
+    entry = (buf, int(ffi.cast("uintptr_t", buf)))
+    if len(_scalar_cache) < _SCALAR_CACHE_LIMIT and number == number:  # NaN never hits
+        _scalar_cache[key] = entry
+    return entry
+
+
+# --------------------------------------------------------------------------------------
+# Handles
+
+
+class _Owned:
+    """What a handle owns besides its cublasHandle_t, for the finalizer (never `self`)."""
+
+    __slots__ = ("workspace", "lt", "device")
+
+    def __init__(self, device: int):
+        self.workspace = None
+        self.lt = 0
+        self.device = device
+
+
+def _destroy(raw: int, owned: _Owned) -> None:
+    from cupric.runtime.device import Device
+
+    from . import lib
+    Device(owned.device).make_current()
+    try:
+        lib.check(fast_function("cublasDestroy")(raw))
+        if owned.lt:
+            from . import lt
+            lt.check(fast_function("cublasLtDestroy", lt)(owned.lt))
+            owned.lt = 0
+    finally:
+        workspace, owned.workspace = owned.workspace, None
+        if workspace is not None:
+            # cublasDestroy waited for the handle's work, so the plain free is safe.
+            workspace.close()
+
+
+def _stream_parts(stream):
+    """(raw handle, object kept alive or None) of a stream-like value."""
+    from cupric.runtime.memory import stream_handle
+    if stream is None:
+        return 0, None
+    return stream_handle(stream), (None if isinstance(stream, int) else stream)
+
+
+class Handle(Resource):
+    """A cuBLAS handle bound to one device and one stream (no public constructor).
+
+    Get the shared handle of a (device, stream) pair with `Handle.get`, a private one
+    with its own options with `Handle.create`, or borrow one made elsewhere (PyTorch's
+    ``torch.cuda.current_blas_handle()``) with `Handle.from_handle`.
+
+    The handle owns its workspace (device memory allocated through cupric.runtime) and,
+    once cuBLASLt is used, a cuBLASLt handle; `close()` or garbage collection frees all.
+
+    Thread safety
+    -------------
+    cuBLAS allows calls from several threads on one handle. Changing a mode
+    (`math_mode`, `atomics`, `pointer_mode`) affects calls already being prepared in
+    other threads; the setters are serialized by a lock but the caller must order them
+    with respect to calls. Work from several threads on one handle runs in stream order,
+    which is why sharing the workspace is safe.
+
+    Examples
+    --------
+    >>> from cupric import cublas, runtime as rt                    # doctest: +SKIP
+    >>> stream = rt.Device(0).create_stream()
+    >>> with cublas.Handle.create(stream=stream,
+    ...                           options=cublas.HandleOptions(math_mode="tf32")) as h:
+    ...     cublas.gemm("N", "N", 1.0, a, b, 0.0, c, handle=h)
+    """
+
+    __slots__ = ("_ptr", "_device", "_stream_ptr", "_stream_obj", "_device_scalars",
+                 "_math", "_atomics", "_owned", "_lock", "_multi", "_ctx", "_lt_plans",
+                 "_key")
+
+    _shared: dict[tuple[int, int], "Handle"] = {}
+    _shared_lock = threading.Lock()
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("Handle has no public constructor; use cublas.Handle.get(device, "
+                        "stream), cublas.Handle.create(device, stream, options) or "
+                        "cublas.Handle.from_handle(raw)")
+
+    # -- construction ------------------------------------------------------------------
+
+    @classmethod
+    def _blank(cls, raw: int, device: int, stream, multi: bool) -> "Handle":
+        self = cls.__new__(cls)
+        self._ptr = int(raw)
+        self._device = device
+        self._stream_ptr, self._stream_obj = _stream_parts(stream)
+        self._device_scalars = False
+        self._math = 0
+        self._atomics = False
+        self._owned = _Owned(device)
+        self._lock = threading.Lock()
+        self._multi = multi
+        self._ctx = 0
+        self._lt_plans = {}
+        self._key = None
+        return self
+
+    @classmethod
+    def create(cls, device=None, stream=None, options: HandleOptions | None = None) -> "Handle":
+        """A new handle owned by the caller.
+
+        Parameters
+        ----------
+        device : Device or int, optional
+            Defaults to the stream's device, else the calling thread's current device.
+        stream : Stream, int handle, or stream-like (PyTorch, CuPy), optional
+            Calls are queued there; None is the legacy default stream.
+        options : HandleOptions, optional
+
+        Raises
+        ------
+        CublasError
+            If cuBLAS cannot create the handle (``CUBLAS_STATUS_NOT_INITIALIZED``: no
+            usable device or out of memory).
+        CudaOutOfMemoryError
+            If the workspace cannot be allocated.
+
+        Cost
+        ----
+        ``cublasCreate`` (a few milliseconds the first time in a process) plus one
+        allocation of the workspace.
+        """
+        from cupric.runtime.device import Device, device_count
+        from cupric.runtime.memory import empty
+
+        from . import lib
+        options = HandleOptions() if options is None else options
+        if not isinstance(options, HandleOptions):
+            raise TypeError(f"options must be a HandleOptions, got {type(options).__name__}")
+        if device is None:
+            device = getattr(stream, "device", None)
+        dev = Device(device) if device is not None else Device.current()
+        ctx = dev.make_current()
+        ffi = lib.ffi
+        out = ffi.new("cublasHandle_t *")
+        lib.check(lib.lib.cublasCreate(out))
+        raw = int(ffi.cast("uintptr_t", out[0]))
+        self = cls._blank(raw, dev.ordinal, stream, device_count() > 1)
+        self._ctx = int(ctx.ptr)
+        self._init_resource(raw, _destroy, self._owned)
+        try:
+            # cublasSetStream resets the workspace to cuBLAS's own pool: stream first.
+            lib.check(fast_function("cublasSetStream")(raw, self._stream_ptr))
+            size = options.workspace_bytes
+            if size is None:
+                size = 32 * _MIB if dev.compute_capability >= (9, 0) else 4 * _MIB
+            if size:
+                workspace = empty(size, np.uint8)
+                self._owned.workspace = workspace
+                lib.check(fast_function("cublasSetWorkspace")(raw, workspace.ptr, size))
+            self._apply(options)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    @classmethod
+    def get(cls, device=None, stream=None) -> "Handle":
+        """The shared handle of (device, stream), created with default options once.
+
+        Reused by every caller that asks for the same pair; `close()` on it removes it
+        from the cache. Changing its modes changes them for every user: take a private
+        handle (`create`) for other options.
+        """
+        from cupric.runtime.device import Device
+        if device is None:
+            device = getattr(stream, "device", None)
+        ordinal = Device(device).ordinal if device is not None else Device.current().ordinal
+        key = (ordinal, _stream_parts(stream)[0])
+        handle = cls._shared.get(key)
+        if handle is not None and not handle._closed:
+            return handle
+        with cls._shared_lock:
+            handle = cls._shared.get(key)
+            if handle is None or handle._closed:
+                handle = cls.create(ordinal, stream)
+                handle._key = key
+                cls._shared[key] = handle
+        return handle
+
+    @classmethod
+    def from_handle(cls, raw, *, device: int = 0, stream=None,
+                    pointer_mode: str = "host") -> "Handle":
+        """Borrow a ``cublasHandle_t`` made elsewhere; cupric never destroys it.
+
+        Parameters
+        ----------
+        raw : int
+            The handle's address, e.g. ``torch.cuda.current_blas_handle()``.
+        device : int
+            Ordinal of the device it was created on.
+        stream : optional
+            The stream the owner bound it to (recorded, not set).
+        pointer_mode : {"host", "device"}
+            The pointer mode the owner left it in (recorded, not queried).
+
+        Safety
+        ------
+        The owner must keep the handle alive, and must not change its stream or pointer
+        mode behind cupric's back, while cupric uses it.
+        """
+        if isinstance(raw, bool) or not isinstance(raw, int):
+            raise TypeError(f"raw must be the handle's address as an int, got "
+                            f"{type(raw).__name__}")
+        if pointer_mode not in _POINTER_MODES:
+            raise ValueError(f"pointer_mode must be 'host' or 'device', got {pointer_mode!r}")
+        self = cls._blank(raw, int(device), stream, False)
+        self._device_scalars = pointer_mode == "device"
+        self._init_resource(raw, None)
+        return self
+
+    def _apply(self, options: HandleOptions) -> None:
+        if options.math_mode != "default" or options.disallow_reduced_precision_reduction:
+            self._set_math(options.math_flags())
+        if options.atomics:
+            self.atomics = True
+        if options.pointer_mode != "host":
+            self.pointer_mode = options.pointer_mode
+
+    # -- state ---------------------------------------------------------------------------
+
+    def _label(self) -> str:
+        return f"cuBLAS handle (device {self._device})"
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"0x{self._ptr:x}"
+        return (f"<cupric.cublas.Handle {state} device={self._device} "
+                f"stream=0x{self._stream_ptr:x}>")
+
+    @property
+    def ptr(self) -> int:
+        """The raw ``cublasHandle_t`` as an int."""
+        return self.ready()
+
+    @property
+    def device(self) -> int:
+        """Ordinal of the handle's device."""
+        return self._device
+
+    @property
+    def stream(self) -> int:
+        """The raw stream handle calls are queued on (0: legacy default stream)."""
+        return self._stream_ptr
+
+    @property
+    def workspace_bytes(self) -> int:
+        """Bytes of the workspace the handle owns (0 for borrowed handles)."""
+        ws = self._owned.workspace
+        return 0 if ws is None else ws.nbytes
+
+    def close(self) -> None:
+        """Destroy the cuBLAS (and cuBLASLt) handle and free the workspace.
+
+        Raises
+        ------
+        CublasError
+            If ``cublasDestroy`` fails (the handle is closed anyway).
+        """
+        if self._closed:
+            return
+        key = self._key
+        if key is not None:
+            with Handle._shared_lock:
+                if Handle._shared.get(key) is self:
+                    del Handle._shared[key]
+        self._lt_plans.clear()
+        super().close()
+
+    def ready(self) -> int:
+        """The raw handle, checked usable for a call now.
+
+        Raises `ClosedError` for a closed handle or a closed stream; with several GPUs,
+        makes the handle's device current in the calling thread when it is not.
+        """
+        if self._closed:
+            raise ClosedError("this cuBLAS Handle is closed")
+        stream = self._stream_obj
+        if stream is not None and getattr(stream, "_closed", False):
+            raise ClosedError("the stream this cuBLAS Handle is bound to was closed")
+        if self._multi:
+            self._make_current()
+        return self._ptr
+
+    def _make_current(self) -> None:
+        from cupric.runtime._driver import check, driver
+        d = driver()
+        if int(check(d.cuCtxGetCurrent())) != self._ctx:
+            from cupric.runtime.device import Device
+            Device(self._device).make_current()
+
+    def synchronize(self) -> None:
+        """Wait for the work queued on the handle's stream."""
+        from cupric.runtime._driver import check, driver
+        self.ready()
+        check(driver().cuStreamSynchronize(self._stream_ptr))
+
+    # -- modes ---------------------------------------------------------------------------
+
+    def _set_math(self, flags: int) -> None:
+        from . import lib
+        with self._lock:
+            lib.check(fast_function("cublasSetMathMode")(self.ready(), flags))
+            self._math = flags
+
+    @property
+    def math_mode(self) -> str:
+        """"default", "tf32", "pedantic" or "tensor_op" (set to change it)."""
+        base = self._math & ~_DISALLOW_REDUCED_PRECISION_REDUCTION
+        return {v: k for k, v in MATH_MODES.items()}.get(base, str(base))
+
+    @math_mode.setter
+    def math_mode(self, mode: str) -> None:
+        if mode not in MATH_MODES:
+            raise ValueError(f"math_mode must be one of {', '.join(MATH_MODES)}, got {mode!r}")
+        self._set_math(MATH_MODES[mode] | (self._math & _DISALLOW_REDUCED_PRECISION_REDUCTION))
+
+    @property
+    def atomics(self) -> bool:
+        """Whether routines may use atomics (faster, not bitwise reproducible)."""
+        return self._atomics
+
+    @atomics.setter
+    def atomics(self, allowed: bool) -> None:
+        from . import lib
+        with self._lock:
+            lib.check(fast_function("cublasSetAtomicsMode")(self.ready(), 1 if allowed else 0))
+            self._atomics = bool(allowed)
+
+    @property
+    def pointer_mode(self) -> str:
+        """"host" or "device": where scalars and scalar results live."""
+        return "device" if self._device_scalars else "host"
+
+    @pointer_mode.setter
+    def pointer_mode(self, mode: str) -> None:
+        from . import lib
+        if mode not in _POINTER_MODES:
+            raise ValueError(f"pointer_mode must be 'host' or 'device', got {mode!r}")
+        with self._lock:
+            lib.check(fast_function("cublasSetPointerMode")(self.ready(), _POINTER_MODES[mode]))
+            self._device_scalars = mode == "device"
+
+    # -- helpers for the routines ------------------------------------------------------
+
+    def scalar(self, prefix: str, value, name: str):
+        """(keep-alive, address) of a scalar argument in the handle's pointer mode.
+
+        Host mode takes a Python/NumPy number; device mode a device array of one element
+        of the precision's dtype.
+        """
+        if not self._device_scalars:
+            return host_scalar(prefix, value, name)
+        buf = V.device_array(value, name, self._stream_ptr)
+        want = SCALAR_DTYPES[prefix]
+        if buf.size != 1 or buf.dtype != want:
+            raise TypeError(f"{name}: in device pointer mode a scalar is a device array of "
+                            f"one {want}, got shape {buf.shape} dtype {buf.dtype}")
+        self.check_device(buf, name)
+        return buf, buf.ptr
+
+    def check_device(self, buf, name: str) -> None:
+        """Raise ValueError if `buf` lives on another device than the handle's.
+
+        On a machine with one GPU nothing can differ and nothing is asked of the driver.
+        """
+        if self._multi and buf.ptr and buf.device != self._device:
+            raise ValueError(f"{name} lives on device {buf.device} but the cuBLAS handle "
+                             f"is bound to device {self._device}")
+
+    def lt_handle(self) -> int:
+        """The handle's cuBLASLt handle (created on first use, destroyed with it)."""
+        owned = self._owned
+        if owned.lt:
+            return owned.lt
+        from . import lt
+        with self._lock:
+            if not owned.lt:
+                self.ready()
+                out = lt.ffi.new("cublasLtHandle_t *")
+                lt.check(lt.lib.cublasLtCreate(out))
+                owned.lt = int(lt.ffi.cast("uintptr_t", out[0]))
+        return owned.lt
+
+    def lt_workspace(self) -> tuple[int, int]:
+        """(address, bytes) of the workspace, shared with cuBLASLt calls on this stream."""
+        ws = self._owned.workspace
+        return (0, 0) if ws is None else (ws.ptr, ws.nbytes)
+
+
+_tls = threading.local()
+
+
+def default_handle() -> Handle:
+    """The calling thread's default handle: `Handle.get` of the device current in this
+    thread when first asked, on the legacy default stream."""
+    handle = getattr(_tls, "handle", None)
+    if handle is None or handle._closed:
+        handle = Handle.get()
+        _tls.handle = handle
+    return handle
+
+
+def resolve(handle) -> Handle:
+    """`handle`, or the thread's default handle when None."""
+    if handle is None:
+        handle = getattr(_tls, "handle", None)
+        if handle is None or handle._closed:
+            return default_handle()
+        return handle
+    if not isinstance(handle, Handle):
+        raise TypeError(f"handle must be a cupric.cublas.Handle, got {type(handle).__name__}")
+    return handle
+
+
+def invoke(name: str, *args) -> None:
+    """Call the cuBLAS function `name` with integer arguments; raise on a failing status.
+
+    Cost
+    ----
+    One dictionary lookup and the cffi call (about 1 us for a GEMM's 14 arguments).
+    """
+    fn = _FAST.get(name)
+    if fn is None:
+        fn = fast_function(name)
+    status = fn(*args)
+    if status:
+        from . import lib
+        lib.check(status)
