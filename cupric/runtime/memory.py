@@ -594,6 +594,11 @@ class DeviceBuffer:
         self._base = base
         return self
 
+    @classmethod
+    def from_numpy(cls, array, stream=None) -> "DeviceBuffer":
+        """A new device buffer holding a copy of a host array (same as `to_device`)."""
+        return to_device(array, stream)
+
     # -- state ---------------------------------------------------------------------
 
     @property

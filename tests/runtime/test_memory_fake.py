@@ -169,7 +169,7 @@ def _random(rng, shape, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_round_trip(fake, rng, dtype):
     host = _random(rng, (7, 5), dtype)
-    buf = m.to_device(host)
+    buf = m.DeviceBuffer.from_numpy(host)
     assert buf.shape == (7, 5) and buf.dtype == np.dtype(dtype)
     assert buf.nbytes == host.nbytes and buf.strides == host.strides
     np.testing.assert_array_equal(buf.to_numpy(), host)
