@@ -69,8 +69,15 @@ _TABLE = [
 NAMES = tuple(name for name, _, _ in _TABLE)
 __all__ = [*NAMES, "pi", "e", "tau", "inf", "nan", "NAMES"]
 
+# Functions whose result is not a float of the arguments' precision.
+_NOT_FLOAT = {"ilogb": "an i32", "isnan": "a bool", "isinf": "a bool", "isfinite": "a bool",
+              "signbit": "a bool"}
+
 for _name, _sig, _meaning in _TABLE:
-    globals()[_name] = Intrinsic(f"math.{_name}", f"math.{_name}({_sig}): {_meaning}.")
+    _types = (f"Takes f32 or f64; returns {_NOT_FLOAT[_name]}." if _name in _NOT_FLOAT
+              else "f32 arguments give f32, others f64.")
+    globals()[_name] = Intrinsic(f"math.{_name}", f"math.{_name}({_sig}): {_meaning}. {_types}")
+del _types
 del _name, _sig, _meaning
 
 # Constants are plain floats: the compiler folds them like any module-level number.
