@@ -23,8 +23,9 @@ from .errors import BindingsError, LibraryNotFoundError
 
 
 def _candidates_beside(header_dir: str, name: str) -> list[str]:
-    lib_dir = os.path.join(os.path.dirname(header_dir), "lib")
-    found = glob.glob(os.path.join(lib_dir, f"lib{name}.so*"))
+    found = []
+    for lib_dir in ("lib", "lib64"):  # wheels use lib/, toolkits lib64/
+        found += glob.glob(os.path.join(os.path.dirname(header_dir), lib_dir, f"lib{name}.so*"))
     # Prefer the SONAME form (libcublas.so.13) over a development link or a full version.
     found.sort(key=lambda p: (os.path.basename(p).count("."), p))
     return found

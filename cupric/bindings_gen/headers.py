@@ -5,15 +5,18 @@ Order, first hit wins:
 1. the directory passed explicitly (``--headers DIR`` or ``headers=``);
 2. `cuda.pathfinder` (the NVIDIA wheels in site-packages, then what pathfinder itself
    checks: conda environments and CUDA_HOME/CUDA_PATH);
-3. ``$CUDA_HOME/include`` and ``$CUDA_PATH/include``, for libraries pathfinder has no
-   entry for;
-4. ``/usr/include`` and ``/usr/local/cuda/include`` (distribution packages of cuDNN and NCCL).
+3. the NVIDIA wheels' ``nvidia/*/include`` directories on ``sys.path``, for libraries an
+   older pathfinder has no entry for;
+4. ``$CUDA_HOME/include`` and ``$CUDA_PATH/include``;
+5. ``/usr/local/cuda/include`` and ``/usr/include`` (distribution packages of cuDNN and NCCL).
 """
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
+import sys
 from dataclasses import dataclass
 
 from .errors import HeadersNotFoundError
@@ -51,11 +54,21 @@ def _pathfinder_dir(key: str) -> str | None:
     except ImportError:
         return None
     try:
-        located = pathfinder.locate_nvidia_header_directory(key)
+        if hasattr(pathfinder, "locate_nvidia_header_directory"):
+            located = pathfinder.locate_nvidia_header_directory(key)
+            return None if located is None else located.abs_path
+        # Older cuda-pathfinder releases only have the path-returning form.
+        return pathfinder.find_nvidia_header_directory(key)
     except Exception:
         # Unknown name (RuntimeError) or lookup failure: fall through to the next source.
         return None
-    return None if located is None else located.abs_path
+
+
+def _wheel_dirs(header: str) -> list[str]:
+    found = []
+    for entry in sys.path:
+        found += sorted(glob.glob(os.path.join(entry, "nvidia", "*", "include", header)))
+    return [os.path.dirname(path) for path in found]
 
 
 def _environment_dirs() -> list[str]:
@@ -81,9 +94,10 @@ def _find_dir(
         if root:
             candidates.append(os.path.join(root, "include"))
     else:
-        found = _pathfinder_dir(key)
+        found = _pathfinder_dir(key) if key else None
         if found:
             candidates.append(found)
+        candidates += _wheel_dirs(header)
         candidates += _environment_dirs()
     for directory in candidates:
         tried.append(directory)

@@ -24,8 +24,8 @@ def cffi_layouts(ffi) -> dict[str, tuple[int, int, dict[str, int]]]:
             # sizeof first: out-of-line modules build a struct's field list lazily, and
             # reading .fields before that trips an assertion inside _cffi_backend.
             size = ffi.sizeof(ctype)
-        except ffi.error:  # opaque
-            continue
+        except (ValueError, getattr(ffi, "error", ValueError)):
+            continue  # opaque (cffi.FFI raises ValueError, out-of-line modules ffi.error)
         if ctype.fields is None:
             continue
         fields = {}

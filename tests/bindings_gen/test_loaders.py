@@ -70,6 +70,7 @@ def test_missing_headers_name_the_package(monkeypatch):
     import cupric.bindings_gen.headers as headers
 
     monkeypatch.setattr(headers, "_pathfinder_dir", lambda key: None)
+    monkeypatch.setattr(headers, "_wheel_dirs", lambda header: [])
     monkeypatch.setattr(headers, "_environment_dirs", lambda: [])
     binding = Binding("nccl", "NCCL")
     with pytest.raises(LibraryNotFoundError, match="pip install nvidia-nccl-cu13"):
