@@ -6,9 +6,11 @@ well under the cost of compiling it."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import sys
 import types as pytypes
+from pathlib import Path
 
 from cupric.compiler.frontend.resolve import MISSING, is_constant_value, lookup
 
@@ -56,6 +58,20 @@ def _feed_function(h, py_func, lines: bool, seen: set) -> None:
                      f"{getattr(value, 'name', getattr(value, '__name__', ''))};".encode())
 
 
+@functools.cache
+def compiler_stamp() -> str:
+    """Identifies this build of the frontend: the version constant plus the size and
+    modification time of its source files, so an edited compiler never reuses code that
+    an older one cached (one `stat` per module, once per process)."""
+    root = Path(__file__).resolve().parent
+    parts = [str(FRONTEND_VERSION)]
+    for sub in ("", "frontend", "typing", "ir", "codegen", "lowering"):
+        for path in sorted((root / sub).glob("*.py")):
+            st = path.stat()
+            parts.append(f"{sub}/{path.name}:{st.st_size}:{st.st_mtime_ns}")
+    return hashlib.blake2b("|".join(parts).encode(), digest_size=12).hexdigest()
+
+
 def fingerprint(py_func, *, lines: bool = False) -> str:
     """Hex digest of the code `py_func` compiles from (see the module docstring).
 
@@ -65,6 +81,6 @@ def fingerprint(py_func, *, lines: bool = False) -> str:
         Include the line table (line info and debug builds map PTX to lines).
     """
     h = hashlib.blake2b(digest_size=20)
-    h.update(f"cupric-frontend-{FRONTEND_VERSION}-py{sys.version_info[:2]}".encode())
+    h.update(f"cupric-frontend-{compiler_stamp()}-py{sys.version_info[:2]}".encode())
     _feed_function(h, py_func, lines, set())
     return h.hexdigest()

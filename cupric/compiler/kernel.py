@@ -8,6 +8,7 @@ Without a GPU (or with CUPRIC_SIMULATOR=1) launches run on `cupric.simulator`.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 import threading
@@ -196,7 +197,11 @@ def _disjoint(extents, written: frozenset) -> bool:
 
 class Specialization:
     """One compiled variant of a kernel: concrete parameter types, whether array
-    arguments are known not to alias, its NVVM IR, PTX/cubin and launch handle."""
+    arguments are known not to alias, its NVVM IR, PTX/cubin and launch handle.
+
+    With `noalias`, the arrays the kernel never writes are typed read-only (loaded
+    through the non-coherent cache) and every array pointer is `noalias`.
+    """
 
     def __init__(self, kern: Kernel, arg_types: tuple, noalias: bool) -> None:
         self.kernel = kern
@@ -213,7 +218,10 @@ class Specialization:
         """The typed IR (`TypedFunction`)."""
         if self._typed is None:
             from cupric.compiler.specialize import type_kernel
-            self._typed = type_kernel(self.kernel.py_func, self.arg_types)
+            types = self.arg_types
+            if self.noalias:
+                types = _readonly_types(types, self.kernel.writes(types))
+            self._typed = type_kernel(self.kernel.py_func, types)
         return self._typed
 
     @property
@@ -228,13 +236,17 @@ class Specialization:
         return self._ir
 
     def cache_key(self, options) -> str:
+        """Key of the compiled code: the kernel's code fingerprint, the parameter types,
+        the variant and the resolved options (no typing needed, so a new process finds
+        cached code without compiling anything)."""
         from cupric.compiler.cache import make_key
         k = self.kernel
         return make_key("cupric.frontend", k.fingerprint, repr(self.arg_types), self.noalias,
                         k.fast_math, k.c_division, options.cache_key())
 
     def artifact(self, arch=None):
-        """Compiled PTX/cubin (`cupric.compiler.backend.Artifact`) for `arch`."""
+        """Compiled PTX/cubin (`cupric.compiler.backend.Artifact`) for `arch` (default:
+        the kernel's arch, else the current device's, else sm_90)."""
         from cupric.compiler import backend
         options = self.kernel.options.resolve(arch)
         if self._artifact is not None and self._artifact.arch == options.arch:
@@ -242,7 +254,11 @@ class Specialization:
         key = self.cache_key(options)
         artifact = backend.lookup(key, options=options)
         if artifact is None:
-            artifact = backend.build(self.ir, options=options, key=key)
+            try:
+                ir = self.ir
+            except CompileError as exc:
+                raise exc.with_traceback(None) from None
+            artifact = backend.build(ir, options=options, key=key)
         self._artifact = artifact
         return artifact
 
@@ -368,6 +384,7 @@ class Kernel:
         self._fingerprint = None
         self._specs: dict = {}       # launch key -> (arg_types, written)
         self._variants: dict = {}    # (arg_types, noalias) -> Specialization
+        self._writes: dict = {}      # arg_types -> written array parameters
         self._lock = threading.RLock()
         self._param_specs = None
 
@@ -435,13 +452,33 @@ class Kernel:
                 return entry
             try:
                 arg_types = self.bind_types(args)
-                plain = self._variant(arg_types, False)
-                written = frozenset(plain.typed.writes)
-                fast = self._variant(_readonly_types(arg_types, written), True)
+                written = self.writes(arg_types)
             except CompileError as exc:
                 raise exc.with_traceback(None) from None
-            entry = self._specs[key] = (written, plain, fast)
+            entry = (written, self._variant(arg_types, False), self._variant(arg_types, True))
+            self._specs[key] = entry
             return entry
+
+    def writes(self, arg_types) -> frozenset:
+        """Indices of the array parameters the kernel writes for `arg_types` (directly or
+        through device functions), from memory, the disk cache, or typing."""
+        known = self._writes.get(arg_types)
+        if known is not None:
+            return known
+        from cupric.compiler.cache import default_cache, make_key
+        key = make_key("cupric.frontend.writes", self.fingerprint, repr(arg_types))
+        cache = default_cache()
+        entry = cache.get(key)
+        if entry is not None and "writes" in entry.payloads:
+            known = frozenset(json.loads(entry.payloads["writes"]))
+        else:
+            known = frozenset(self._variant(arg_types, False).typed.writes)
+            try:
+                cache.put(key, {"writes": json.dumps(sorted(known))})
+            except OSError:
+                pass  # a read-only cache only costs typing again next time
+        self._writes[arg_types] = known
+        return known
 
     def bind_types(self, args) -> tuple:
         """Concrete parameter types for launch arguments `args`.
@@ -509,16 +546,29 @@ class Kernel:
         names = list(self.py_func.__code__.co_varnames[:self.py_func.__code__.co_argcount])
         types = bind(self.__name__, names, specs, list(types))
         try:
-            plain = self._variant(types, False)
-            if not noalias:
-                plain.typed
-                return plain
-            written = frozenset(plain.typed.writes)
-            spec = self._variant(_readonly_types(types, written), True)
+            spec = self._variant(types, noalias)
             spec.typed
             return spec
         except CompileError as exc:
             raise exc.with_traceback(None) from None
+
+    def compile(self, signature=None, *, arch=None, noalias: bool = True):
+        """Compile (or fetch from the cache) the code for `signature`; returns the
+        `cupric.compiler.backend.Artifact` (PTX, cubin). A cache hit needs no typing."""
+        from cupric.compiler.signature import Generic, bind, param_specs, parse_signature
+        self._check_parameters()
+        specs = param_specs(self.py_func)
+        if signature is None:
+            if any(isinstance(s, Generic) for s in specs):
+                raise TypeError(f"{self.__name__} has generic parameters; pass a signature")
+            types = tuple(specs)
+        elif isinstance(signature, str):
+            types = parse_signature(signature)
+        else:
+            types = tuple(signature)
+        names = list(self.py_func.__code__.co_varnames[:self.py_func.__code__.co_argcount])
+        types = bind(self.__name__, names, specs, list(types))
+        return self._variant(types, noalias).artifact(arch)
 
     def inspect_types(self, signature=None) -> dict:
         """Local variable name -> type for `signature`."""

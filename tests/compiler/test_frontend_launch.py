@@ -90,9 +90,11 @@ def _copy(x: Array[f32, 1], y: Array[f32, 1]):
 def test_writes_decide_read_only_arrays():
     spec = _copy.specialize("Array[f32, 1, 'C'], Array[f32, 1, 'C']")
     assert spec.typed.writes == {1}
-    assert spec.arg_types[0].readonly and not spec.arg_types[1].readonly
+    types = spec.typed.arg_types
+    assert types[0].readonly and not types[1].readonly
     plain = _copy.specialize("Array[f32, 1, 'C'], Array[f32, 1, 'C']", noalias=False)
-    assert not plain.arg_types[0].readonly
+    assert not plain.typed.arg_types[0].readonly
+    assert _copy.writes(spec.arg_types) == frozenset({1})
 
 
 def test_writes_through_device_functions_and_aliases():
