@@ -22,10 +22,12 @@ _LAZY = {
     "Algorithm": "algorithms", "ALGORITHMS": "algorithms",
     "stream_states": "streams", "jump_polynomial": "streams", "jump_table": "streams",
     "charpoly": "streams",
+    "uniform": "bulk", "normal": "bulk", "exponential": "bulk", "integers": "bulk",
+    "random_bits": "bulk", "default_generator": "bulk",
     **{name: "host" for name in _NAMES},
 }
-_SUBMODULES = ("algorithms", "device", "distributions", "generator", "gf2", "host",
-               "splitmix", "streams")
+_SUBMODULES = ("algorithms", "backends", "bulk", "device", "distributions", "generator",
+               "gf2", "host", "splitmix", "streams")
 
 __all__ = sorted(_LAZY)
 

@@ -1,8 +1,9 @@
 """`Generator`: a numpy.random.Generator-like front end over many parallel streams.
 
 A Generator owns S streams of one xoshiro-family algorithm (stream i starts i jumps after
-the seed's state) and fills every output in the round order of `distributions`, so a
-device fill with the same seed, algorithm and stream count yields the same values.
+the seed's state) and fills every output in the round order of `distributions`. NumPy
+outputs are filled by the host half, device arrays by the device half's kernels, and the
+stream states live wherever the last fill ran, so the values never depend on where.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import numpy as np
 
 from . import algorithms as _alg
 from . import distributions as _dist
+from .backends import backend_for
 from .host import BitGenerator
 from .splitmix import seed_words
-from .streams import max_streams, stream_log2, stream_states
+from .streams import jump_table, max_streams, stream_log2, stream_states
 
 __all__ = ["Generator", "default_rng", "DEFAULT_ALGORITHM", "DEFAULT_STREAMS"]
 
@@ -26,6 +28,9 @@ DEFAULT_ALGORITHM = "xoshiro128++"
 # Enough threads to keep an H100/H200 busy in a fill, few enough that the host builds
 # every stream start in a fraction of a second.
 DEFAULT_STREAMS = 1 << 16
+# Digits of the device initializer's jump tables: 2^16 streams take two levels, each
+# thread at most two polynomial applications; the tables are 2 x 256 states.
+DIGIT_BITS = 8
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -87,14 +92,22 @@ class Generator:
             raise ValueError(f"streams must be in 1..{max_streams(self._alg)}, got {streams}")
         self._streams = streams
         self._base = seed_words(self._alg, self._seed)[:, 0]
-        self._state: np.ndarray | None = None  # built on first use: (words, streams)
+        self._reset_state()
+
+    def _reset_state(self) -> None:
+        # The stream states, (words, streams), live in one place at a time: nowhere yet
+        # (built on first use), on the host (`_state`) or on a backend (`_device_state`).
+        self._where = "none"
+        self._state: np.ndarray | None = None
+        self._device_state = None
+        self._backend = None
 
     @classmethod
     def _from_base(cls, alg, seed: int, base: np.ndarray, streams: int) -> "Generator":
         g = cls.__new__(cls)
         g._alg, g._seed, g._streams = alg, seed, streams
         g._base = np.array(base, dtype=alg.dtype)
-        g._state = None
+        g._reset_state()
         return g
 
     # ---- state ----
@@ -112,16 +125,47 @@ class Generator:
 
     @property
     def stream_states(self) -> np.ndarray:
-        """The current states of all streams, shape (words, streams) (built on first use).
+        """The current states of all streams on the host, shape (words, streams).
+
+        If the last fill ran on a device the states are copied back (and the device copy
+        dropped); before any draw they are built here.
 
         Cost
         ----
-        The first access runs `cupric.gpu_rand.streams.stream_states` (about S * state_bits
-        engine steps of NumPy work).
+        Building runs `cupric.gpu_rand.streams.stream_states` (about S * state_bits engine
+        steps of NumPy work); a device fill builds them on the device instead.
         """
-        if self._state is None:
+        if self._where == "device":
+            self._state = self._backend.to_host(self._device_state)
+            self._device_state, self._backend = None, None
+        elif self._where == "none":
             self._state = stream_states(self._alg, self._base, self._streams)
+        self._where = "host"
         return self._state
+
+    def device_states(self, backend):
+        """The stream states on `backend` (a `backends.CudaBackend` or `SimulatorBackend`).
+
+        Host states are copied over; before any draw the device builds them in one launch,
+        each thread i applying the jump-power tables (`streams.jump_table`) to the seed's
+        state instead of jumping i times.
+        """
+        if self._where == "device" and self._backend == backend:
+            return self._device_state
+        if self._where == "device":
+            self.stream_states  # bring them home first: one current copy at a time
+        alg = self._alg
+        if self._where == "host":
+            states = backend.to_device(self._state)
+            self._state = None
+        else:
+            table = jump_table(alg, self._streams, digit_bits=DIGIT_BITS)
+            states = backend.empty((alg.words, self._streams), alg.dtype)
+            base = backend.to_device(self._base.reshape(alg.words, 1))
+            backend.launch("init_streams", alg, self._streams,
+                           (states, base, backend.to_device(table), DIGIT_BITS))
+        self._device_state, self._backend, self._where = states, backend, "device"
+        return states
 
     @property
     def bit_generator(self) -> BitGenerator:
@@ -159,39 +203,67 @@ class Generator:
         return [self.jumped(i + 1) for i in range(n_children)]
 
     # ---- draws ----
-    def _run(self, fill, shape, dtype, out, *extra):
+    def _fill(self, out, host_fill, kind: str, host_args: tuple, device_args: tuple,
+              backend=None):
+        """Fill `out` with the host half (NumPy) or the device kernel `kind`."""
+        target = backend_for(out, backend)
+        if target is None:
+            host_fill(self._alg, self.stream_states, out, *host_args)
+            return out
+        flat = target.flat(out)
+        if kind.startswith("integers") or kind == "bits64":
+            flat = flat.view(np.uint64 if flat.dtype.itemsize == 8 else np.uint32)
+        states = self.device_states(target)
+        target.launch(kind, self._alg, self._streams, (states, flat, *device_args))
+        return out
+
+    def _run(self, host_fill, kind, shape, dtype, out, host_args=(), device_args=(),
+             backend=None):
         if out is not None:
             if shape is not None and tuple(out.shape) != shape:
-                raise ValueError(f"size {shape} does not match out.shape {out.shape}")
-            if not isinstance(out, np.ndarray):
-                raise TypeError("out must be a NumPy array: device fills need the compiled "
-                                "device half (cupric.gpu_rand.device), not yet wired here")
-            fill(self._alg, self.stream_states, out, *extra)
-            return out
+                raise ValueError(f"size {shape} does not match out.shape {tuple(out.shape)}")
+            return self._fill(out, host_fill, kind, host_args, device_args, backend)
         result = np.empty(shape if shape is not None else (1,), dtype=dtype)
-        fill(self._alg, self.stream_states, result, *extra)
+        host_fill(self._alg, self.stream_states, result, *host_args)
         return result if shape is not None else result[0]
 
-    def random(self, size=None, dtype=np.float64, out=None):
+    def _float_call(self, host_fill, family, size, dtype, out, shift, scale, backend):
+        dt = _float_dtype(out.dtype if out is not None else dtype)
+        kind = f"{family}_f{dt.itemsize * 8}"
+        return self._run(host_fill, kind, _shape(size), dt, out, (shift, scale),
+                         (dt.type(shift), dt.type(scale)), backend)
+
+    def random(self, size=None, dtype=np.float64, out=None, *, backend=None):
         """Uniform floats in [0, 1): top 24 (float32) or 53 (float64) bits times 2^-bits.
 
         Parameters
         ----------
         size : int or tuple of int, optional
         dtype : {float64, float32}
-        out : numpy.ndarray, optional
-            Filled in place (C-contiguous), and returned.
+        out : array, optional
+            Filled in place and returned: a C-contiguous NumPy array (host half) or a
+            device array (`DeviceBuffer`, CUDA Array Interface or DLPack; device half).
+        backend : {None, "cuda", "simulator"}, optional
+            Where a fill of `out` runs; None picks the host for NumPy arrays and the GPU
+            otherwise. "simulator" runs the device kernels on the CPU over NumPy arrays.
+        """
+        return self._float_call(_dist.fill_uniform, "uniform", size, dtype, out, 0.0, 1.0,
+                                backend)
+
+    def uniform(self, low=0.0, high=1.0, size=None, dtype=np.float64, out=None, *,
+                backend=None):
+        """Uniform floats in [low, high): ``low + (high - low) * U`` computed in `dtype`.
+
+        Device fills may fuse that into one fma, so they can differ from the host in the
+        last bit unless low = 0 and high = 1.
         """
         dt = _float_dtype(out.dtype if out is not None else dtype)
-        return self._run(_dist.fill_uniform, _shape(size), dt, out)
+        scale = float(dt.type(high) - dt.type(low))
+        return self._float_call(_dist.fill_uniform, "uniform", size, dt, out, low, scale,
+                                backend)
 
-    def uniform(self, low=0.0, high=1.0, size=None, dtype=np.float64):
-        """Uniform floats in [low, high): ``low + (high - low) * random()`` in `dtype`."""
-        dt = _float_dtype(dtype)
-        u = self.random(size, dt)
-        return (dt.type(low) + (dt.type(high) - dt.type(low)) * u).astype(dt, copy=False)
-
-    def integers(self, low, high=None, size=None, dtype=np.int64, endpoint=False):
+    def integers(self, low, high=None, size=None, dtype=np.int64, endpoint=False, out=None,
+                 *, backend=None):
         """Uniform integers in [low, high) ([low, high] with endpoint), free of modulo bias.
 
         Lemire's multiply-and-reject method: one ``next_u32`` per try for spans up to
@@ -207,7 +279,7 @@ class Generator:
         low, high = operator.index(low), operator.index(high)
         if endpoint:
             high += 1
-        dt = np.dtype(dtype)
+        dt = np.dtype(out.dtype if out is not None else dtype)
         if dt.kind not in "iu" or dt.itemsize > 8:
             raise TypeError(f"dtype must be an integer type of at most 64 bits, got {dt}")
         info = np.iinfo(dt)
@@ -215,40 +287,52 @@ class Generator:
             raise ValueError(f"empty range: low={low} >= high={high}")
         if low < info.min or high - 1 > info.max:
             raise ValueError(f"[{low}, {high}) does not fit {dt}")
-        return self._run(_dist.fill_integers, _shape(size), dt, None, low, high - low)
+        span = high - low
+        wide = span > 1 << 32
+        if out is not None and backend_for(out, backend) is not None and dt.itemsize < 4:
+            raise TypeError(f"device fills write 32- or 64-bit integers, not {dt}")
+        if wide:
+            kind = "integers64"
+        else:
+            kind = "integers32" if dt.itemsize <= 4 else "integers32_to64"
+        device_args = (np.uint64(low % 2**64), np.uint64(span % 2**64),
+                       np.uint64(_dist.lemire_threshold(span, 64 if wide else 32)))
+        return self._run(_dist.fill_integers, kind, _shape(size), dt, out, (low, span),
+                         device_args, backend)
 
-    def standard_normal(self, size=None, dtype=np.float64, out=None):
+    def standard_normal(self, size=None, dtype=np.float64, out=None, *, backend=None):
         """Standard normal variates (Box–Muller, both values of each pair used)."""
-        dt = _float_dtype(out.dtype if out is not None else dtype)
-        return self._run(_dist.fill_normal, _shape(size), dt, out)
+        return self._float_call(_dist.fill_normal, "normal", size, dtype, out, 0.0, 1.0,
+                                backend)
 
-    def normal(self, loc=0.0, scale=1.0, size=None, dtype=np.float64):
+    def normal(self, loc=0.0, scale=1.0, size=None, dtype=np.float64, out=None, *,
+               backend=None):
         """Normal variates with mean `loc` and standard deviation `scale` (scalars)."""
         if scale < 0:
             raise ValueError(f"scale must be non-negative, got {scale}")
-        dt = _float_dtype(dtype)
-        z = self.standard_normal(size, dt)
-        return (dt.type(loc) + dt.type(scale) * z).astype(dt, copy=False)
+        return self._float_call(_dist.fill_normal, "normal", size, dtype, out, loc, scale,
+                                backend)
 
-    def standard_exponential(self, size=None, dtype=np.float64, out=None):
+    def standard_exponential(self, size=None, dtype=np.float64, out=None, *, backend=None):
         """Standard exponential variates by inversion, -ln(1 - U)."""
-        dt = _float_dtype(out.dtype if out is not None else dtype)
-        return self._run(_dist.fill_exponential, _shape(size), dt, out)
+        return self._float_call(_dist.fill_exponential, "exponential", size, dtype, out,
+                                0.0, 1.0, backend)
 
-    def exponential(self, scale=1.0, size=None, dtype=np.float64):
+    def exponential(self, scale=1.0, size=None, dtype=np.float64, out=None, *,
+                    backend=None):
         """Exponential variates with mean `scale`."""
         if scale < 0:
             raise ValueError(f"scale must be non-negative, got {scale}")
-        dt = _float_dtype(dtype)
-        e = self.standard_exponential(size, dt)
-        return (dt.type(scale) * e).astype(dt, copy=False)
+        return self._float_call(_dist.fill_exponential, "exponential", size, dtype, out,
+                                0.0, scale, backend)
 
-    def bits(self, size=None, dtype=np.uint64, out=None):
+    def bits(self, size=None, dtype=np.uint64, out=None, *, backend=None):
         """Raw generator output: ``next_u32`` (uint32) or ``next_u64`` (uint64) per element."""
         dt = np.dtype(out.dtype if out is not None else dtype)
         if dt not in (np.dtype(np.uint32), np.dtype(np.uint64)):
             raise TypeError(f"dtype must be uint32 or uint64, got {dt}")
-        return self._run(_dist.fill_bits, _shape(size), dt, out)
+        return self._run(_dist.fill_bits, f"bits{dt.itemsize * 8}", _shape(size), dt, out,
+                         backend=backend)
 
 
 def default_rng(seed: int | None = None, *, algorithm: str = DEFAULT_ALGORITHM,

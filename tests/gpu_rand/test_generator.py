@@ -152,3 +152,73 @@ def test_import_is_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+@pytest.mark.parametrize("name", ["xoshiro128++", "xoshiro256**", "xoroshiro64**"])
+def test_device_path_on_simulator_matches_host(name):
+    """The device half, driven by the Generator (states built on the "device" by the
+    jump-table kernel, fills by the device kernels), gives the host half's values; host
+    and device calls interleave on one sequence."""
+    s = 40
+    host = Generator(2718, algorithm=name, streams=s)
+    dev = Generator(2718, algorithm=name, streams=s)
+    sim = "simulator"
+
+    out = np.empty(97, np.float32)
+    assert dev.random(out=out, backend=sim) is out
+    assert dev._where == "device"
+    assert np.array_equal(out, host.random(97, dtype=np.float32))
+
+    out = np.empty(50, np.float64)
+    dev.uniform(-1.0, 3.0, out=out, backend=sim)
+    assert np.array_equal(out, host.uniform(-1.0, 3.0, 50))
+
+    out = np.empty(61, np.int64)
+    dev.integers(-7, 1000, out=out, backend=sim)
+    assert np.array_equal(out, host.integers(-7, 1000, 61))
+    out = np.empty(30, np.uint64)
+    dev.integers(0, 3 * 2**62, out=out, backend=sim)
+    assert np.array_equal(out, host.integers(0, 3 * 2**62, 30, dtype=np.uint64))
+    out = np.empty(30, np.int32)
+    dev.integers(-5, 5, out=out, backend=sim)
+    assert np.array_equal(out, host.integers(-5, 5, 30, dtype=np.int32))
+
+    out = np.empty(33, np.uint64)
+    dev.bits(out=out, backend=sim)
+    assert np.array_equal(out, host.bits(33))
+
+    # a host call in between: the states come back from the "device" and continue there
+    assert dev.random() == host.random()
+    out = np.empty(45, np.float32)
+    dev.normal(1.0, 2.0, out=out, backend=sim)
+    np.testing.assert_allclose(out, host.normal(1.0, 2.0, 45, dtype=np.float32),
+                               rtol=1e-5, atol=1e-5)
+    out = np.empty(21, np.float64)
+    dev.exponential(0.5, out=out, backend=sim)
+    np.testing.assert_allclose(out, host.exponential(0.5, 21), rtol=1e-13)
+    assert np.array_equal(dev.stream_states, host.stream_states)
+    with pytest.raises(TypeError, match="32- or 64-bit"):
+        dev.integers(0, 5, out=np.empty(3, np.int8), backend=sim)
+    with pytest.raises(ValueError, match="backend"):
+        dev.random(out=np.empty(3), backend="tpu")
+
+
+def test_bulk_fills():
+    from cupric import gpu_rand
+
+    out = np.empty((3, 5), np.float32)
+    assert gpu_rand.uniform(out, 2.0, 4.0, rng=Generator(1, streams=4)) is out
+    assert np.array_equal(out, Generator(1, streams=4).uniform(2.0, 4.0, (3, 5), np.float32))
+    z = gpu_rand.normal(np.empty(10), 1.0, 0.5, rng=Generator(2, streams=4))
+    assert np.array_equal(z, Generator(2, streams=4).normal(1.0, 0.5, 10))
+    e = gpu_rand.exponential(np.empty(10), 2.0, rng=Generator(3, streams=4))
+    assert np.array_equal(e, Generator(3, streams=4).exponential(2.0, 10))
+    k = gpu_rand.integers(np.empty(10, np.int16), 0, 5, endpoint=True, rng=Generator(4, streams=4))
+    assert k.max() <= 5
+    b = gpu_rand.random_bits(np.empty(6, np.uint32), rng=Generator(5, streams=4))
+    assert np.array_equal(b, Generator(5, streams=4).bits(6, np.uint32))
+    with pytest.raises(TypeError):
+        gpu_rand.random_bits(np.empty(3, np.int64))
+    assert gpu_rand.default_generator() is gpu_rand.default_generator()
+    assert gpu_rand.uniform(np.empty(3)).shape == (3,)
