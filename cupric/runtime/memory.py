@@ -81,6 +81,39 @@ def _ready():
     return driver()
 
 
+_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
+
+
+def pointer_device(ptr: int) -> int:
+    """The ordinal of the device a device pointer was allocated on (any context).
+
+    cuda-bindings 13.3 reads `CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL` back from the wrong
+    field and always answers 0 (NVIDIA/cuda-python issue 2928, seen here on two H200s).
+    With more than one device, the attribute is therefore read from libcuda itself
+    through ctypes; with one device, the answer is 0 either way.
+
+    Raises
+    ------
+    CudaError
+        If `ptr` is not memory the driver knows.
+    """
+    d = _ready()
+    attribute = d.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+    answer = int(check(d.cuPointerGetAttribute(attribute, ptr)))
+    if answer != 0 or check(d.cuDeviceGetCount()) < 2:
+        return answer
+    import ctypes
+    import sys
+    if not sys.platform.startswith("linux"):
+        return answer  # the fixed bindings of other platforms' wheels are trusted
+    function = ctypes.CDLL("libcuda.so.1").cuPointerGetAttribute  # already loaded
+    function.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_ulonglong]
+    function.restype = ctypes.c_int
+    value = ctypes.c_int(-1)
+    check((function(ctypes.byref(value), _CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr),))
+    return value.value
+
+
 def memory_info() -> tuple[int, int]:
     """Free and total memory of the current device, in bytes (`cuMemGetInfo`)."""
     _device_of_context()
@@ -623,9 +656,7 @@ class DeviceBuffer:
         alloc = self._alloc
         if alloc.device < 0 and self.ptr:
             self._check_open()
-            d = _ready()
-            attribute = d.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-            alloc.device = int(check(d.cuPointerGetAttribute(attribute, self.ptr)))
+            alloc.device = pointer_device(self.ptr)
         return alloc.device
 
     @property

@@ -45,6 +45,8 @@ class FakeDriver:
         self.free_bytes = free_bytes
         self.total_bytes = 2 << 30
         self.freed: list[int] = []
+        self.pointer_device = 0
+        self.device_count = 1
 
     def __getattr__(self, name):
         impl = getattr(type(self), "_" + name, None)
@@ -128,7 +130,8 @@ class FakeDriver:
     def _cuEventCreate(self, flags): return (0, 0xE0)
     def _cuEventRecord(self, event, stream): return (0,)
     def _cuStreamWaitEvent(self, stream, event, flags): return (0,)
-    def _cuPointerGetAttribute(self, attribute, ptr): return (0, 0)
+    def _cuPointerGetAttribute(self, attribute, ptr): return (0, self.pointer_device)
+    def _cuDeviceGetCount(self): return (0, self.device_count)
 
 
 @pytest.fixture
@@ -467,3 +470,13 @@ def test_protocol_stream_ordering(fake, rng):
     fake.calls.clear()
     dlpack.parse_capsule(legacy.__dlpack__())["release"]()  # consumer legacy too: nothing
     assert fake.calls == []
+
+
+def test_device_of_borrowed_memory_is_asked_once(fake):
+    host = np.zeros(4)
+    fake.pointer_device = 3
+    buf = m.borrow(host.ctypes.data, (4,), None, np.float64)
+    assert buf.device == 3 and buf[1:].device == 3
+    assert [c[0] for c in fake.calls].count("cuPointerGetAttribute") == 1
+    fake.pointer_device = 0  # one device: 0 is the answer, no second opinion needed
+    assert m.borrow(host.ctypes.data, (4,), None, np.float64).device == 0
