@@ -91,7 +91,7 @@ def run(json_path: str | None = None) -> dict:
     assert np.array_equal(ours_host.array, data) and np.array_equal(cupy_host, data)
     ours_dev.close()
     ours_host.close()
-    del cupy_dev, cupy_host
+    cupy_dev = cupy_host = None  # free before the 1 GiB buffers
 
     # Device -> device, 1 GiB.
     n = 1024 * MIB

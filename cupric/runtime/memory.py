@@ -632,6 +632,12 @@ class DeviceBuffer:
         """A new device buffer holding a copy of a host array (same as `to_device`)."""
         return to_device(array, stream)
 
+    def _derive(self, ptr, shape, strides, dtype) -> "DeviceBuffer":
+        """A view of the same allocation (a plain DeviceBuffer whatever this one is)."""
+        base = self._base if self._base is not None else self
+        return DeviceBuffer._make(self._alloc, ptr, shape, strides, dtype, self.readonly,
+                                  self._stream, base=base)
+
     # -- state ---------------------------------------------------------------------
 
     @property
@@ -746,9 +752,7 @@ class DeviceBuffer:
     def __getitem__(self, key) -> "DeviceBuffer":
         self._check_open()
         offset, shape, strides = index_layout(self.shape, self.strides, key)
-        return DeviceBuffer._make(self._alloc, self.ptr + offset, shape, strides,
-                                  self.dtype, self.readonly, self._stream,
-                                  base=self._base if self._base is not None else self)
+        return self._derive(self.ptr + offset, shape, strides, self.dtype)
 
     def __setitem__(self, key, value) -> None:
         target = self[key]
@@ -769,8 +773,7 @@ class DeviceBuffer:
         self._check_open()
         dt = self.dtype if dtype is None else normalize_dtype(dtype)
         shape, strides = view_layout(self.shape, self.strides, self.itemsize, dt.itemsize)
-        return DeviceBuffer._make(self._alloc, self.ptr, shape, strides, dt, self.readonly,
-                                  self._stream, base=self._base if self._base is not None else self)
+        return self._derive(self.ptr, shape, strides, dt)
 
     def reshape(self, *shape) -> "DeviceBuffer":
         """A view with another shape (C order; one -1 allowed). Needs a contiguous buffer."""
@@ -779,8 +782,7 @@ class DeviceBuffer:
             shape = shape[0]
         new_shape, new_strides = reshape_layout(self.shape, self.strides, self.itemsize,
                                                 shape)
-        return DeviceBuffer._make(self._alloc, self.ptr, new_shape, new_strides, self.dtype,
-                                  self.readonly, self._stream, base=self._base if self._base is not None else self)
+        return self._derive(self.ptr, new_shape, new_strides, self.dtype)
 
     def ravel(self) -> "DeviceBuffer":
         """A 1-d view of a C-contiguous buffer."""
@@ -797,9 +799,8 @@ class DeviceBuffer:
                      for a in axes)
         if sorted(axes) != list(range(self.ndim)):
             raise ValueError(f"axes {axes} are not a permutation of {self.ndim} axes")
-        return DeviceBuffer._make(self._alloc, self.ptr, tuple(self.shape[a] for a in axes),
-                                  tuple(self.strides[a] for a in axes), self.dtype,
-                                  self.readonly, self._stream, base=self._base if self._base is not None else self)
+        return self._derive(self.ptr, tuple(self.shape[a] for a in axes),
+                            tuple(self.strides[a] for a in axes), self.dtype)
 
     @property
     def T(self) -> "DeviceBuffer":
