@@ -2,9 +2,15 @@
 
 `cuLaunchKernel` takes a grid and block shape, dynamic shared memory, a stream, and an
 array of pointers (`void**`), one per kernel parameter, to the parameter values. A
-`PreparedLaunch` builds that array and the buffer it points into once per signature;
-each launch only writes the values (one `struct.pack_into`) and calls the driver through
-cffi, so the host cost stays close to the driver's own.
+`PreparedLaunch` fixes the parameter layout once per signature; each launch only writes
+the values and calls the driver, so the host cost stays close to the driver's own.
+
+How the driver is called (measured on an H200, see benchmarks/launch_overhead.py): by
+default through a small CPython extension (`_fastlaunch`) that packs and launches in one
+C call, compiled once into the user's cache; where no compiler is available, through
+cuda.bindings' `cuLaunchKernel` with the values packed by one `struct.pack_into` into a
+buffer made once. A cffi ABI-mode call (libffi) and ctypes are slower and kept for
+comparison.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
+import weakref
 
 import numpy as np
 
@@ -98,7 +105,7 @@ def param_layout(param_types) -> tuple[tuple, str, list[int], int]:
 
 def dim3(value, what: str) -> tuple[int, int, int]:
     """An int or a 1-3 tuple of ints as (x, y, z), each >= 1."""
-    if isinstance(value, int):
+    if isinstance(value, (int, np.integer)):
         dims = (value, 1, 1)
     else:
         try:
@@ -352,11 +359,16 @@ def build_launcher() -> bool:
 def launch_backends() -> dict:
     """Which ways of calling cuLaunchKernel are available, and the default.
 
-    ``"api"`` (compiled cffi trampoline, fastest), ``"bindings"`` (cuda.bindings),
-    ``"cffi"`` (ABI mode), ``"ctypes"``. `CUPRIC_LAUNCH_BACKEND` overrides the default.
+    ``"c"`` (compiled extension packing and launching in one call, fastest), ``"api"``
+    (compiled cffi trampoline), ``"bindings"`` (cuda.bindings), ``"cffi"`` (ABI mode),
+    ``"ctypes"``. `CUPRIC_LAUNCH_BACKEND` overrides the default; `CUPRIC_BUILD_LAUNCHER=0`
+    stops cupric from compiling the first two on first use.
     """
-    api = _load_launcher(build=False) is not None
-    return {"default": _default_backend(), "api": api, "api_error": _launcher_error,
+    from . import _fastlaunch
+    default = _default_backend()
+    return {"default": default,
+            "c": _fastlaunch.load(build=False) is not None, "c_error": _fastlaunch.build_error(),
+            "api": _load_launcher(build=False) is not None, "api_error": _launcher_error,
             "bindings": True, "cffi": True, "ctypes": True}
 
 
@@ -364,7 +376,10 @@ def _default_backend() -> str:
     chosen = os.environ.get("CUPRIC_LAUNCH_BACKEND")
     if chosen:
         return chosen
+    from . import _fastlaunch
     build = os.environ.get("CUPRIC_BUILD_LAUNCHER", "1") != "0"
+    if _fastlaunch.load(build=build) is not None:
+        return "c"
     return "api" if _load_launcher(build=build) is not None else "bindings"
 
 
@@ -374,7 +389,7 @@ def _default_backend() -> str:
 # raises TypeError from its __index__, a huge int OverflowError on some versions).
 _PACK_ERRORS = (struct.error, TypeError, ValueError, OverflowError)
 
-_BACKENDS = ("api", "bindings", "cffi", "ctypes")
+_BACKENDS = ("c", "api", "bindings", "cffi", "ctypes")
 
 
 def make_prepared(function, param_types, *, cooperative: bool = False,
@@ -384,6 +399,8 @@ def make_prepared(function, param_types, *, cooperative: bool = False,
     if backend == "bindings":
         return _BindingsPreparedLaunch(function, param_types, cooperative=cooperative,
                                        backend=backend)
+    if backend == "c" and not cooperative:
+        return _CompiledPreparedLaunch(function, param_types, backend=backend)
     return PreparedLaunch(function, param_types, cooperative=cooperative, backend=backend)
 
 
@@ -423,9 +440,10 @@ class PreparedLaunch:
 
     Cost
     ----
-    One `struct.pack_into` and one native call: the compiled launcher when it could be
-    built (see `build_launcher`), else cuda.bindings. Python ints and floats pack
-    fastest; NumPy scalars cost about 0.15 us more each.
+    With the compiled extension (backend ``"c"``, the default where it builds), a
+    fraction of a microsecond above the driver's own cost of `cuLaunchKernel`. On the
+    Python backends, one `struct.pack_into` and one native call; Python ints and floats
+    pack fastest there, NumPy scalars cost about 0.15 us more each.
     """
 
     __slots__ = ("function", "param_types", "cooperative", "_func", "_format",
@@ -463,7 +481,8 @@ class PreparedLaunch:
             self._call = (lambda f, gx, gy, gz, bx, by, bz, shm, s, argv, _extra:
                           coop(f, gx, gy, gz, bx, by, bz, shm, s, argv))
             self._null = n.null
-        elif backend == "cffi":
+        elif backend in ("cffi", "c"):
+            # For "c", this is the Python fallback behind the compiled launch function.
             self._call = n.launch
             self._null = n.null
         elif backend == "api":
@@ -728,6 +747,48 @@ class _BindingsPreparedLaunch(PreparedLaunch):
     @staticmethod
     def _result(r) -> int:
         return int(r[0])
+
+
+class _CompiledPreparedLaunch(PreparedLaunch):
+    """`PreparedLaunch` whose `launch` is the compiled extension's function.
+
+    The extension packs and launches in one C call; whatever it does not handle itself
+    (unusual argument types, any error) it hands to `_slow_launch` / `_c_failed`, the
+    Python implementation, which raises the same typed errors as the other backends.
+    """
+
+    __slots__ = ("launch",)
+
+    def __init__(self, function, param_types, *, backend: str = "c") -> None:
+        from . import _fastlaunch
+        super().__init__(function, param_types, backend="c")
+        module = _fastlaunch.load(build=True)
+        if module is None:
+            raise RuntimeError(f"the compiled launch extension is not available: "
+                               f"{_fastlaunch.build_error()}")
+        codes = "".join("s" if isinstance(t, tuple) else PARAM_TYPES[t][0]
+                        for t in self.param_types)
+        sizes = tuple(t[1] if isinstance(t, tuple) else PARAM_TYPES[t][1]
+                      for t in self.param_types)
+        address = int(self._ffi.cast("uintptr_t", native().launch))
+        # The extension holds a weak reference to self: a strong one would make a cycle
+        # through a capsule, which the garbage collector cannot see.
+        self.launch = module.make(address, self.function.ptr, codes, tuple(self._offsets),
+                                  sizes, _Stream, weakref.ref(self))
+
+    def __call__(self, *args) -> None:
+        return self.launch(*args)
+
+    def _slow_launch(self, *args) -> None:
+        return PreparedLaunch.launch(self, *args)
+
+    def _c_failed(self, err, grid, block, stream, shared_bytes, *values) -> None:
+        gx, gy, gz = dim3(grid, "grid")
+        bx, by, bz = dim3(block, "block")
+        s = stream if stream is None or stream.__class__ is int else self._stream_arg(stream)
+        if self._bytes_params:
+            values = self._struct_values(values)
+        self._failed(err, (gx, gy, gz), (bx, by, bz), shared_bytes, s or 0, values)
 
 
 def _stream_ptr(stream) -> int:

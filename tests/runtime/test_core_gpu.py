@@ -289,11 +289,14 @@ def test_prepared_launch_matches_numpy(rt, mod, rng):
         dx.free(), dy.free()
 
 
-@pytest.mark.parametrize("backend", ["api", "bindings", "cffi", "ctypes"])
+@pytest.mark.parametrize("backend", ["c", "api", "bindings", "cffi", "ctypes"])
 def test_every_launch_backend(rt, mod, rng, backend):
+    from cupric.runtime import _fastlaunch
     from cupric.runtime.launch import build_launcher, launch_backends
     if backend == "api" and not build_launcher():
         pytest.skip(f"compiled launcher unavailable: {launch_backends()['api_error']}")
+    if backend == "c" and _fastlaunch.load() is None:
+        pytest.skip(f"launch extension unavailable: {_fastlaunch.build_error()}")
     n = 3000
     x = rng.random(n, dtype=np.float32)
     y = rng.random(n, dtype=np.float32)

@@ -285,3 +285,104 @@ def test_compiled_launcher_reaches_the_driver_entry_point(monkeypatch, tmp_path)
     # A second process finds the built module in the cache instead of building again.
     monkeypatch.setattr(L, "_launcher", None)
     assert L._load_launcher(build=False) is not None
+
+
+@pytest.fixture
+def compiled(monkeypatch, tmp_path_factory):
+    """PreparedLaunch on the compiled extension, calling a recorder instead of libcuda."""
+    import shutil
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler for the launch extension")
+    pytest.importorskip("setuptools")
+    from cupric.runtime import _fastlaunch
+    monkeypatch.setenv("CUPRIC_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+    monkeypatch.setattr(_fastlaunch, "_module", None)
+    monkeypatch.setattr(_fastlaunch, "_error", None)
+    assert _fastlaunch.load(build=True) is not None, _fastlaunch.build_error()
+    keep = []
+
+    def make(types, results=()):
+        ffi = cffi.FFI()
+        rec = Recorder(ffi, _sizes(types), results)
+        signature = ("int(uintptr_t, unsigned int, unsigned int, unsigned int, unsigned int, "
+                     "unsigned int, unsigned int, unsigned int, uintptr_t, void **, void **)")
+        callback = ffi.callback(signature, rec)
+        keep.append(callback)
+        n = L._Native()
+        n.ffi, n.lib, n.path, n.null = ffi, None, "fake", ffi.NULL
+        n.launch = callback
+        n.launch_cooperative = None
+        monkeypatch.setattr(L, "native", lambda: n)
+        fn = FakeFunction()
+        p = L.make_prepared(fn, types, backend="c")
+        assert p.backend == "c" and type(p).__name__ == "_CompiledPreparedLaunch"
+        return p, rec, fn
+    return make
+
+
+ALL_TYPES = ["i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f16", "f32", "f64",
+             "bool", "ptr", ("bytes", 12, 4)]
+
+
+def test_compiled_packs_every_type_like_struct(compiled):
+    p, rec, _ = compiled(ALL_TYPES)
+    values = [-100, -30000, -(1 << 30), -(1 << 60), 200, 60000, (1 << 32) - 1, (1 << 64) - 1,
+              1.5, 3.25, -1e300, True, 0xDEADBEEF000, b"0123456789ab"]
+    p.launch((7, 3, 2), (32, 2), 0x55, 256, *values)
+    numpy_values = [np.int8(-100), np.int16(-30000), np.int32(-(1 << 30)), np.int64(-(1 << 60)),
+                    np.uint8(200), np.uint16(60000), np.uint32((1 << 32) - 1),
+                    np.uint64((1 << 64) - 1), np.float16(1.5), np.float32(3.25),
+                    np.float64(-1e300), np.bool_(True), np.uint64(0xDEADBEEF000),
+                    b"0123456789ab"]
+    p(7, 32, None, 0, *numpy_values)
+    expect = [struct.pack("<" + (f"{t[1]}s" if isinstance(t, tuple) else L.PARAM_TYPES[t][0]), v)
+              for t, v in zip(ALL_TYPES, values)]
+    first, second = rec.calls
+    assert first["grid"] == (7, 3, 2) and first["block"] == (32, 2, 1)
+    assert first["stream"] == 0x55 and first["shared"] == 256 and first["f"] == 0x1234
+    assert first["params"] == expect
+    assert second["params"] == expect and second["stream"] == 0 and second["grid"] == (7, 1, 1)
+
+
+def test_compiled_slow_paths_raise_typed_errors(compiled):
+    p, rec, _ = compiled(["ptr", "i32"])
+    with pytest.raises(L.KernelArgumentError, match="takes 2 arguments"):
+        p.launch(1, 1, None, 0, 1)
+    with pytest.raises(L.KernelArgumentError, match="argument 1"):
+        p.launch(1, 1, None, 0, 1, 2.5)
+    with pytest.raises(L.KernelArgumentError, match="argument 1"):
+        p.launch(1, 1, None, 0, 1, 1 << 40)
+    with pytest.raises(L.KernelArgumentError, match="host NumPy array"):
+        p.launch(1, 1, None, 0, np.zeros(3), 1)
+    with pytest.raises(LaunchError, match=">= 1"):
+        p.launch((0, 1), 1, None, 0, 1, 2)
+    assert rec.calls == []
+    # Shapes and streams the C side does not take go through Python and still launch.
+    p.launch([2, 2], np.int64(32), None, 0, 1, 2)
+    assert rec.calls[-1]["grid"] == (2, 2, 1) and rec.calls[-1]["block"] == (32, 1, 1)
+
+    class TorchLike:
+        cuda_stream = 0x77
+
+    p.launch(1, 1, TorchLike(), 0, 1, 2)
+    assert rec.calls[-1]["stream"] == 0x77
+
+
+def test_compiled_failures_are_diagnosed(compiled):
+    p, rec, fn = compiled(["i32"], results=[1])
+    with pytest.raises(LaunchError, match="exceeds its maximum of 768"):
+        p.launch(1, (32, 32), None, 0, 1)
+    p, rec, fn = compiled(["i32"], results=[201, 0])
+    p.launch(1, 32, None, 0, 9)
+    assert fn.device.made_current == 1
+    assert [c["params"] for c in rec.calls] == [[struct.pack("<i", 9)]] * 2
+
+
+def test_compiled_launch_does_not_keep_itself_alive(compiled):
+    import gc
+    import weakref
+    p, rec, _ = compiled(["i32"])
+    ref = weakref.ref(p)
+    del p
+    gc.collect()
+    assert ref() is None
