@@ -387,6 +387,7 @@ class Kernel:
         self._writes: dict = {}      # arg_types -> written array parameters
         self._lock = threading.RLock()
         self._param_specs = None
+        _preload_cache_path()
 
     def __repr__(self) -> str:
         return f"<cupric kernel {self.py_func.__qualname__}>"
@@ -601,6 +602,19 @@ def _readonly_types(arg_types, written) -> tuple:
             t = ArrayType(t.dtype, t.ndim, t.layout, readonly=True)
         out.append(t)
     return tuple(out)
+
+
+@functools.cache
+def _preload_cache_path() -> None:
+    """Import what a disk-cache hit needs (key, cache, backend lookup) when the first
+    kernel is declared, so that the first launch in a new process reaches cached code
+    in about a millisecond instead of paying these imports then. Typing, codegen and
+    libNVVM stay unloaded until something must really be compiled."""
+    import cupric.compiler.backend  # noqa: F401
+    import cupric.compiler.cache  # noqa: F401
+    import cupric.compiler.fingerprint  # noqa: F401
+    import cupric.compiler.link  # noqa: F401  (backend.lookup builds ResourceUsage)
+    import cupric.compiler.signature  # noqa: F401
 
 
 _SIMULATOR = [None]

@@ -212,9 +212,10 @@ def test_expressions_on_simulator_and_through_libnvvm(case):
 @given(kernels())
 def test_expressions_on_gpu(case):
     from cupric import runtime as rt
+    from cupric.runtime.memory import to_device
 
     def on_gpu(kern, sig, args):
-        dev = [rt.to_device(a) for a in args]
+        dev = [to_device(a) for a in args]
         kern[1, N](*dev)
         rt.synchronize()
         return dev[3].to_numpy()

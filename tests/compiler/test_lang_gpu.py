@@ -20,7 +20,8 @@ pytestmark = pytest.mark.gpu
 
 def on_gpu(kern, grid, block, *args):
     from cupric import runtime as rt
-    dev = [rt.to_device(a) if isinstance(a, np.ndarray) else a for a in args]
+    from cupric.runtime.memory import to_device
+    dev = [to_device(a) if isinstance(a, np.ndarray) else a for a in args]
     kern[grid, block](*dev)
     rt.synchronize()
     return [d.to_numpy() for a, d in zip(args, dev) if isinstance(a, np.ndarray)]
@@ -33,8 +34,9 @@ def test_on_gpu(check, rng):
 
 def test_aliasing_arguments_use_the_safe_variant(rng):
     from cupric import runtime as rt
+    from cupric.runtime.memory import to_device
     x = rng.standard_normal(1000).astype(np.float32)
-    d = rt.to_device(x)
+    d = to_device(x)
     lang_kernels.vecadd[8, 128](d, d, d)  # out aliases both inputs
     rt.synchronize()
     np.testing.assert_array_equal(d.to_numpy(), x + x)
@@ -44,11 +46,12 @@ def test_aliasing_arguments_use_the_safe_variant(rng):
 
 def test_strided_views(rng):
     from cupric import runtime as rt
+    from cupric.runtime.memory import to_device
     a = rng.standard_normal((24, 40)).astype(np.float32)
     b = rng.standard_normal((40, 24)).astype(np.float32)
-    da, db = rt.to_device(a), rt.to_device(b.T.copy())  # db holds b.T, C-contiguous
+    da, db = to_device(a), to_device(b.T.copy())  # db holds b.T, C-contiguous
     dbt = db.transpose()                                 # an F-ordered view of b
-    out = rt.to_device(np.full((24, 40), np.nan, np.float32))
+    out = to_device(np.full((24, 40), np.nan, np.float32))
     lang_kernels.matrix_2d[(3, 5), (8, 8)](da, dbt, out)
     rt.synchronize()
     expect = a * b.T
@@ -60,6 +63,7 @@ def test_strided_views(rng):
 def test_cupy_arrays_and_launch_keywords(rng):
     cp = pytest.importorskip("cupy")
     from cupric import runtime as rt
+    from cupric.runtime.memory import to_device
     x = cp.asarray(rng.standard_normal(513).astype(np.float32))
     y = cp.asarray(rng.standard_normal(513).astype(np.float32))
     out = cp.full(513, cp.nan, dtype=cp.float32)

@@ -1,0 +1,164 @@
+"""Compile latency of a small kernel (saxpy) in fresh processes, beside NVRTC (CuPy
+RawKernel) and numba-cuda, and the time of `import cupric`.
+
+Each figure is the median over fresh Python processes:
+- import: `import cupric` alone;
+- cold: after `import cupric` and the kernel's module, `kern.compile(sig)` with an empty
+  kernel cache (typing, codegen, libNVVM, nvJitLink/ptxas);
+- hit: the same in a new process whose cache holds the kernel (no typing, no libNVVM).
+Goals: import <= 150 ms, cold <= 50 ms, hit <= 2 ms. The peers compile the same kernel
+with their own caches disabled (CuPy: empty CUPY_CACHE_DIR; numba: no cache).
+
+    python3 benchmarks/compile_latency.py [--json PATH] [--runs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+KERNEL = '''
+import cupric
+from cupric.device import grid
+from cupric.types import Array, f32
+
+@cupric.kernel
+def saxpy(a: f32, x: Array[f32, 1], y: Array[f32, 1]):
+    i = grid(1)
+    if i < len(x):
+        y[i] = a * x[i] + y[i]
+'''
+
+CHILD = '''
+import json, sys, time
+t0 = time.perf_counter()
+import cupric
+t1 = time.perf_counter()
+sys.path.insert(0, {dir!r})
+import saxpy_kernel
+sig = "f32, Array[f32, 1, 'C'], Array[f32, 1, 'C']"
+t2 = time.perf_counter()
+artifact = saxpy_kernel.saxpy.compile(sig, arch={arch!r})
+t3 = time.perf_counter()
+assert artifact.ptx and ".entry saxpy" in artifact.ptx
+print(json.dumps({{"import_s": t1 - t0, "compile_s": t3 - t2, "from_cache": artifact.from_cache,
+                  "cubin": artifact.cubin is not None}}))
+'''
+
+CUPY_CHILD = '''
+import json, time
+import cupy as cp
+src = r"""extern "C" __global__ void saxpy(float a, const float* __restrict__ x,
+    float* __restrict__ y, long n) {
+  long i = (long)blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i]; }"""
+t0 = time.perf_counter()
+k = cp.RawKernel(src, "saxpy")
+k.compile()
+print(json.dumps({"compile_s": time.perf_counter() - t0}))
+'''
+
+NUMBA_CHILD = '''
+import json, time
+import numpy as np
+if not hasattr(np, "row_stack"):
+    np.row_stack = np.vstack
+from numba import cuda
+t0 = time.perf_counter()
+@cuda.jit("void(float32, float32[::1], float32[::1])")
+def saxpy(a, x, y):
+    i = cuda.grid(1)
+    if i < x.size:
+        y[i] = a * x[i] + y[i]
+print(json.dumps({"compile_s": time.perf_counter() - t0}))
+'''
+
+
+def _child(code: str, env: dict) -> dict:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=300, cwd=ROOT)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr.strip()[-2000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _env(**extra) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra)
+    return env
+
+
+def _arch() -> str:
+    try:
+        from cupric.compiler.target import current_arch
+        return current_arch() or "sm_90"
+    except Exception:  # no driver: compile for the default target
+        return "sm_90"
+
+
+def run(json_path: str | None = None, runs: int = 5) -> dict:
+    """Measure; returns seconds (medians) and the goals' pass/fail."""
+    arch = _arch()
+    imports, cold, hit = [], [], []
+    with tempfile.TemporaryDirectory() as kdir:
+        with open(os.path.join(kdir, "saxpy_kernel.py"), "w") as fh:
+            fh.write(textwrap.dedent(KERNEL))
+        code = CHILD.format(dir=kdir, arch=arch)
+        for _ in range(runs):
+            with tempfile.TemporaryDirectory() as cache:
+                env = _env(CUPRIC_CACHE_DIR=cache)
+                first = _child(code, env)
+                second = _child(code, env)
+                assert not first["from_cache"] and second["from_cache"], (first, second)
+                imports += [first["import_s"], second["import_s"]]
+                cold.append(first["compile_s"])
+                hit.append(second["compile_s"])
+    results = {"arch": arch, "import_cupric_s": statistics.median(imports),
+               "cold_compile_s": statistics.median(cold),
+               "cache_hit_s": statistics.median(hit)}
+    for name, code, extra in (("nvrtc_cupy", CUPY_CHILD, "CUPY_CACHE_DIR"),
+                              ("numba_cuda", NUMBA_CHILD, None)):
+        samples = []
+        try:
+            for _ in range(max(2, runs // 2)):
+                with tempfile.TemporaryDirectory() as cache:
+                    env = _env(**({extra: cache} if extra else {}))
+                    samples.append(_child(code, env)["compile_s"])
+            results[f"{name}_cold_compile_s"] = statistics.median(samples)
+        except Exception as exc:  # a peer that is not installed is reported, not fatal
+            results[f"{name}_cold_compile_s"] = f"unavailable: {str(exc)[-200:]}"
+    results["goals"] = {"import<=0.150s": results["import_cupric_s"] <= 0.150,
+                        "cold<=0.050s": results["cold_compile_s"] <= 0.050,
+                        "hit<=0.002s": results["cache_hit_s"] <= 0.002}
+    _print(results)
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump(results, fh, indent=1)
+    return results
+
+
+def _print(results: dict) -> None:
+    print(f"compile latency ({results['arch']}), medians over fresh processes")
+    for key, value in results.items():
+        if key in ("arch", "goals"):
+            continue
+        shown = f"{value * 1e3:9.2f} ms" if isinstance(value, float) else value
+        print(f"  {key:32s} {shown}")
+    print("  goals: " + ", ".join(f"{k} {'ok' if v else 'MISSED'}"
+                                  for k, v in results["goals"].items()))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json")
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    run(args.json, args.runs)
