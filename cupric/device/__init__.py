@@ -18,6 +18,7 @@ from .half import half
 from .indices import (blockDim, blockIdx, grid, gridDim, gridsize, laneid, syncthreads,
                       threadIdx, warpsize)
 from .io import clock, clock64, globaltimer, trap
+from .kinds import CONVERGENT
 from .local import local
 from .shared import shared
 from .sync import (FULL_MASK, nanosleep, syncthreads_and, syncthreads_count, syncthreads_or,
@@ -44,6 +45,6 @@ __all__ = [
     "float2", "float3", "float4", "double2", "double3", "double4", "int2", "int3", "int4",
     "uint2", "uint3", "uint4", "long2", "long3", "long4", "ulong2", "ulong3", "ulong4", "half2",
     # host communication and clocks
-    "trap", "clock", "clock64", "globaltimer",
+    "trap", "clock", "clock64", "globaltimer", "CONVERGENT",
     "KernelError", "KernelAssertionError", "KernelIndexError", "KernelTrapError",
 ]

@@ -81,6 +81,10 @@ class SimArray:
         return self._a.dtype
 
     @property
+    def itemsize(self) -> int:
+        return self._a.itemsize
+
+    @property
     def strides(self) -> tuple:
         return self._a.strides
 

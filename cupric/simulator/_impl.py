@@ -173,6 +173,16 @@ def _warp_op(s, op: str, mask, args: tuple):
     return s.live.warp_op(s, op, mask, args, site)
 
 
+_SHUFFLE_TYPES = (int, float, bool, np.integer, np.floating, np.bool_)
+
+
+def _shuffled(value):
+    if not isinstance(value, _SHUFFLE_TYPES):
+        raise TypeError(f"warp shuffles move scalars (ints, floats) of up to 64 bits, got "
+                        f"{type(value).__name__}; shuffle the components one by one")
+    return value
+
+
 def _width(width) -> int:
     width = int(width)
     if width < 1 or width > WARP or width & (width - 1):
@@ -195,22 +205,22 @@ def _activemask(s):
 
 @implements("warp.shfl_idx")
 def _shfl_idx(s, mask, value, src_lane, width=WARP):
-    return _warp_op(s, "warp.shfl_idx", mask, (value, int(src_lane), _width(width)))
+    return _warp_op(s, "warp.shfl_idx", mask, (_shuffled(value), int(src_lane), _width(width)))
 
 
 @implements("warp.shfl_up")
 def _shfl_up(s, mask, value, delta, width=WARP):
-    return _warp_op(s, "warp.shfl_up", mask, (value, int(delta), _width(width)))
+    return _warp_op(s, "warp.shfl_up", mask, (_shuffled(value), int(delta), _width(width)))
 
 
 @implements("warp.shfl_down")
 def _shfl_down(s, mask, value, delta, width=WARP):
-    return _warp_op(s, "warp.shfl_down", mask, (value, int(delta), _width(width)))
+    return _warp_op(s, "warp.shfl_down", mask, (_shuffled(value), int(delta), _width(width)))
 
 
 @implements("warp.shfl_xor")
 def _shfl_xor(s, mask, value, lane_mask, width=WARP):
-    return _warp_op(s, "warp.shfl_xor", mask, (value, int(lane_mask), _width(width)))
+    return _warp_op(s, "warp.shfl_xor", mask, (_shuffled(value), int(lane_mask), _width(width)))
 
 
 @implements("warp.any")

@@ -24,7 +24,7 @@ from . import _impl, _impl_math  # noqa: F401  (they fill the implementation tab
 from ._array import SimArray
 from ._impl import SHARED_LIMIT
 from ._live import Aborted, LiveSet
-from ._scan import _python_function, needs
+from ._scan import _python_function, needs, needs_of_values
 from ._state import BlockState, LaunchState, ThreadState
 from .errors import DeadlockError, SimulatorError
 
@@ -181,7 +181,7 @@ def launch(py_func, grid, block, args, *, shared_bytes: int = 0, mode: str | Non
     if not 0 <= shared_bytes <= SHARED_LIMIT:
         raise ValueError(f"shared_bytes must be in 0..{SHARED_LIMIT}, got {shared_bytes}")
     if mode is None:
-        found = needs(func)
+        found = needs(func) | needs_of_values(args)
         mode = "grid" if "grid" in found else "threads" if found else "serial"
     elif mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")

@@ -14,18 +14,9 @@ import types
 import weakref
 
 from ..device._intrinsic import Dim3, Intrinsic, Namespace
+from ..device.kinds import BLOCK_COLLECTIVES, GRID_COLLECTIVES, WARP_COLLECTIVES
 
-__all__ = ["BLOCK_COLLECTIVES", "WARP_COLLECTIVES", "GRID_COLLECTIVES", "needs"]
-
-BLOCK_COLLECTIVES = frozenset({"syncthreads", "syncthreads_count", "syncthreads_and",
-                               "syncthreads_or"})
-WARP_COLLECTIVES = frozenset({
-    "syncwarp", "warp.activemask", "warp.shfl_idx", "warp.shfl_up", "warp.shfl_down", "warp.shfl_xor",
-    "warp.any", "warp.all", "warp.ballot", "warp.match_any", "warp.match_all",
-    "warp.reduce_add", "warp.reduce_min", "warp.reduce_max", "warp.reduce_and",
-    "warp.reduce_or", "warp.reduce_xor"})
-GRID_COLLECTIVES = frozenset({"grid_sync"})
-
+__all__ = ["needs", "needs_of_values"]
 
 def _code_names(code: types.CodeType, out: set[str]) -> None:
     out.update(code.co_names)
@@ -66,6 +57,16 @@ def needs(func) -> frozenset[str]:
     return result
 
 
+def needs_of_values(values) -> frozenset[str]:
+    """The collective kinds reachable through launch arguments (an intrinsic or device
+    function passed to a kernel)."""
+    found: set[str] = set()
+    visited: set[int] = set()
+    for value in values:
+        _visit_object(value, found, visited)
+    return frozenset(found)
+
+
 def _foreign(func: types.FunctionType) -> bool:
     """Functions of NumPy and the standard library never call cupric intrinsics."""
     top = (func.__module__ or "").partition(".")[0]
@@ -94,11 +95,17 @@ def _visit_function(func, found: set[str], visited: set[int]) -> None:
         nxt = []
         for obj in frontier:
             _visit_object(obj, found, visited)
-            if isinstance(obj, (types.ModuleType, Namespace, type)):
+            scopes = ()
+            if isinstance(obj, (types.ModuleType, Namespace)):
+                scopes = (vars(obj),)
+            elif isinstance(obj, type):
+                scopes = tuple(vars(k) for k in obj.__mro__)
+            # Only attributes that exist already: looking an attribute up could run code
+            # (a lazy module attribute imports a subpackage).
+            for scope in scopes:
                 for name in names:
-                    attr = getattr(obj, name, None) if not name.startswith("__") else None
-                    if attr is not None:
-                        nxt.append(attr)
+                    if name in scope:
+                        nxt.append(scope[name])
         frontier = nxt
 
 

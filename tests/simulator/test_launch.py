@@ -111,3 +111,66 @@ def test_requested_reads_the_environment(monkeypatch):
     assert sim.requested()
     monkeypatch.setenv("CUPRIC_SIMULATOR", "0")
     assert not sim.requested()
+
+
+import cupric.device as cd  # noqa: E402  (the scan must follow attribute chains)
+from cupric.simulator._scan import needs  # noqa: E402
+
+
+class DeviceFn:
+    """Like the compiler's DeviceFunction: callable, with the plain function as py_func."""
+
+    def __init__(self, f):
+        self.py_func = f
+
+    def __call__(self, *args):
+        return self.py_func(*args)
+
+
+@DeviceFn
+def helper_with_barrier(tile, t):
+    cd.syncthreads()
+    return tile[t]
+
+
+def uses_helper(out):
+    tile = cd.shared.array(32, np.float64)
+    tile[cd.threadIdx.x] = cd.threadIdx.x
+    out[cd.threadIdx.x] = helper_with_barrier(tile, 31 - cd.threadIdx.x)
+
+
+def uses_warp_in_lambda(out):
+    f = lambda v: cd.warp.reduce_add(cd.FULL_MASK, v)  # noqa: E731
+    out[0] = f(1)
+
+
+def plain(out):
+    out[cd.threadIdx.x] = np.float64(cd.blockIdx.x)
+
+
+def test_the_scan_follows_device_functions_attributes_and_lambdas():
+    assert needs(uses_helper) == {"block"}
+    assert needs(uses_warp_in_lambda) == {"warp"}
+    assert needs(plain) == frozenset()
+    out = np.full(32, np.nan)
+    sim.launch(uses_helper, 1, 32, (out,))
+    np.testing.assert_array_equal(out, np.arange(32)[::-1])
+
+
+def calls_what_it_is_given(fn, out):
+    out[cd.threadIdx.x] = fn(cd.FULL_MASK, cd.threadIdx.x, 1)
+
+
+def test_intrinsics_passed_as_arguments_are_scanned_too():
+    out = np.full(32, -1, np.int64)
+    sim.launch(calls_what_it_is_given, 1, 32, (cd.warp.shfl_xor, out))
+    np.testing.assert_array_equal(out, np.arange(32) ^ 1)
+
+
+def shuffles_a_tuple(out):
+    cd.warp.shfl_down(cd.FULL_MASK, (1, 2), 1)
+
+
+def test_shuffles_refuse_values_a_gpu_cannot_move():
+    with pytest.raises(TypeError, match="scalars"):
+        sim.launch(shuffles_a_tuple, 1, 32, (np.zeros(1),))

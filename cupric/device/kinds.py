@@ -1,0 +1,17 @@
+"""Which intrinsics synchronize threads: block barriers, warp collectives and the grid
+barrier. All threads they name must reach them together, so the compiler marks their
+calls `convergent` (no code motion across control flow), and the simulator runs kernels
+that can reach one with the threads of a block (or grid) live at once.
+"""
+
+__all__ = ["BLOCK_COLLECTIVES", "WARP_COLLECTIVES", "GRID_COLLECTIVES", "CONVERGENT"]
+
+BLOCK_COLLECTIVES = frozenset({"syncthreads", "syncthreads_count", "syncthreads_and",
+                               "syncthreads_or"})
+WARP_COLLECTIVES = frozenset({
+    "syncwarp", "warp.activemask", "warp.shfl_idx", "warp.shfl_up", "warp.shfl_down",
+    "warp.shfl_xor", "warp.any", "warp.all", "warp.ballot", "warp.match_any",
+    "warp.match_all", "warp.reduce_add", "warp.reduce_min", "warp.reduce_max",
+    "warp.reduce_and", "warp.reduce_or", "warp.reduce_xor"})
+GRID_COLLECTIVES = frozenset({"grid_sync"})
+CONVERGENT = BLOCK_COLLECTIVES | WARP_COLLECTIVES | GRID_COLLECTIVES
