@@ -145,6 +145,13 @@ def _ensure_one(args):
         return spec.name, None, exc
 
 
+def _single_threaded() -> bool:
+    try:
+        return len(os.listdir("/proc/self/task")) == 1  # native threads too
+    except OSError:
+        return threading.active_count() == 1
+
+
 def ensure_many(
     specs,
     headers: str | None = None,
@@ -168,12 +175,17 @@ def ensure_many(
     specs = list(specs)
     work = [(spec, headers, root, force, backend) for spec in specs]
     jobs = jobs or min(len(specs), os.cpu_count() or 1)
-    if jobs <= 1:
+    # fork() is the only start method that does not re-run the caller's __main__, and it
+    # is unsafe once a process has other threads (a CUDA driver starts some): then stay
+    # in this process.
+    if jobs <= 1 or not hasattr(os, "fork") or not _single_threaded():
         results = [_ensure_one(item) for item in work]
     else:
+        import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
             results = list(pool.map(_ensure_one, work))
     return {name: (value, error) for name, value, error in results}
 

@@ -123,6 +123,35 @@ FILES: dict[str, str] = {
     "memory.h": "#include <stddef.h>\n",
 }
 
+# A stand-in for the CUDA toolkit's crt/host_defines.h and crt/host_config.h, used only
+# when no real copy is installed: since CUDA 13 they come in a separate wheel
+# (nvidia-cuda-crt) that an environment may lack, while the runtime headers include
+# them. For a C host build they only define function and storage qualifiers (all empty
+# for a host binding) and the alignment macros, which must keep their meaning.
+CRT_STANDIN: dict[str, str] = {
+    "crt/host_defines.h": "#ifndef __HOST_DEFINES_H__\n#define __HOST_DEFINES_H__\n"
+    + "".join(
+        f"#define {name}\n"
+        for name in (
+            "__no_return__", "__noinline__", "__inline_hint__", "__thread__", "__import__",
+            "__export__", "__cdecl", "__annotate__(a)", "__location__(a)", "CUDARTAPI",
+            "CUDARTAPI_CDECL", "__specialization_static", "__host__", "__device__",
+            "__global__", "__shared__", "__constant__", "__managed__", "__tile__",
+            "__tile_builtin__", "__tile_global__", "__launch_bounds__(...)",
+            "__cluster_dims__(...)", "__block_size__(...)", "__maxnreg__(a)",
+            "__local_maxnreg__(a)", "__grid_constant__", "__nv_pure__", "__device_builtin__",
+            "__device_builtin_texture_type__", "__device_builtin_surface_type__",
+            "__cudart_builtin__", "__NV_TL__", "__NV_TL_BUILTIN__",
+            "__experimental_foreign_decl__", "__experimental_foreign_name__(x)",
+        )
+    )
+    + "#define __forceinline__ inline\n"
+    + "#define __align__(n) __attribute__((aligned(n)))\n"
+    + "#define __builtin_align__(a) __attribute__((aligned(a)))\n"
+    + "#endif\n",
+    "crt/host_config.h": "#ifndef __HOST_CONFIG_H__\n#define __HOST_CONFIG_H__\n#endif\n",
+}
+
 # Names the fake libc defines that cffi knows natively; declarations using them stay valid.
 CFFI_BUILTIN_TYPES = frozenset(
     line.split()[-1].rstrip(";")
@@ -134,25 +163,28 @@ CFFI_BUILTIN_TYPES = frozenset(
 def digest() -> str:
     """A hash of the fake libc's text; part of the generator's identity."""
     h = hashlib.sha256()
-    for name in sorted(FILES):
-        h.update(name.encode() + b"\0" + FILES[name].encode() + b"\0")
+    for files in (FILES, CRT_STANDIN):
+        for name in sorted(files):
+            h.update(name.encode() + b"\0" + files[name].encode() + b"\0")
     return h.hexdigest()
 
 
-def materialize() -> str:
-    """Write the fake libc into a private directory (once per digest) and return its path.
+def materialize(kind: str = "libc") -> str:
+    """Write the fake libc (or the crt stand-in, ``kind="crt"``) into a private directory,
+    once per digest, and return its path.
 
     Both preprocessor backends read headers from disk, so the files must exist. The
     directory name carries the digest so that concurrent processes agree on its content.
     """
+    files = FILES if kind == "libc" else CRT_STANDIN
     user = os.getuid() if hasattr(os, "getuid") else 0
-    root = os.path.join(tempfile.gettempdir(), f"cupric-fakelibc-{user}-{digest()[:12]}")
+    root = os.path.join(tempfile.gettempdir(), f"cupric-fake{kind}-{user}-{digest()[:12]}")
     marker = os.path.join(root, ".complete")
     if os.path.exists(marker):
         return root
-    os.makedirs(root, exist_ok=True)
-    for name, text in FILES.items():
+    for name, text in files.items():
         path = os.path.join(root, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w", encoding="ascii") as f:
             f.write(text)

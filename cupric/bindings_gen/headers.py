@@ -106,6 +106,36 @@ def _find_dir(
     return None, tried
 
 
+def _crt_dirs() -> list[str]:
+    """Include directories holding the toolkit's crt/host_defines.h, best first."""
+    dirs = [os.path.dirname(os.path.dirname(p)) for p in
+            (path for entry in sys.path for path in
+             sorted(glob.glob(os.path.join(entry, "nvidia", "*", "include", "crt", "host_defines.h"))))]
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        root = os.environ.get(var)
+        if root:
+            dirs.append(os.path.join(root, "include"))
+    dirs.append("/usr/local/cuda/include")
+    dirs += sorted(glob.glob("/usr/local/cuda-*/include"), reverse=True)
+    return [d for d in dirs if os.path.isfile(os.path.join(d, "crt", "host_defines.h"))]
+
+
+def _with_crt(include_dirs: list[str]) -> list[str]:
+    """Add a directory with crt/host_defines.h when none of `include_dirs` has one.
+
+    Since CUDA 13 the crt headers come in their own wheel (nvidia-cuda-crt); without
+    it, a toolkit's copy is used, and failing that cupric's stand-in (`fakelibc`).
+    """
+    if any(os.path.isfile(os.path.join(d, "crt", "host_defines.h")) for d in include_dirs):
+        return include_dirs
+    found = _crt_dirs()
+    if found:
+        return include_dirs + [found[0]]
+    from . import fakelibc
+
+    return include_dirs + [fakelibc.materialize("crt")]
+
+
 def find_headers(spec: LibrarySpec, headers: str | None = None) -> HeaderSet:
     """Locate a library's headers and the include directories they need.
 
@@ -140,7 +170,7 @@ def find_headers(spec: LibrarySpec, headers: str | None = None) -> HeaderSet:
                 spec.name, "nvidia-cuda-runtime", f"{spec.top_header} needs {needs}; tried {tried}"
             )
         include_dirs.append(cudart)
-    return HeaderSet(os.path.join(directory, spec.top_header), tuple(include_dirs))
+    return HeaderSet(os.path.join(directory, spec.top_header), tuple(_with_crt(include_dirs)))
 
 
 def content_hash(paths: list[str], header_set: HeaderSet) -> str:
