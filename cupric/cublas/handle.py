@@ -173,7 +173,7 @@ def host_scalar(prefix: str, value, name: str) -> tuple[object, int]:
     TypeError
         If `value` is not a number, or is complex where the routine's scalar is real.
     """
-    key = (prefix, value)
+    key = (prefix, type(value), value)  # the type: True must not hit the entry of 1
     try:
         hit = _scalar_cache.get(key)
     except TypeError:  # unhashable: not a number

@@ -1,0 +1,584 @@
+"""NumPy-like linear algebra on device arrays, computed by cuBLAS.
+
+NumPy arrays are row-major (C order) and cuBLAS is column-major. A row-major matrix is,
+byte for byte, the column-major matrix of its transpose, so ``C = A @ B`` in C order is
+computed as ``C.T = B.T @ A.T`` in column-major order: the operands swap places and no
+data is copied. Strided views, Fortran-ordered operands, vectors and broadcast batches
+(``(..., m, k) @ (..., k, n)``) map onto the right cuBLAS call the same way.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cupric.runtime.memory import DeviceBuffer, extent
+
+from . import _validate as V
+from .handle import _FAST, fast_function, host_scalar, resolve
+
+__all__ = ["matmul", "dot", "vdot", "outer", "norm", "linear", "solve_triangular"]
+
+_F32 = np.dtype(np.float32)
+# dtype -> (precision letter of the classic routines) for the direct path.
+_DIRECT = V.PREFIX
+# dtype -> (A/B type, C type, result dtype, compute type, scale letter) for the Ex path.
+_EX = {
+    np.dtype(np.float16): ("f16", "f16", np.dtype(np.float16), 68, "S"),
+    np.dtype(np.int8): ("i8", "i32", np.dtype(np.int32), 72, "I"),
+}
+_PRECISIONS = {None: None, "default": None, "highest": None, "tf32": 77,
+               "fast_bf16": 75, "fast_f16": 74}
+# cudaDataType_t by short name (see gemm_ex.DATA_TYPES).
+_CUDA_TYPE = {"f16": 2, "bf16": 14, "f32": 0, "i8": 3, "i32": 10}
+
+
+def _ex_route(dtype):
+    route = _EX.get(dtype)
+    if route is None and dtype.name == "bfloat16":  # ml_dtypes, recognized by name
+        route = ("bf16", "bf16", dtype, 68, "S")
+    return route
+
+
+def _operand(obj, name, stream):
+    """DeviceBuffer of an argument, with the element-type override for PyTorch tensors
+    whose dtype NumPy lacks (bfloat16): those are viewed as int16 and typed "bf16"."""
+    if type(obj) is DeviceBuffer:
+        if obj._alloc._closed:
+            V.device_array(obj, name)  # raises the ClosedError
+        return obj, None
+    try:
+        return V.device_array(obj, name, stream), None
+    except TypeError:
+        kind = str(getattr(obj, "dtype", ""))
+        if kind == "torch.bfloat16" and hasattr(obj, "view"):
+            import sys
+            torch = sys.modules["torch"]
+            return V.device_array(obj.view(torch.int16), name, stream), "bf16"
+        raise
+
+
+def _layout(shape, strides, item, name):
+    """(row_major, ld) of a 2-d (rows, cols) layout that cuBLAS can address.
+
+    Row-major means unit stride along a row: the column-major matrix of the transpose.
+    """
+    r, c = shape
+    s0, s1 = strides
+    if c <= 1 or s1 == item:
+        if r <= 1:
+            return True, c if c > 1 else 1
+        ld, rest = divmod(s0, item)
+        if not rest and ld >= c and ld > 0:
+            return True, ld
+    if r <= 1 or s0 == item:
+        if c <= 1:
+            return False, r if r > 1 else 1
+        ld, rest = divmod(s1, item)
+        if not rest and ld >= r and ld > 0:
+            return False, ld
+    raise ValueError(f"{name}: a {r}x{c} matrix with byte strides {strides} has no unit "
+                     f"stride along rows or columns (or overlapping ones); cuBLAS cannot "
+                     f"address it - make it contiguous first")
+
+
+def _span(buf):
+    low, high = extent(buf.shape, buf.strides, buf.itemsize)
+    return buf.ptr + low, buf.ptr + high
+
+
+def _check_alias(out, *inputs):
+    o_low, o_high = _span(out)
+    if o_low == o_high:
+        return
+    for name, buf in inputs:
+        low, high = _span(buf)
+        if low < o_high and o_low < high:
+            raise ValueError(f"out overlaps {name}; cuBLAS reads the inputs while writing "
+                             f"out - use a separate output array")
+
+
+def _uniform(shape, strides):
+    """The single stride (bytes) that walks a batch in C order, or None if none does."""
+    stride = None
+    expected = None
+    for n, s in zip(reversed(shape), reversed(strides)):
+        if n == 1:
+            continue
+        if stride is None:
+            stride, expected = s, s * n
+        elif s != expected:
+            return None
+        else:
+            expected = s * n
+    return 0 if stride is None else stride
+
+
+def _batch_strides(buf, batch_shape, name):
+    """Byte strides of `buf`'s batch axes broadcast to `batch_shape` (0 where broadcast)."""
+    own = buf.shape[:-2]
+    own_strides = buf.strides[:-2]
+    pad = len(batch_shape) - len(own)
+    out = [0] * pad
+    for n, s, want in zip(own, own_strides, batch_shape[pad:]):
+        if n == want:
+            out.append(s if n != 1 else 0)
+        elif n == 1:
+            out.append(0)
+        else:
+            raise ValueError(f"matmul: batch shapes do not broadcast ({name} has "
+                             f"{buf.shape[:-2]}, result {batch_shape})")
+    return tuple(out)
+
+
+def matmul(a, b, out=None, alpha=1, beta=0, *, precision=None, handle=None):
+    """Matrix product of two device arrays with NumPy's `matmul` semantics.
+
+    ``out = alpha * (a @ b) + beta * out``, computed by one cuBLAS call without copies.
+
+    Parameters
+    ----------
+    a, b : device arrays (DeviceBuffer, PyTorch, CuPy, any CAI/DLPack array)
+        1-d (a vector), 2-d, or N-d stacks of matrices whose batch axes broadcast.
+        Any layout with unit stride along rows or columns: C-order, Fortran-order,
+        transposed views, slices with a leading dimension.
+        dtypes: float32, float64, complex64, complex128 (classic routines), float16,
+        bfloat16 (float32 accumulation, same-type result) and int8 (int32 result).
+    out : device array, optional
+        Of the result's shape and dtype; allocated C-ordered (in stream order on the
+        handle's stream) when not given. Must not overlap a or b.
+    alpha, beta : numbers
+        Scalars of the product; `beta` scales `out`'s previous contents (0 does not
+        read them). In device pointer mode, one-element device arrays.
+    precision : {None, "tf32", "fast_bf16", "fast_f16"}, optional
+        For float32: let tensor cores use TF32 (or bf16/f16 splits) with float32
+        accumulation. None keeps the handle's math mode.
+    handle : Handle, optional
+        Its stream and device; the calling thread's default handle when None.
+
+    Returns
+    -------
+    DeviceBuffer or `out`
+        The result; its ``stream`` is the handle's stream.
+
+    Raises
+    ------
+    TypeError
+        Host arrays, different or unsupported dtypes.
+    ValueError
+        Shapes that do not match or broadcast, layouts cuBLAS cannot address, a
+        wrong-shaped or overlapping `out`, a read-only `out`.
+
+    Cost
+    ----
+    2-d float32 with `out` given: about 2 us of Python on top of cuBLAS's own call.
+    Batches whose axes do not collapse to one stride per operand use
+    ``cublasGemmBatched`` with pointer arrays uploaded per call.
+
+    Examples
+    --------
+    >>> c = cublas.matmul(a, b)                                # doctest: +SKIP
+    >>> cublas.matmul(a, b.T, out=c, beta=1.0)   # c += a @ b.T, no transpose copy
+    """
+    h = resolve(handle)
+    stream = h._stream_ptr
+    ab, a_type = _operand(a, "a", stream)
+    bb, b_type = _operand(b, "b", stream)
+    dtype = ab.dtype
+    if bb.dtype != dtype or a_type != b_type:
+        raise TypeError(f"matmul: a is {a_type or dtype} but b is {b_type or bb.dtype}; "
+                        f"convert one of them first")
+    a_nd, b_nd = ab.ndim, bb.ndim
+    if a_nd == 0 or b_nd == 0:
+        raise ValueError("matmul: operands must be at least 1-d (use scal/axpy for "
+                         "scalars)")
+    prefix = _DIRECT.get(dtype) if a_type is None else None
+    if prefix is None:
+        route = _ex_route(dtype) if a_type is None else ("bf16", "bf16", dtype, 68, "S")
+        if route is None:
+            raise TypeError(f"matmul: dtype {dtype} is not supported (float16, bfloat16, "
+                            f"float32, float64, complex64, complex128, int8)")
+        result_dtype = route[2]
+    else:
+        route = None
+        result_dtype = dtype
+    compute = _PRECISIONS.get(precision, -1) if precision is not None else None
+    if compute == -1:
+        raise ValueError(f"precision must be one of None, 'tf32', 'fast_bf16', "
+                         f"'fast_f16', got {precision!r}")
+    if compute is not None:
+        if dtype != _F32:
+            raise ValueError(f"precision={precision!r} applies to float32, not {dtype}")
+        route = ("f32", "f32", _F32, compute, "S")
+        prefix = None
+
+    item = ab.itemsize
+    # Vectors become 1-row / 1-column matrices (NumPy's promotion), removed at the end.
+    if a_nd == 1:
+        (k,), (s,) = ab.shape, ab.strides
+        a_shape, a_strides = (1, k), (s * k if s else item, s)
+    else:
+        a_shape, a_strides = ab.shape[-2:], ab.strides[-2:]
+    if b_nd == 1:
+        (k,), (s,) = bb.shape, bb.strides
+        b_shape, b_strides = (k, 1), (s, s * k if s else item)
+    else:
+        b_shape, b_strides = bb.shape[-2:], bb.strides[-2:]
+    m, k = a_shape
+    k2, n = b_shape
+    if k != k2:
+        raise ValueError(f"matmul: a is {ab.shape} and b is {bb.shape}; the contracted "
+                         f"dimensions differ ({k} != {k2})")
+    if a_nd <= 2 and b_nd <= 2:
+        batch_shape = ()
+    else:
+        try:
+            batch_shape = tuple(np.broadcast_shapes(ab.shape[:-2], bb.shape[:-2]))
+        except ValueError:
+            raise ValueError(f"matmul: batch shapes {ab.shape[:-2]} and {bb.shape[:-2]} "
+                             f"do not broadcast") from None
+    result_shape = batch_shape + ((m,) if a_nd > 1 else ()) + ((n,) if b_nd > 1 else ())
+
+    if out is None:
+        from cupric.runtime.memory import empty
+        ob = empty(result_shape, result_dtype, stream=stream)
+    else:
+        ob, o_type = _operand(out, "out", stream)
+        if ob.readonly:
+            raise ValueError("matmul: out is read-only")
+        if ob.shape != result_shape or (ob.dtype != result_dtype if o_type is None
+                                        else o_type != a_type):
+            raise ValueError(f"matmul: out must have shape {result_shape} and dtype "
+                             f"{a_type or result_dtype}, got {ob.shape} "
+                             f"{o_type or ob.dtype}")
+        h.check_device(ob, "out")
+        _check_alias(ob, ("a", ab), ("b", bb))
+    h.check_device(ab, "a")
+    h.check_device(bb, "b")
+
+    # The output as a (batch..., m, n) layout.
+    o_item = ob.itemsize
+    if a_nd == 1 and b_nd == 1:
+        c_shape, c_strides = (1, 1), (o_item, o_item)
+    elif a_nd == 1:
+        s = ob.strides[-1]
+        c_shape, c_strides = (1, n), (s * n if s else o_item, s)
+    elif b_nd == 1:
+        s = ob.strides[-1]
+        c_shape, c_strides = (m, 1), (s, s * m if s else o_item)
+    else:
+        c_shape, c_strides = (m, n), ob.strides[-2:]
+
+    ra, lda = _layout(a_shape, a_strides, item, "a")
+    rb, ldb = _layout(b_shape, b_strides, item, "b")
+    rc, ldc = _layout(c_shape, c_strides, o_item, "out")
+    if ob.size == 0:
+        return _finish(ob, out, h)
+
+    if h._device_scalars:
+        letter = prefix if prefix is not None else route[4]
+        keep_a, pa = h.scalar(letter, alpha, "alpha")
+        keep_b, pb = h.scalar(letter, beta, "beta")
+    else:
+        letter = prefix if prefix is not None else route[4]
+        keep_a, pa = host_scalar(letter, alpha, "alpha")
+        keep_b, pb = host_scalar(letter, beta, "beta")
+
+    # Column-major call: C = op(A) op(B) if out is column-major, else C.T = B.T A.T.
+    if rc:
+        first, second = (bb, rb, ldb, n), (ab, ra, lda, m)
+        mm, nn = n, m
+    else:
+        first, second = (ab, not ra, lda, m), (bb, not rb, ldb, n)
+        mm, nn = m, n
+    # For the C.T form an operand stored row-major is used as is (N), else transposed.
+    op1 = 0 if first[1] else 1
+    op2 = 0 if second[1] else 1
+    p1, ld1 = first[0].ptr, first[2]
+    p2, ld2 = second[0].ptr, second[2]
+    raw = h.ready()
+
+    if not batch_shape:
+        if prefix is not None:
+            name = V.routine_name("gemm", prefix, V.needs_64(mm, nn, k, ld1, ld2, ldc))
+            fn = _FAST.get(name) or fast_function(name)
+            status = fn(raw, op1, op2, mm, nn, k, pa, p1, ld1, p2, ld2, pb, ob.ptr, ldc)
+        else:
+            t_in, t_out = _CUDA_TYPE[route[0]], _CUDA_TYPE[route[1]]
+            name = "cublasGemmEx_64" if V.needs_64(mm, nn, k, ld1, ld2, ldc) else "cublasGemmEx"
+            fn = _FAST.get(name) or fast_function(name)
+            status = fn(raw, op1, op2, mm, nn, k, pa, p1, t_in, ld1, p2, t_in, ld2, pb,
+                        ob.ptr, t_out, ldc, route[3], -1)
+        if status:
+            from . import lib
+            lib.check(status)
+        return _finish(ob, out, h)
+
+    # Batches: one stride per operand when the batch axes collapse, else pointer arrays.
+    sa_b = _batch_strides(ab, batch_shape, "a") if a_nd > 2 else (0,) * len(batch_shape)
+    sb_b = _batch_strides(bb, batch_shape, "b") if b_nd > 2 else (0,) * len(batch_shape)
+    so_b = ob.strides[:len(batch_shape)]
+    batch = 1
+    for size in batch_shape:
+        batch *= size
+    ua, ub, uo = (_uniform(batch_shape, sa_b), _uniform(batch_shape, sb_b),
+                  _uniform(batch_shape, so_b))
+    s_first, s_second = (ub, ua) if rc else (ua, ub)
+    big = V.needs_64(mm, nn, k, ld1, ld2, ldc, batch)
+    if None not in (ua, ub, uo):
+        if batch > 1 and uo == 0:
+            raise ValueError("matmul: out repeats one matrix over the batch (stride 0); "
+                             "it must hold every result")
+        st1, st2, sto = s_first // item, s_second // item, uo // o_item
+        if prefix is not None:
+            name = V.routine_name("gemmStridedBatched", prefix, big)
+            fn = _FAST.get(name) or fast_function(name)
+            status = fn(raw, op1, op2, mm, nn, k, pa, p1, ld1, st1, p2, ld2, st2, pb,
+                        ob.ptr, ldc, sto, batch)
+        else:
+            t_in, t_out = _CUDA_TYPE[route[0]], _CUDA_TYPE[route[1]]
+            name = "cublasGemmStridedBatchedEx_64" if big else "cublasGemmStridedBatchedEx"
+            fn = _FAST.get(name) or fast_function(name)
+            status = fn(raw, op1, op2, mm, nn, k, pa, p1, t_in, ld1, st1, p2, t_in, ld2,
+                        st2, pb, ob.ptr, t_out, ldc, sto, batch, route[3], -1)
+        if status:
+            from . import lib
+            lib.check(status)
+        return _finish(ob, out, h)
+    _pointer_batched(h, prefix, route, big, op1, op2, mm, nn, k, pa, pb, ld1, ld2, ldc,
+                     (first[0], sb_b if rc else sa_b), (second[0], sa_b if rc else sb_b),
+                     ob, so_b, batch_shape)
+    return _finish(ob, out, h)
+
+
+def _pointer_batched(h, prefix, route, big, op1, op2, mm, nn, k, pa, pb, ld1, ld2, ldc,
+                     first, second, ob, so_b, batch_shape):
+    from cupric.runtime.memory import to_device
+    index = np.indices(batch_shape).reshape(len(batch_shape), -1)
+    arrays = []
+    for buf, strides in (first, second, (ob, so_b)):
+        offsets = np.zeros(index.shape[1], np.int64)
+        for axis, stride in enumerate(strides):
+            offsets += index[axis] * stride
+        arrays.append(to_device((offsets + buf.ptr).astype(np.uint64),
+                                stream=h._stream_ptr))
+    batch = index.shape[1]
+    try:
+        raw = h.ready()
+        if prefix is not None:
+            name = V.routine_name("gemmBatched", prefix, big)
+            status = fast_function(name)(raw, op1, op2, mm, nn, k, pa, arrays[0].ptr, ld1,
+                                         arrays[1].ptr, ld2, pb, arrays[2].ptr, ldc, batch)
+        else:
+            t_in, t_out = _CUDA_TYPE[route[0]], _CUDA_TYPE[route[1]]
+            name = "cublasGemmBatchedEx_64" if big else "cublasGemmBatchedEx"
+            status = fast_function(name)(raw, op1, op2, mm, nn, k, pa, arrays[0].ptr, t_in,
+                                         ld1, arrays[1].ptr, t_in, ld2, pb, arrays[2].ptr,
+                                         t_out, ldc, batch, route[3], -1)
+        if status:
+            from . import lib
+            lib.check(status)
+    finally:
+        for arr in arrays:
+            arr.close(stream=h._stream_ptr)
+
+
+def _finish(ob, out, h):
+    # Consumers of the result (CAI, DLPack) must order their reads after our stream.
+    if type(ob) is DeviceBuffer:
+        ob._stream = h._stream_ptr
+    return ob if out is None or type(out) is DeviceBuffer else out
+
+
+def dot(a, b, out=None, *, handle=None):
+    """`numpy.dot` for vectors and matrices.
+
+    Two vectors give their (unconjugated) inner product as a Python number in host
+    pointer mode (the call waits for the GPU), or in `out` in device pointer mode;
+    anything with a matrix is `matmul`. Stacks (more than 2-d) are refused: NumPy's
+    `dot` and `matmul` differ there, use `matmul`.
+    """
+    h = resolve(handle)
+    ab, _ = _operand(a, "a", h._stream_ptr)
+    bb, _ = _operand(b, "b", h._stream_ptr)
+    if ab.ndim == 1 and bb.ndim == 1:
+        from .level1 import dot as blas_dot
+        return blas_dot(ab, bb, out=out, handle=h)
+    if ab.ndim > 2 or bb.ndim > 2:
+        raise ValueError("dot: operands of more than 2 dimensions have NumPy's dot "
+                         "semantics, which differ from matmul's; use matmul")
+    return matmul(ab, bb, out=out, handle=h)
+
+
+def vdot(a, b, *, out=None, handle=None):
+    """`numpy.vdot` of two vectors: ``sum(conj(a) * b)`` (``dotc``; ``dot`` for reals).
+    Returns as `dot`."""
+    h = resolve(handle)
+    ab, _ = _operand(a, "a", h._stream_ptr)
+    bb, _ = _operand(b, "b", h._stream_ptr)
+    from .level1 import dot as blas_dot, dotc
+    if ab.dtype.kind == "c":
+        return dotc(ab, bb, out=out, handle=h)
+    return blas_dot(ab, bb, out=out, handle=h)
+
+
+def outer(a, b, out=None, *, handle=None):
+    """`numpy.outer` of two vectors, ``out[i, j] = a[i] * b[j]``, as a GEMM with k = 1
+    (strided vectors welcome)."""
+    h = resolve(handle)
+    ab, _ = _operand(a, "a", h._stream_ptr)
+    bb, _ = _operand(b, "b", h._stream_ptr)
+    for name, buf in (("a", ab), ("b", bb)):
+        if buf.ndim != 1:
+            raise ValueError(f"outer: {name} must be 1-d, got shape {buf.shape}")
+    return matmul(ab[:, None], bb[None, :], out=out, handle=h)
+
+
+def norm(x, *, handle=None) -> float:
+    """Euclidean norm of a vector, or Frobenius norm of a contiguous array, as a Python
+    float (``nrm2``; the call waits for the GPU)."""
+    h = resolve(handle)
+    xb, _ = _operand(x, "x", h._stream_ptr)
+    if xb.ndim != 1:
+        if not (xb.is_c_contiguous or xb.is_f_contiguous):
+            raise ValueError("norm: a multi-dimensional array must be contiguous")
+        xb = xb.reshape(-1) if xb.is_c_contiguous else xb.T.reshape(-1)
+    from .level1 import nrm2
+    return nrm2(xb, handle=h)
+
+
+def solve_triangular(a, b, *, lower=False, trans="N", unit_diagonal=False,
+                     overwrite_b=False, handle=None):
+    """Solve ``op(a) @ x = b`` for triangular `a` (``trsm``), as
+    `scipy.linalg.solve_triangular`.
+
+    Parameters
+    ----------
+    a : device array (n, n)
+        C- or Fortran-ordered; only the `lower` (or upper) triangle is read.
+    b : device array (n,) or (n, nrhs), C-contiguous
+    trans : {"N", "T", "C"}
+    unit_diagonal : bool
+        Take a's diagonal as ones without reading it.
+    overwrite_b : bool
+        Solve in place in `b` (returned); otherwise into a new C-ordered array.
+
+    Safety
+    ------
+    No singularity test: a zero on the diagonal gives inf/nan.
+    """
+    h = resolve(handle)
+    ab, _ = _operand(a, "a", h._stream_ptr)
+    bb, _ = _operand(b, "b", h._stream_ptr)
+    op = V.trans_code(trans)
+    if ab.ndim != 2 or ab.shape[0] != ab.shape[1]:
+        raise ValueError(f"solve_triangular: a must be square, got shape {ab.shape}")
+    n = ab.shape[0]
+    if bb.ndim not in (1, 2) or bb.shape[0] != n:
+        raise ValueError(f"solve_triangular: b must be ({n},) or ({n}, nrhs), got "
+                         f"{bb.shape}")
+    if not bb.is_c_contiguous:
+        raise ValueError("solve_triangular: b must be C-contiguous")
+    prefix = V.same_prefix("trsm", ("a", ab), ("b", bb))
+    h.check_device(ab, "a")
+    h.check_device(bb, "b")
+    ra, lda = _layout(ab.shape, ab.strides, ab.itemsize, "a")
+    # C-ordered b (n, nrhs) is the column-major B.T (nrhs x n): solve X.T op(A).T = B.T,
+    # a right-side trsm. With a row-major, the stored matrix is A.T: the same op applies
+    # and the triangle flips. With a column-major, A.T needs the opposite op.
+    if ra:
+        eff_op, uplo = op, ("U" if lower else "L")
+    else:
+        if op == 2:
+            raise ValueError("solve_triangular: trans='C' needs a C-ordered a")
+        eff_op, uplo = 1 - op, ("L" if lower else "U")
+    if overwrite_b:
+        if bb.readonly:
+            raise ValueError("solve_triangular: b is read-only")
+        xb = bb
+    else:
+        xb = bb.copy(stream=h._stream_ptr)
+    nrhs = bb.shape[1] if bb.ndim == 2 else 1
+    if n == 0 or nrhs == 0:
+        return xb
+    keep, pa = h.scalar(prefix, 1, "alpha")
+    from .handle import invoke
+    invoke(V.routine_name("trsm", prefix, V.needs_64(n, nrhs, lda)), h.ready(), 1,
+           V.uplo_code(uplo), eff_op, 1 if unit_diagonal else 0, nrhs, n, pa, ab.ptr, lda,
+           xb.ptr, nrhs)
+    xb._stream = h._stream_ptr
+    return xb
+
+
+def linear(x, weight, bias=None, *, activation=None, out=None, save_aux=False,
+           handle=None):
+    """``activation(x @ weight + bias)`` in one cuBLASLt call (fused epilogue).
+
+    Parameters
+    ----------
+    x : device array (..., K), C-contiguous over its leading axes
+    weight : device array (K, N), any addressable layout (``w.T`` of a PyTorch-style
+        (N, K) weight needs no copy)
+    bias : device array (N,), optional
+    activation : {None, "relu", "gelu"}
+    out : device array (..., N), optional
+    save_aux : bool
+        Also return what the backward pass needs (the ReLU bit mask or GELU's input),
+        for `lt_matmul` with the "drelu"/"dgelu" epilogues.
+
+    Returns
+    -------
+    out, or (out, aux) with `save_aux`
+    """
+    from .ltmatmul import aux_layout, lt_matmul
+    h = resolve(handle)
+    xb, x_type = _operand(x, "x", h._stream_ptr)
+    wb, w_type = _operand(weight, "weight", h._stream_ptr)
+    if activation not in (None, "relu", "gelu"):
+        raise ValueError(f"activation must be None, 'relu' or 'gelu', got {activation!r}")
+    if xb.ndim < 1 or wb.ndim != 2:
+        raise ValueError(f"linear: x must be (..., K) and weight (K, N), got {xb.shape} "
+                         f"and {wb.shape}")
+    k, n = wb.shape
+    if xb.shape[-1] != k:
+        raise ValueError(f"linear: x has {xb.shape[-1]} features but weight has {k} rows")
+    lead = xb.shape[:-1]
+    x2 = xb.reshape(-1, k) if xb.ndim != 2 else xb
+    rows = x2.shape[0]
+    if save_aux and activation is None:
+        raise ValueError("linear: save_aux needs an activation")
+    name = "default" if activation is None else activation
+    if save_aux:
+        name += "_aux"
+    if bias is not None:
+        name = "bias" if name == "default" else name + "_bias"
+    if out is None:
+        from cupric.runtime.memory import empty
+        ob = empty(lead + (n,), xb.dtype, stream=h._stream_ptr)
+    else:
+        ob, _ = _operand(out, "out", h._stream_ptr)
+        if ob.shape != lead + (n,):
+            raise ValueError(f"linear: out must have shape {lead + (n,)}, got {ob.shape}")
+    o2 = ob.reshape(-1, n) if ob.ndim != 2 else ob
+    # Row-major out (rows, N) is the column-major D (N x rows) = op(W) @ op(X).
+    rw, _ = _layout(wb.shape, wb.strides, wb.itemsize, "weight")
+    rx, _ = _layout(x2.shape, x2.strides, x2.itemsize, "x")
+    ro, _ = _layout(o2.shape, o2.strides, o2.itemsize, "out")
+    if not ro:
+        raise ValueError("linear: out must be row-major (C-ordered rows)")
+    a_cm = wb.T   # (N, K) view: column-major when weight is row-major
+    b_cm = x2.T   # (K, rows)
+    d_cm = o2.T   # (N, rows)
+    aux = None
+    if save_aux:
+        from cupric.runtime.memory import empty
+        from .gemm_ex import data_type_of
+        t_d = x_type or data_type_of(ob, None, "out")
+        ld, nbytes = aux_layout(name, n, rows, t_d)
+        aux = empty(max(nbytes, 1), np.uint8, stream=h._stream_ptr)
+    ta = "N" if rw else "T"
+    tb = "N" if rx else "T"
+    lt_matmul(ta, tb, 1.0, a_cm if rw else wb, b_cm if rx else x2, 0.0, None, d_cm,
+              epilogue=name, bias=bias, aux=aux, a_type=w_type, b_type=x_type,
+              d_type=x_type, handle=h)
+    ob._stream = h._stream_ptr
+    return (ob, aux) if save_aux else ob
