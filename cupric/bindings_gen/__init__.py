@@ -8,7 +8,7 @@ out-of-line ABI module into a per-user cache. Nothing derived from NVIDIA's head
 part of cupric itself.
 
 Pipeline, one module per stage: `headers` (finding them) -> `preprocess` (with the
-fake libc of `fakelibc`) -> `select` (pycparser, own declarations and dependencies) ->
+fake libc of `fakelibc`) -> `parse` (pycparser, own declarations and dependencies) ->
 `fold` / `emit` (constants, cffi module text) -> `cache` (per-user cache, loading) ->
 `binding` (opening the shared library at first use) -> `coverage`.
 

@@ -113,8 +113,8 @@ class Binding:
         self._module: types.ModuleType | None = None
         self._lib = None
         self._functions: _Functions | None = None
-        self._error: Exception | None = None
         self.path: str | None = None
+        self.unavailable_reason: str | None = None
 
     def _load(self) -> None:
         from . import cache
@@ -180,12 +180,15 @@ class Binding:
     def is_available(self) -> bool:
         """Whether the library loads (headers, generator and shared library all present).
 
-        Never raises; `load` says what is missing and which package to install.
+        Never raises. When it returns False, `unavailable_reason` says what is missing
+        and which package to install (the message `load` raises).
         """
         try:
             self.load()
-        except (ImportError, BindingsError):
+        except (ImportError, BindingsError) as exc:
+            self.unavailable_reason = str(exc)
             return False
+        self.unavailable_reason = None
         return True
 
     def module_getattr(self, namespace: dict, name: str):

@@ -16,7 +16,7 @@ from .emit import ModuleInfo, fold_declarations, render_module
 from .headers import HeaderSet, content_hash, find_headers
 from .libraries import LibrarySpec
 from .preprocess import preprocess
-from .select import parse, select_declarations
+from .parse import parse, select_declarations
 
 # Bump when the generated text changes for the same headers; part of the cache key.
 GENERATOR_VERSION = "1.1"

@@ -30,7 +30,7 @@ class CublasError(LibraryStatusError):
 
 
 def is_available() -> bool:
-    """Whether cuBLAS can be loaded; `binding.load()` raises naming the pip package if not."""
+    """Whether cuBLAS can be loaded; if not, `binding.unavailable_reason` names the pip package."""
     return binding.is_available()
 
 

@@ -28,7 +28,7 @@ class CublasLtError(LibraryStatusError):
 
 
 def is_available() -> bool:
-    """Whether cuBLASLt can be loaded."""
+    """Whether cuBLASLt can be loaded; if not, `binding.unavailable_reason` names the pip package."""
     return binding.is_available()
 
 

@@ -28,7 +28,7 @@ class CudnnError(LibraryStatusError):
 
 
 def is_available() -> bool:
-    """Whether cuDNN can be loaded."""
+    """Whether cuDNN can be loaded; if not, `binding.unavailable_reason` names the pip package."""
     return binding.is_available()
 
 

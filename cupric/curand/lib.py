@@ -46,7 +46,7 @@ class CurandError(LibraryStatusError):
 
 
 def is_available() -> bool:
-    """Whether cuRAND can be loaded."""
+    """Whether cuRAND can be loaded; if not, `binding.unavailable_reason` names the pip package."""
     return binding.is_available()
 
 

@@ -28,7 +28,7 @@ class NcclError(LibraryStatusError):
 
 
 def is_available() -> bool:
-    """Whether NCCL can be loaded."""
+    """Whether NCCL can be loaded; if not, `binding.unavailable_reason` names the pip package."""
     return binding.is_available()
 
 

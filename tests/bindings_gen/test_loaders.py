@@ -60,6 +60,7 @@ def test_missing_shared_library_names_the_package(generated, monkeypatch):
     monkeypatch.setattr(binding_module, "find_shared_library", not_found)
     binding = Binding("curand", "cuRAND")
     assert not binding.is_available()
+    assert "pip install nvidia-curand" in binding.unavailable_reason
     with pytest.raises(ImportError, match="pip install nvidia-curand") as info:
         binding.load()
     assert isinstance(info.value, LibraryNotFoundError)
