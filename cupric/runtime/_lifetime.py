@@ -33,6 +33,7 @@ never releases what it borrows, and `close()` only marks it closed.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import threading
 import warnings
@@ -72,6 +73,20 @@ def _release_quietly_at_exit(release, handle, args, label) -> None:
         if not expected:
             warnings.warn(f"cupric: releasing {label} at exit failed: {exc}",
                           RuntimeWarning, stacklevel=1)
+
+
+def _drain_at_exit() -> None:
+    # Releases queued by finalizers that no later runtime call drained. The process is
+    # ending, so the quiet variant applies (see _release_quietly_at_exit).
+    while True:
+        try:
+            release, handle, args, label = _pending.popleft()
+        except IndexError:
+            return
+        _release_quietly_at_exit(release, handle, args, label)
+
+
+atexit.register(_drain_at_exit)
 
 
 def pending_count() -> int:

@@ -148,7 +148,8 @@ class Device:
     __slots__ = ("_ordinal", "_cu_device", "_cache", "_context", "__weakref__")
 
     _instances: dict[int, Device] = {}
-    _instances_lock = threading.Lock()
+    # Reentrant: a deferred release drained inside a locked section may look a device up.
+    _instances_lock = threading.RLock()
 
     def __new__(cls, ordinal: int = 0) -> Device:
         if isinstance(ordinal, Device):

@@ -611,3 +611,32 @@ def test_fault_is_reported_then_context_lost(tmp_path):
     assert "FIRST IllegalAddressError 700" in out, out + proc.stderr
     assert "LATER ContextLostError IllegalAddressError" in out, out + proc.stderr
     assert "ILLEGAL_ADDRESS" in out
+
+
+def test_out_of_memory_says_how_much(rt, dev):
+    from cupric.runtime._driver import check, driver
+    dev.make_current()
+    huge = 1 << 50
+    with pytest.raises(rt.CudaOutOfMemoryError) as info:
+        check(driver().cuMemAlloc(huge), requested=huge)
+    text = str(info.value)
+    assert "tried to allocate 1048576.00 GiB" in text and "free on the device" in text
+    assert info.value.free is not None and info.value.total == dev.mem_get_info()[1]
+
+
+def test_torch_tensors_and_streams_interoperate(rt, mod, rng):
+    torch = pytest.importorskip("torch")
+    n = 5000
+    x = torch.from_numpy(rng.random(n, dtype=np.float32)).cuda()
+    y = torch.from_numpy(rng.random(n, dtype=np.float32)).cuda()
+    expect = (2.0 * x + y).cpu().numpy()
+    torch_stream = torch.cuda.Stream()
+    borrowed = rt.Stream.from_handle(torch_stream)
+    assert borrowed.ptr == torch_stream.cuda_stream and not borrowed.owns_handle
+    torch.cuda.synchronize()
+    mod.get_function("axpy").launch((n + 255) // 256, 256, x, y, np.float32(2.0),
+                                    np.int32(n), stream=borrowed)
+    torch_stream.synchronize()
+    np.testing.assert_allclose(y.cpu().numpy(), expect, rtol=1e-6)
+    borrowed.close()
+    torch_stream.synchronize()  # still alive: the borrow never destroyed it

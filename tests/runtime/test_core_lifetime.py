@@ -138,3 +138,22 @@ def test_finalizer_does_not_keep_object_alive():
     del t
     gc.collect()
     assert ref() is None
+
+
+def test_queue_is_drained_at_exit():
+    import subprocess
+    import sys
+    code = """
+import gc
+from cupric.runtime._lifetime import Resource
+class T(Resource):
+    pass
+def release(h):
+    print("released", h, flush=True)
+t = T(); t._init_resource(42, release)
+del t; gc.collect()
+print("exiting", flush=True)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.split() == ["exiting", "released", "42"]
