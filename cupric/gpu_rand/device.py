@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 from dataclasses import dataclass
 
 from cupric.device import grid
@@ -723,17 +724,22 @@ def kernel_function(kind: str, algorithm) -> tuple:
 
 
 _compiled_ready = False
+_compiled_lock = threading.Lock()
 
 
 def _prepare_compiled() -> tuple:
-    """Import the compiler's decorators and mark the module's device functions (once)."""
+    """Import the compiler's decorators and mark the module's device functions (once).
+
+    The marked functions stay callable from Python, so simulator runs are unaffected.
+    """
     global _compiled_ready
     from cupric.compiler.kernel import device_function, kernel  # lazy: the compiler is big
 
-    if not _compiled_ready:
-        for name in _DEVICE_FUNCTIONS:
-            globals()[name] = device_function(globals()[name])
-        _compiled_ready = True
+    with _compiled_lock:
+        if not _compiled_ready:
+            for name in _DEVICE_FUNCTIONS:
+                globals()[name] = device_function(globals()[name])
+            _compiled_ready = True
     return device_function, kernel
 
 
