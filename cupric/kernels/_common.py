@@ -1,0 +1,172 @@
+"""Plumbing shared by the ready kernels: where a call runs (the GPU, or the CPU simulator
+when there is none), turning user arrays into launchable ones with clear errors,
+allocating outputs, and choosing launch geometry that fills the device."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import numpy as np
+
+__all__ = ["on_simulator", "Call", "blocks_for", "sm_count", "NUMERIC", "FLOATS",
+           "INTEGERS", "SORTABLE"]
+
+#: dtypes every generic kernel accepts (cupric's scalar types).
+INTEGERS = tuple(np.dtype(t) for t in ("i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8"))
+FLOATS = tuple(np.dtype(t) for t in ("f2", "f4", "f8"))
+NUMERIC = INTEGERS + FLOATS
+SORTABLE = tuple(np.dtype(t) for t in ("i4", "u4", "f4"))
+
+#: Grid-stride kernels launch at most this many blocks per SM: enough resident warps to
+#: hide DRAM latency, few enough that each thread loops a while (amortising its setup).
+WAVES_PER_SM = 8
+#: The simulator runs blocks one after another; small grids keep its per-block cost low.
+SIMULATOR_MAX_BLOCKS = 4
+
+
+def on_simulator() -> bool:
+    """True when kernels run on the CPU simulator: `CUPRIC_SIMULATOR` is set or the
+    machine has no CUDA driver (the same rule as `Kernel` launches)."""
+    if os.environ.get("CUPRIC_SIMULATOR", "") not in ("", "0"):
+        return True
+    from cupric.runtime import driver_available
+    return not driver_available()
+
+
+@functools.cache
+def _sm_count(ordinal: int) -> int:
+    from cupric.runtime import Device
+    return Device(ordinal).multiprocessor_count
+
+
+def sm_count() -> int:
+    """Multiprocessors of the current device (cached per device; 1 on the simulator)."""
+    if on_simulator():
+        return 1
+    from cupric.runtime import current_device
+    return _sm_count(int(current_device()))
+
+
+def blocks_for(n: int, block: int, per_thread: int = 1, waves: int = WAVES_PER_SM) -> int:
+    """Blocks for a grid-stride kernel over `n` items, `per_thread` items per thread per
+    trip: enough to cover `n` once, capped at `waves` blocks per SM (or a few blocks on
+    the simulator). Never less than 1."""
+    need = max(1, -(-n // (block * per_thread)))
+    if on_simulator():
+        return min(need, SIMULATOR_MAX_BLOCKS)
+    return min(need, waves * sm_count())
+
+
+class Call:
+    """The arrays of one call of a ready kernel, all on the GPU or all on the host.
+
+    On the GPU, inputs are device arrays: `DeviceBuffer` or anything with
+    `__cuda_array_interface__`/`__dlpack__` (CuPy, PyTorch, numba-cuda); a NumPy array is
+    refused with a message saying how to copy it. On the simulator they are NumPy arrays
+    (array-likes are converted). Outputs are allocated where the inputs live.
+    """
+
+    __slots__ = ("op", "simulator", "stream")
+
+    def __init__(self, op: str, stream=None) -> None:
+        self.op = op
+        self.simulator = on_simulator()
+        self.stream = stream
+
+    def array(self, obj, name: str, *, dtypes=None, ndim=None, writable=False):
+        """`obj` as a launchable array (a NumPy array on the simulator, a DeviceBuffer
+        otherwise), its dtype checked against `dtypes` and its rank against `ndim`."""
+        if self.simulator:
+            if isinstance(obj, np.ndarray):
+                arr = obj
+            elif hasattr(obj, "to_numpy"):
+                raise TypeError(f"{self.op}: {name} is a device array, but kernels run on "
+                                f"the CPU simulator here; pass NumPy arrays")
+            elif writable:
+                raise TypeError(f"{self.op}: {name} must be a NumPy array (it is written "
+                                f"in place), got {type(obj).__name__}")
+            else:
+                arr = np.asarray(obj)
+        else:
+            if isinstance(obj, np.ndarray):
+                raise TypeError(f"{self.op}: {name} is a host NumPy array; copy it to the "
+                                f"device first (cupric.runtime.to_device({name}))")
+            from cupric.runtime.interop import as_device_array
+            try:
+                arr = as_device_array(obj, self.stream)
+            except TypeError as exc:
+                raise TypeError(f"{self.op}: {name}: {exc}") from None
+            if writable and arr.readonly:
+                raise ValueError(f"{self.op}: {name} is read-only")
+        if dtypes is not None and np.dtype(arr.dtype) not in dtypes:
+            names = ", ".join(str(d) for d in dtypes)
+            raise TypeError(f"{self.op}: {name} has dtype {arr.dtype}; expected one of "
+                            f"{names}")
+        if ndim is not None and arr.ndim != ndim:
+            raise ValueError(f"{self.op}: {name} must have {ndim} dimension(s), got shape "
+                             f"{tuple(arr.shape)}")
+        return arr
+
+    def output(self, out, name: str, shape, dtype):
+        """`out` checked to have `shape` and `dtype` (writable), or a new array of them
+        where the call runs. Returns (launchable array, what to give back to the user)."""
+        shape = tuple(int(s) for s in shape)
+        dtype = np.dtype(dtype)
+        if out is None:
+            if self.simulator:
+                arr = np.empty(shape, dtype)
+            else:
+                from cupric.runtime.memory import empty
+                arr = empty(shape, dtype, stream=self.stream)
+            return arr, arr
+        arr = self.array(out, name, writable=True)
+        if tuple(arr.shape) != shape:
+            raise ValueError(f"{self.op}: {name} has shape {tuple(arr.shape)}; expected "
+                             f"{shape}")
+        if np.dtype(arr.dtype) != dtype:
+            raise TypeError(f"{self.op}: {name} has dtype {arr.dtype}; expected {dtype}")
+        return arr, out
+
+    def flat(self, arr, name: str):
+        """A 1-D view of a C-contiguous array (ValueError otherwise)."""
+        if arr.ndim == 1:
+            return arr
+        if self.simulator:
+            if not arr.flags.c_contiguous:
+                raise ValueError(f"{self.op}: {name} must be C-contiguous, got strides "
+                                 f"{arr.strides}")
+            return arr.reshape(-1)
+        if not arr.is_c_contiguous:
+            raise ValueError(f"{self.op}: {name} must be C-contiguous, got strides "
+                             f"{arr.strides} for shape {arr.shape}")
+        return arr.reshape(-1)
+
+    def launch(self, kern, grid, block, *args, shared_bytes: int = 0) -> None:
+        """Launch `kern` on this call's stream (or on the simulator)."""
+        if self.simulator:
+            kern.simulate[grid, block, None, shared_bytes](*args)
+        else:
+            kern[grid, block, self.stream, shared_bytes](*args)
+
+
+def same_shape(op: str, arrays: dict) -> tuple:
+    """The common shape of named arrays (ValueError naming the ones that differ)."""
+    items = list(arrays.items())
+    shape = tuple(items[0][1].shape)
+    for name, arr in items[1:]:
+        if tuple(arr.shape) != shape:
+            raise ValueError(f"{op}: {name} has shape {tuple(arr.shape)}, but {items[0][0]} "
+                             f"has {shape}")
+    return shape
+
+
+def same_dtype(op: str, arrays: dict) -> np.dtype:
+    """The common dtype of named arrays (TypeError naming the ones that differ)."""
+    items = list(arrays.items())
+    dtype = np.dtype(items[0][1].dtype)
+    for name, arr in items[1:]:
+        if np.dtype(arr.dtype) != dtype:
+            raise TypeError(f"{op}: {name} has dtype {arr.dtype}, but {items[0][0]} has "
+                            f"{dtype}; convert one of them first")
+    return dtype

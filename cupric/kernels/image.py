@@ -1,0 +1,176 @@
+"""Image kernels: RGBA to grayscale (one 32-bit load per 8-bit pixel) and the Mandelbrot
+set (one thread per pixel on a 2-D grid). Images are row-major (height, width[, 4])."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import cupric
+from cupric.device import grid, gridsize
+from cupric.kernels._common import Call, blocks_for
+from cupric.types import Array, f32, u8, u32
+
+__all__ = ["rgba2gray", "mandelbrot", "rgba2gray_kernel", "rgba2gray_float_kernel",
+           "mandelbrot_kernel", "GRAY_WEIGHTS"]
+
+#: ITU-R BT.601 luma weights of R, G and B (alpha is ignored).
+GRAY_WEIGHTS = (0.299, 0.587, 0.114)
+BLOCK = 256
+MANDELBROT_BLOCK = (32, 8)
+
+
+@cupric.kernel
+def rgba2gray_kernel(pixels: Array[u32, 1], out: Array[u8, 1]):
+    """Gray levels of packed RGBA8 pixels (R in the low byte, as little-endian memory
+    holds an (h, w, 4) uint8 image), rounded to nearest."""
+    n = len(out)
+    i = grid(1)
+    step = gridsize(1)
+    while i + 3 * step < n:
+        p0 = pixels[i]
+        p1 = pixels[i + step]
+        p2 = pixels[i + 2 * step]
+        p3 = pixels[i + 3 * step]
+        out[i] = _gray8(p0)
+        out[i + step] = _gray8(p1)
+        out[i + 2 * step] = _gray8(p2)
+        out[i + 3 * step] = _gray8(p3)
+        i += 4 * step
+    while i < n:
+        out[i] = _gray8(pixels[i])
+        i += step
+
+
+@cupric.device_function
+def _gray8(p: u32):
+    r = f32(p & 0xFF)
+    g = f32((p >> 8) & 0xFF)
+    b = f32((p >> 16) & 0xFF)
+    # The weights sum to 1, so the result stays within 0..255 and + 0.5 rounds it.
+    return u8(f32(0.299) * r + f32(0.587) * g + f32(0.114) * b + f32(0.5))
+
+
+@cupric.kernel
+def rgba2gray_float_kernel(rgba, out):
+    """Gray levels of float RGBA pixels, `rgba` of shape (n, 4), `out` of shape (n,)."""
+    n = len(out)
+    i = grid(1)
+    step = gridsize(1)
+    while i < n:
+        out[i] = 0.299 * rgba[i, 0] + 0.587 * rgba[i, 1] + 0.114 * rgba[i, 2]
+        i += step
+
+
+@cupric.kernel
+def mandelbrot_kernel(out: Array[u8, 2], x0, y0, dx, dy, max_iter):
+    """out[row, col]: 0 for points of the set (no escape within `max_iter` iterations),
+    else 1 + 254 * k // max_iter for a point escaping (|z| > 2) after k iterations.
+    Pixel (row, col) is the point x0 + col*dx + i*(y0 + row*dy)."""
+    col, row = grid(2)
+    if row < out.shape[0] and col < out.shape[1]:
+        cx = x0 + col * dx
+        cy = y0 + row * dy
+        zx = cx * 0.0
+        zy = cy * 0.0
+        k = max_iter * 0
+        while k < max_iter:
+            zx2 = zx * zx
+            zy2 = zy * zy
+            if zx2 + zy2 > 4.0:
+                break
+            zy = 2.0 * zx * zy + cy
+            zx = zx2 - zy2 + cx
+            k += 1
+        if k >= max_iter:
+            out[row, col] = 0
+        else:
+            out[row, col] = u8(1 + (254 * k) // max_iter)
+
+
+def rgba2gray(rgba, out=None, stream=None):
+    """Grayscale of an RGBA image: ``0.299 R + 0.587 G + 0.114 B`` (alpha ignored).
+
+    Parameters
+    ----------
+    rgba : device array (NumPy array on the simulator), shape (height, width, 4)
+        uint8 (C-contiguous; gray levels rounded to nearest) or float32/float64 (any
+        strides; no rounding).
+    out : device array, optional
+        Shape (height, width), uint8 for uint8 images, else the image's dtype.
+    stream : Stream or stream-like, optional
+
+    Returns
+    -------
+    out, or a new array.
+
+    Raises
+    ------
+    TypeError
+        Another dtype, or host arrays on a GPU machine.
+    ValueError
+        Not (h, w, 4); a non-contiguous uint8 image.
+
+    Cost
+    ----
+    One launch; uint8 images move 5 bytes per pixel (one 32-bit load, one byte store):
+    bandwidth-bound.
+    """
+    call = Call("rgba2gray", stream)
+    img = call.array(rgba, "rgba", dtypes=(np.dtype("u1"), np.dtype("f4"), np.dtype("f8")),
+                     ndim=3)
+    if img.shape[2] != 4:
+        raise ValueError(f"rgba2gray: rgba must have shape (height, width, 4), got "
+                         f"{tuple(img.shape)}")
+    h, w = int(img.shape[0]), int(img.shape[1])
+    dst, result = call.output(out, "out", (h, w), img.dtype)
+    flat_out = call.flat(dst, "out")
+    if img.dtype == np.dtype("u1"):
+        pixels = call.flat(img, "rgba").view(np.uint32)
+        call.launch(rgba2gray_kernel, blocks_for(h * w, BLOCK, 4), BLOCK, pixels, flat_out)
+    else:
+        rows = img.reshape(h * w, 4) if h * w else img.reshape(0, 4)
+        call.launch(rgba2gray_float_kernel, blocks_for(h * w, BLOCK), BLOCK, rows,
+                    flat_out)
+    return result
+
+
+def mandelbrot(width, height, *, center=(-0.5, 0.0), scale=3.0, max_iter=256, out=None,
+               stream=None):
+    """Render the Mandelbrot set into a uint8 image of shape (height, width).
+
+    Parameters
+    ----------
+    width, height : int
+        Image size in pixels.
+    center : (float, float)
+        The complex point at the image's center (real, imaginary).
+    scale : float
+        Width of the view on the real axis; pixels are square, row 0 at the top.
+    max_iter : int
+        Iterations before a point counts as inside the set.
+    out : device array, optional
+        uint8, shape (height, width).
+    stream : Stream or stream-like, optional
+
+    Returns
+    -------
+    out, or a new array: 0 inside the set, 1..255 growing with the escape time.
+
+    Cost
+    ----
+    One launch; up to `max_iter` iterations of 5 float64 operations per pixel
+    (compute-bound; H100/H200-class GPUs run float64 at half the float32 rate).
+    """
+    width, height, max_iter = int(width), int(height), int(max_iter)
+    if width <= 0 or height <= 0 or max_iter <= 0:
+        raise ValueError("mandelbrot: width, height and max_iter must be positive")
+    call = Call("mandelbrot", stream)
+    dst, result = call.output(out, "out", (height, width), np.uint8)
+    dx = float(scale) / width
+    x0 = float(center[0]) - dx * (width - 1) / 2
+    y0 = float(center[1]) + dx * (height - 1) / 2
+    bx, by = MANDELBROT_BLOCK
+    grid2 = ((width + bx - 1) // bx, (height + by - 1) // by)
+    call.launch(mandelbrot_kernel, grid2, MANDELBROT_BLOCK, dst, x0, y0, dx, -dx,
+                np.int32(max_iter))
+    return result
