@@ -67,11 +67,17 @@ def main(argv: list[str] | None = None) -> int:
         what = f"generated in {sum(generated.seconds.values()):.2f} s" if generated else "cached"
         version = ".".join(map(str, module.LIBRARY_VERSION))
         print(f"{name} {version}: {what} -> {path}")
+        if not module.FUNCTIONS:
+            # OptiX: the API is a function table the driver fills, nothing to resolve.
+            print("  coverage: no exported functions declared")
+            continue
         header_dir = find_headers(spec, args.headers).include_dirs[0]
         try:
             lib = module.ffi.dlopen(find_shared_library(spec.shared_library, header_dir))
         except OSError as exc:
-            print(f"  coverage: shared library not loadable ({exc}); install {spec.package}")
+            # OptiX's runtime comes with the driver, not with the package of its headers.
+            what = "an NVIDIA driver" if spec.root_variable else spec.package
+            print(f"  coverage: shared library not loadable ({exc}); install {what}")
             continue
         print(f"  coverage: {measure(name, module.FUNCTIONS, lib, module.ffi)}")
     print(f"{len(specs)} libraries in {total:.2f} s")

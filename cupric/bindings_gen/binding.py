@@ -12,8 +12,6 @@ system's loader path).
 
 from __future__ import annotations
 
-import ctypes.util
-import glob
 import os
 import threading
 import types
@@ -23,6 +21,8 @@ from .errors import BindingsError, LibraryNotFoundError
 
 
 def _candidates_beside(header_dir: str, name: str) -> list[str]:
+    import glob
+
     found = []
     for lib_dir in ("lib", "lib64"):  # wheels use lib/, toolkits lib64/
         found += glob.glob(os.path.join(os.path.dirname(header_dir), lib_dir, f"lib{name}.so*"))
@@ -53,6 +53,8 @@ def find_shared_library(name: str, header_dir: str | None) -> str:
     except Exception:
         # pathfinder raises its own DynamicLibNotFoundError; try the system loader next.
         pass
+    import ctypes.util  # costs a few ms at import; only needed on this fallback
+
     system = ctypes.util.find_library(name)
     if system:
         return system
