@@ -18,7 +18,7 @@ from ..device import _intrinsic
 from ..device.atomic import ORDERS, SCOPES
 from ..device.errors import KernelIndexError, KernelTrapError
 from ._array import SimArray, _has_negative, unwrap
-from ._live import FULL, WARP, barrier_result, warp_compute
+from ._live import BLOCKED, FULL, WARP, barrier_result, warp_compute
 from ._state import POISON, implements
 from .errors import BarrierError, SimulatorError
 
@@ -83,7 +83,35 @@ def _grid_stride(s, n):
     return range(_grid(s), n, _gridsize(s))
 
 
-# -- barriers --------------------------------------------------------------------------
+# -- barriers and warp collectives ----------------------------------------------------
+#
+# Each collective has a core taking the call's (file, line) `site` explicitly: called
+# through its intrinsic the site comes from the caller's frame; the generator engine
+# (see _transform) passes the site recorded in the rewritten kernel. In the generator
+# engine a core may return BLOCKED, and the result arrives later through the scheduler.
+
+COLLECTIVES: dict = {}
+
+
+def _collective(name: str):
+    def register(core):
+        COLLECTIVES[name] = core
+
+        def through_intrinsic(s, *args, **kwargs):
+            # user code -> Intrinsic.__call__ -> this function: the user is 2 frames up.
+            frame = sys._getframe(2)
+            result = core(s, (frame.f_code.co_filename, frame.f_lineno), *args, **kwargs)
+            if result is BLOCKED:
+                raise SimulatorError(
+                    f"{name} was reached through a call the generator engine did not "
+                    f"rewrite; set CUPRIC_SIMULATOR_ENGINE=threads",
+                    filename=frame.f_code.co_filename, line=frame.f_lineno)
+            return result
+        through_intrinsic.__name__ = f"_{name.replace('.', '_')}"
+        implements(name)(through_intrinsic)
+        return core
+    return register
+
 
 def _serial_collective(s, op: str, site):
     raise SimulatorError(
@@ -93,8 +121,7 @@ def _serial_collective(s, op: str, site):
         filename=site[0], line=site[1])
 
 
-def _block_barrier(s, op: str, value):
-    site = _user_site(4)
+def _block_barrier(s, site, op: str, value):
     if s.live is None:
         if s.launch.nthreads == 1:
             return barrier_result(op, [value])
@@ -102,29 +129,28 @@ def _block_barrier(s, op: str, value):
     return s.live.barrier(s, op, value, site)
 
 
-@implements("syncthreads")
-def _syncthreads(s):
-    _block_barrier(s, "syncthreads", None)
+@_collective("syncthreads")
+def _syncthreads(s, site):
+    return _block_barrier(s, site, "syncthreads", None)
 
 
-@implements("syncthreads_count")
-def _syncthreads_count(s, pred):
-    return _block_barrier(s, "syncthreads_count", bool(pred))
+@_collective("syncthreads_count")
+def _syncthreads_count(s, site, pred):
+    return _block_barrier(s, site, "syncthreads_count", bool(pred))
 
 
-@implements("syncthreads_and")
-def _syncthreads_and(s, pred):
-    return _block_barrier(s, "syncthreads_and", bool(pred))
+@_collective("syncthreads_and")
+def _syncthreads_and(s, site, pred):
+    return _block_barrier(s, site, "syncthreads_and", bool(pred))
 
 
-@implements("syncthreads_or")
-def _syncthreads_or(s, pred):
-    return _block_barrier(s, "syncthreads_or", bool(pred))
+@_collective("syncthreads_or")
+def _syncthreads_or(s, site, pred):
+    return _block_barrier(s, site, "syncthreads_or", bool(pred))
 
 
-@implements("grid_sync")
-def _grid_sync(s):
-    site = _user_site()
+@_collective("grid_sync")
+def _grid_sync(s, site):
     if s.launch.mode != "grid":
         g = s.launch.grid
         if g[0] * g[1] * g[2] * s.launch.nthreads == 1:
@@ -152,15 +178,12 @@ def _nanosleep(s, ns):
         s.live.pause(s)
 
 
-# -- warp operations -------------------------------------------------------------------
-
 def _existing_lanes(s) -> int:
     first = s.lin - (s.lin & 31)
     return (1 << min(WARP, s.launch.nthreads - first)) - 1
 
 
-def _warp_op(s, op: str, mask, args: tuple):
-    site = _user_site(4)
+def _warp_op(s, site, op: str, mask, args: tuple):
     mask = int(mask) & FULL
     lane = s.lin & 31
     if not mask >> lane & 1:
@@ -190,79 +213,76 @@ def _width(width) -> int:
     return width
 
 
-@implements("syncwarp")
-def _syncwarp(s, mask=FULL):
-    _warp_op(s, "syncwarp", mask, ())
+@_collective("syncwarp")
+def _syncwarp(s, site, mask=FULL):
+    return _warp_op(s, site, "syncwarp", mask, ())
 
 
-@implements("warp.activemask")
-def _activemask(s):
+@_collective("warp.activemask")
+def _activemask(s, site):
     if s.live is None:
         # Running serially, the warp is converged: every lane that exists is active.
         return np.uint32(_existing_lanes(s))
-    return np.uint32(s.live.activemask(s, _user_site()))
+    return s.live.activemask(s, site)
 
 
-@implements("warp.shfl_idx")
-def _shfl_idx(s, mask, value, src_lane, width=WARP):
-    return _warp_op(s, "warp.shfl_idx", mask, (_shuffled(value), int(src_lane), _width(width)))
+@_collective("warp.shfl_idx")
+def _shfl_idx(s, site, mask, value, src_lane, width=WARP):
+    return _warp_op(s, site, "warp.shfl_idx", mask,
+                    (_shuffled(value), int(src_lane), _width(width)))
 
 
-@implements("warp.shfl_up")
-def _shfl_up(s, mask, value, delta, width=WARP):
-    return _warp_op(s, "warp.shfl_up", mask, (_shuffled(value), int(delta), _width(width)))
+@_collective("warp.shfl_up")
+def _shfl_up(s, site, mask, value, delta, width=WARP):
+    return _warp_op(s, site, "warp.shfl_up", mask, (_shuffled(value), int(delta), _width(width)))
 
 
-@implements("warp.shfl_down")
-def _shfl_down(s, mask, value, delta, width=WARP):
-    return _warp_op(s, "warp.shfl_down", mask, (_shuffled(value), int(delta), _width(width)))
+@_collective("warp.shfl_down")
+def _shfl_down(s, site, mask, value, delta, width=WARP):
+    return _warp_op(s, site, "warp.shfl_down", mask,
+                    (_shuffled(value), int(delta), _width(width)))
 
 
-@implements("warp.shfl_xor")
-def _shfl_xor(s, mask, value, lane_mask, width=WARP):
-    return _warp_op(s, "warp.shfl_xor", mask, (_shuffled(value), int(lane_mask), _width(width)))
+@_collective("warp.shfl_xor")
+def _shfl_xor(s, site, mask, value, lane_mask, width=WARP):
+    return _warp_op(s, site, "warp.shfl_xor", mask,
+                    (_shuffled(value), int(lane_mask), _width(width)))
 
 
-@implements("warp.any")
-def _any(s, mask, pred):
-    return _warp_op(s, "warp.any", mask, (bool(pred),))
+@_collective("warp.any")
+def _any(s, site, mask, pred):
+    return _warp_op(s, site, "warp.any", mask, (bool(pred),))
 
 
-@implements("warp.all")
-def _all(s, mask, pred):
-    return _warp_op(s, "warp.all", mask, (bool(pred),))
+@_collective("warp.all")
+def _all(s, site, mask, pred):
+    return _warp_op(s, site, "warp.all", mask, (bool(pred),))
 
 
-@implements("warp.ballot")
-def _ballot(s, mask, pred):
-    return np.uint32(_warp_op(s, "warp.ballot", mask, (bool(pred),)))
+@_collective("warp.ballot")
+def _ballot(s, site, mask, pred):
+    return _warp_op(s, site, "warp.ballot", mask, (bool(pred),))
 
 
-@implements("warp.match_any")
-def _match_any(s, mask, value):
-    return np.uint32(_warp_op(s, "warp.match_any", mask, (value,)))
+@_collective("warp.match_any")
+def _match_any(s, site, mask, value):
+    return _warp_op(s, site, "warp.match_any", mask, (value,))
 
 
-@implements("warp.match_all")
-def _match_all(s, mask, value):
-    group, same = _warp_op(s, "warp.match_all", mask, (value,))
-    return np.uint32(group), same
+@_collective("warp.match_all")
+def _match_all(s, site, mask, value):
+    return _warp_op(s, site, "warp.match_all", mask, (value,))
 
 
 def _reduction(op):
-    def reduce(s, mask, value):
-        result = _warp_op(s, op, mask, (value,))
-        if isinstance(value, np.integer):
-            # redux.sync wraps at the operand width; summing NumPy scalars would have too,
-            # but the cast makes it explicit for Python-int partial sums as well.
-            return _t.scalar_from_dtype(value.dtype)(result)
-        return result
+    def reduce(s, site, mask, value):
+        return _warp_op(s, site, op, mask, (value,))
     reduce.__name__ = f"_{op.replace('.', '_')}"
     return reduce
 
 
 for _op in ("add", "min", "max", "and", "or", "xor"):
-    implements(f"warp.reduce_{_op}")(_reduction(f"warp.reduce_{_op}"))
+    _collective(f"warp.reduce_{_op}")(_reduction(f"warp.reduce_{_op}"))
 del _op
 
 

@@ -24,7 +24,9 @@ from . import _impl, _impl_math  # noqa: F401  (they fill the implementation tab
 from ._array import SimArray
 from ._impl import SHARED_LIMIT
 from ._live import Aborted, LiveSet
+from ._engine import run_generators
 from ._scan import _python_function, needs, needs_of_values
+from ._transform import transform
 from ._state import BlockState, LaunchState, ThreadState
 from .errors import DeadlockError, SimulatorError
 
@@ -36,7 +38,9 @@ MAX_GRID_DIM = (2**31 - 1, 65535, 65535)
 MAX_BLOCK_THREADS = 1024
 # OS threads are cheap but not free: a cooperative grid beyond this many threads is
 # refused (a GPU, too, limits a cooperative grid to the blocks it can keep resident).
+# Generators are cheaper still.
 _MAX_LIVE_DEFAULT = 8192
+_MAX_LIVE_GENERATORS = 65536
 # Each simulated thread's OS thread needs little stack: kernels are shallow Python.
 _STACK_BYTES = 2 * 1024 * 1024
 
@@ -180,6 +184,7 @@ def launch(py_func, grid, block, args, *, shared_bytes: int = 0, mode: str | Non
     shared_bytes = int(shared_bytes)
     if not 0 <= shared_bytes <= SHARED_LIMIT:
         raise ValueError(f"shared_bytes must be in 0..{SHARED_LIMIT}, got {shared_bytes}")
+    through_args = bool(needs_of_values(args))
     if mode is None:
         found = needs(func) | needs_of_values(args)
         mode = "grid" if "grid" in found else "threads" if found else "serial"
@@ -193,7 +198,7 @@ def launch(py_func, grid, block, args, *, shared_bytes: int = 0, mode: str | Non
         if mode == "serial":
             _run_serial(func, args, state)
         else:
-            _run_threads(func, args, state)
+            _run_threads(func, args, state, through_args)
     finally:
         # Like a GPU, a failed launch leaves whatever the threads wrote before failing.
         for buffer, host in copy_back:
@@ -223,10 +228,6 @@ def _run_serial(func, args, launch: LaunchState) -> None:
         raise located from exc
     finally:
         _intrinsic.install(previous)
-
-
-def _max_live() -> int:
-    return int(os.environ.get("CUPRIC_SIMULATOR_MAX_THREADS", _MAX_LIVE_DEFAULT))
 
 
 def _timeout() -> float:
@@ -346,16 +347,48 @@ class _Pool:
             t.join(1.0)
 
 
-def _run_threads(func, args, launch: LaunchState) -> None:
+def _engine_choice() -> str:
+    engine = os.environ.get("CUPRIC_SIMULATOR_ENGINE", "auto")
+    if engine not in ("auto", "threads", "generators"):
+        raise ValueError(f"CUPRIC_SIMULATOR_ENGINE must be auto, threads or generators, "
+                         f"got {engine!r}")
+    return engine
+
+
+def _run_threads(func, args, launch: LaunchState, through_args: bool) -> None:
+    engine = _engine_choice()
+    gen_func = None
+    if engine != "threads" and not through_args:
+        gen_func = transform(func)
+    if engine == "generators" and gen_func is None:
+        raise SimulatorError(f"CUPRIC_SIMULATOR_ENGINE=generators, but kernel "
+                             f"{func.__name__} cannot be rewritten into a generator")
+    if gen_func is not None:
+        if launch.mode == "grid":
+            _check_grid_size(launch, _MAX_LIVE_GENERATORS)
+        run_generators(gen_func, args, launch, _block_ids(launch.grid),
+                       _thread_ids(launch.block), _located, lambda: _returned(func))
+        return
+    _run_os_threads(func, args, launch)
+
+
+def _check_grid_size(launch: LaunchState, default_limit: int) -> int:
+    g = launch.grid
+    total = g[0] * g[1] * g[2] * launch.nthreads
+    limit = int(os.environ.get("CUPRIC_SIMULATOR_MAX_THREADS", default_limit))
+    if total > limit:
+        raise SimulatorError(
+            f"a kernel that calls grid_sync needs all {total} threads of its grid "
+            f"running at once; the simulator runs at most {limit} "
+            f"(CUPRIC_SIMULATOR_MAX_THREADS): use a smaller grid")
+    return total
+
+
+def _run_os_threads(func, args, launch: LaunchState) -> None:
     nb = launch.nthreads
     if launch.mode == "grid":
         g = launch.grid
-        total = g[0] * g[1] * g[2] * nb
-        if total > _max_live():
-            raise SimulatorError(
-                f"a kernel that calls grid_sync needs all {total} threads of its grid "
-                f"running at once; the simulator runs at most {_max_live()} "
-                f"(CUPRIC_SIMULATOR_MAX_THREADS): use a smaller grid")
+        total = _check_grid_size(launch, _MAX_LIVE_DEFAULT)
         pool = _Pool(func, args, launch, total)
         try:
             live = LiveSet(pool.states)

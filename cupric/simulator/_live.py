@@ -15,12 +15,25 @@ from __future__ import annotations
 
 from collections import deque
 
+import numpy as np
+
+from .. import types as _t
 from .errors import BarrierError, DeadlockError
 
-__all__ = ["LiveSet", "BlockSync", "Aborted", "warp_compute", "barrier_result"]
+__all__ = ["LiveSet", "BlockSync", "Aborted", "BLOCKED", "warp_compute", "barrier_result"]
 
 WARP = 32
 FULL = 0xFFFFFFFF
+
+
+class _Blocked:
+    def __repr__(self) -> str:
+        return "BLOCKED"
+
+
+#: What a collective returns in the generator engine when the calling thread must wait:
+#: its result comes later, when the scheduler resumes it.
+BLOCKED = _Blocked()
 
 
 class Aborted(BaseException):
@@ -122,13 +135,14 @@ def warp_compute(op: str, group: int, args: dict) -> dict:
         for lane, v in zip(lanes, values):
             if v:
                 r |= 1 << lane
-        return dict.fromkeys(lanes, r)
+        return dict.fromkeys(lanes, np.uint32(r))
     if op == "warp.match_any":
-        return {lane: sum(1 << other for other in lanes if args[other][0] == args[lane][0])
+        return {lane: np.uint32(sum(1 << other for other in lanes
+                                    if args[other][0] == args[lane][0]))
                 for lane in lanes}
     if op == "warp.match_all":
         same = all(v == values[0] for v in values)
-        return dict.fromkeys(lanes, (group if same else 0, same))
+        return dict.fromkeys(lanes, (np.uint32(group if same else 0), same))
     if op.startswith("warp.reduce_"):
         kind = op[12:]
         acc = values[0]
@@ -145,7 +159,13 @@ def warp_compute(op: str, group: int, args: dict) -> dict:
                 acc = acc | v
             else:
                 acc = acc ^ v
-        return dict.fromkeys(lanes, acc)
+        out = {}
+        for lane in lanes:
+            value = args[lane][0]
+            # redux.sync wraps at the operand width: cast to each lane's integer type.
+            out[lane] = (_t.scalar_from_dtype(value.dtype)(acc)
+                         if isinstance(value, np.integer) else acc)
+        return out
     raise ValueError(f"unknown warp collective {op!r}")
 
 
@@ -157,7 +177,10 @@ class LiveSet:
     for the launcher's watchdog.
     """
 
-    def __init__(self, states: list) -> None:
+    def __init__(self, states: list, generators: bool = False) -> None:
+        # generators: the threads are generators resumed by one scheduler (see
+        # _engine), not OS threads passing a baton; waiting means returning BLOCKED.
+        self.generators = generators
         self.states = states
         self.runnable = deque(states)
         self.live = len(states)
@@ -191,11 +214,15 @@ class LiveSet:
         self.waiting[me] = what
         self._converge(me.sync.warps[me.lin >> 5], me)
         if me not in self.waiting:  # released at once by the convergence just resolved
-            return me.result
+            result, me.result = me.result, None
+            return result
         if not self.runnable:
             raise self._deadlock()
+        if self.generators:
+            return BLOCKED
         self._switch(me)
-        return me.result
+        result, me.result = me.result, None
+        return result
 
     def _converge(self, ws: _WarpSync, me=None) -> None:
         """Resolve warp.activemask calls once no lane of the warp can run any more.
@@ -214,10 +241,10 @@ class LiveSet:
             by_site[site] = by_site.get(site, 0) | 1 << lane
         for lane, (site, member) in ws.converging.items():
             if member is me:  # the running thread: it goes on without a hand-off
-                me.result = by_site[site]
+                me.result = np.uint32(by_site[site])
                 del self.waiting[me]
             else:
-                self._release([member], [by_site[site]])
+                self._release([member], [np.uint32(by_site[site])])
         ws.converging.clear()
 
     def activemask(self, state, site) -> int:
@@ -237,6 +264,8 @@ class LiveSet:
         """Let the other runnable threads run before `me` goes on (spin loops)."""
         if self.aborted:
             raise Aborted()
+        if self.generators:
+            return  # the rewritten kernel yields right after, and the scheduler pauses it
         if self.runnable:
             self.runnable.append(me)
             self._switch(me)
@@ -269,6 +298,8 @@ class LiveSet:
         if self.aborted:
             return
         self.aborted = True
+        if self.generators:
+            return
         for s in self.states:
             if s is not me and s not in self.exited_states:
                 s.wake.release()
@@ -373,6 +404,7 @@ class LiveSet:
                                    f"{op} (mask {mask:#010x})", filename=site[0], line=site[1])
         self._converge(ws)
         if self.runnable:
-            self.runnable.popleft().wake.release()
+            if not self.generators:
+                self.runnable.popleft().wake.release()
         elif self.live:
             raise self._deadlock()

@@ -11,6 +11,8 @@ from cupric.device import (FULL_MASK, blockDim, blockIdx, shared, syncthreads,
 from cupric.simulator import BarrierError, DeadlockError
 from cupric.types import f64, i32
 
+pytestmark = pytest.mark.usefixtures("engine")
+
 
 def block_sum(x, out):
     tile = shared.array(1024, f64)

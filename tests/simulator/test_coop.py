@@ -6,6 +6,8 @@ import pytest
 from cupric import simulator as sim
 from cupric.device import blockIdx, grid, grid_sync, gridsize, threadIdx
 
+pytestmark = pytest.mark.usefixtures("engine")
+
 
 def two_phase(x, partial, out):
     i = grid(1)

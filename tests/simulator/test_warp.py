@@ -8,6 +8,8 @@ from cupric import simulator as sim
 from cupric.device import FULL_MASK, laneid, threadIdx, warp, warpsize
 from cupric.simulator import BarrierError
 
+pytestmark = pytest.mark.usefixtures("engine")
+
 
 def shuffles(x, out, arg, width):
     t = threadIdx.x
