@@ -110,7 +110,8 @@ def _build(types, text):
     path.write_text(
         "import cupric\nfrom cupric.device import grid\n"
         "from cupric.types import Array, i32, i64, f32, f64\n\n"
-        f"@cupric.kernel\ndef expr_kernel({params}, out):\n"
+        "# No FMA contraction: the GPU then rounds exactly as NumPy does.\n"
+        f"@cupric.kernel(fma=False)\ndef expr_kernel({params}, out):\n"
         "    i = grid(1)\n"
         "    if i < len(out):\n"
         f"        out[i] = {text}\n")
