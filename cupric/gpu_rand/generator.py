@@ -74,6 +74,11 @@ class Generator:
     docs/gpu_rand.md. A call of size M hands element k*S + t to stream t; a scalar call
     draws from stream 0 alone.
 
+    Thread safety
+    -------------
+    A Generator is not locked: give each host thread its own (`spawn`). Device fills are
+    ordered on the backend's stream like any other launch.
+
     Examples
     --------
     >>> rng = Generator(42, streams=4)
