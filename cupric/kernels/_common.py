@@ -67,12 +67,34 @@ class Call:
     (array-likes are converted). Outputs are allocated where the inputs live.
     """
 
-    __slots__ = ("op", "simulator", "stream")
+    __slots__ = ("op", "simulator", "stream", "_scratch")
 
     def __init__(self, op: str, stream=None) -> None:
         self.op = op
         self.simulator = on_simulator()
         self.stream = stream
+        self._scratch = []
+
+    def scratch(self, shape, dtype, *, zero: bool = False):
+        """Temporary memory for this call's kernels: stream-ordered on the GPU (from the
+        device's pool, on the call's stream), freed in stream order by `finish`."""
+        if self.simulator:
+            return np.zeros(shape, dtype) if zero else np.empty(shape, dtype)
+        from cupric.runtime.memory import empty
+        # An int 0 (the legacy stream) still takes the stream-ordered path: a plain
+        # cuMemAlloc/cuMemFree pair would synchronize the device on every call.
+        order = self.stream if self.stream is not None else 0
+        buf = empty(shape, dtype, stream=order)
+        if zero:
+            buf.memset(0, 8, stream=order)
+        self._scratch.append(buf)
+        return buf
+
+    def finish(self) -> None:
+        """Free the scratch memory after the work queued on the call's stream."""
+        order = self.stream if self.stream is not None else 0
+        while self._scratch:
+            self._scratch.pop().close(stream=order)
 
     def array(self, obj, name: str, *, dtypes=None, ndim=None, writable=False):
         """`obj` as a launchable array (a NumPy array on the simulator, a DeviceBuffer

@@ -1,0 +1,510 @@
+"""One-pass reductions: sum, min, max, argmin, argmax and dot. Each block reduces a
+grid-stride share of the input in registers, then across its warps with shuffles; the
+block that finishes last (a ticket taken with an atomic after a fence) reduces the
+per-block partial results, so one launch gives the final value, deterministically."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+import cupric
+from cupric.device import (FULL_MASK, atomic, blockDim, blockIdx, grid, gridDim, gridsize,
+                           shared, syncthreads, threadfence, threadIdx, warp)
+from cupric.kernels._common import NUMERIC, Call, blocks_for, same_dtype, same_shape
+from cupric.types import bool_, f32, f64, i32, i64, u32, u64
+
+__all__ = ["sum", "min", "max", "argmin", "argmax", "dot", "reduce_kernel",
+           "arg_reduce_kernel", "BLOCK"]
+
+BLOCK = 256
+#: Warps per block (the cross-warp step gives each warp one shared slot).
+WARPS = BLOCK // 32
+
+# -- combine functions (NaN-propagating like NumPy for floats; `v != v` is False for ints)
+
+
+@cupric.device_function
+def _add(a, b):
+    return a + b
+
+
+@cupric.device_function
+def _min_nan(a, b):
+    # b wins when smaller or NaN; a NaN in `a` is never replaced, so NaN sticks.
+    return b if (b < a or b != b) and a == a else a
+
+
+@cupric.device_function
+def _max_nan(a, b):
+    return b if (b > a or b != b) and a == a else a
+
+
+@cupric.device_function
+def _load_one(x, y, i):
+    return x[i]
+
+
+@cupric.device_function
+def _load_product(x, y, i):
+    return x[i] * y[i]
+
+
+@cupric.device_function
+def _argmin_takes(va, ia, vb, ib):
+    """Whether (vb, ib) replaces (va, ia) in an argmin: smaller value, or equal value at
+    a smaller index; the first NaN (lowest index) wins over everything, as in NumPy."""
+    if va != va:
+        return vb != vb and ib < ia
+    if vb != vb:
+        return True
+    return vb < va or (vb == va and ib < ia)
+
+
+@cupric.device_function
+def _argmax_takes(va, ia, vb, ib):
+    if va != va:
+        return vb != vb and ib < ia
+    if vb != vb:
+        return True
+    return vb > va or (vb == va and ib < ia)
+
+
+# -- kernels --------------------------------------------------------------------------------
+
+def _make_reduce(acc, combine, load):
+    """A one-pass reduction kernel accumulating in cupric type `acc`."""
+
+    @cupric.kernel
+    def reduce_kernel(x, y, init, out, partials, counter):
+        slots = shared.array(WARPS, acc)
+        is_last = shared.array(1, i32)
+        t = threadIdx.x
+        lane = t & 31
+        w = t >> 5
+        n = len(x)
+        i = grid(1)
+        step = gridsize(1)
+        # Four independent accumulators keep four loads in flight per thread.
+        v0 = init
+        v1 = init
+        v2 = init
+        v3 = init
+        while i + 3 * step < n:
+            a0 = acc(load(x, y, i))
+            a1 = acc(load(x, y, i + step))
+            a2 = acc(load(x, y, i + 2 * step))
+            a3 = acc(load(x, y, i + 3 * step))
+            v0 = combine(v0, a0)
+            v1 = combine(v1, a1)
+            v2 = combine(v2, a2)
+            v3 = combine(v3, a3)
+            i += 4 * step
+        while i < n:
+            v0 = combine(v0, acc(load(x, y, i)))
+            i += step
+        v = combine(combine(v0, v1), combine(v2, v3))
+        # Block: warps reduce by butterfly, then warp 0 reduces the warps' results.
+        d = 16
+        while d > 0:
+            v = combine(v, warp.shfl_xor(FULL_MASK, v, d))
+            d >>= 1
+        if lane == 0:
+            slots[w] = v
+        syncthreads()
+        if w == 0:
+            v = slots[lane] if lane < WARPS else init
+            d = 16
+            while d > 0:
+                v = combine(v, warp.shfl_xor(FULL_MASK, v, d))
+                d >>= 1
+            if lane == 0:
+                partials[blockIdx.x] = v
+                # Publish the partial before taking a ticket: the last block reads it.
+                threadfence()
+                ticket = atomic.add(counter, 0, 1)
+                is_last[0] = 1 if ticket == gridDim.x - 1 else 0
+        syncthreads()
+        if is_last[0] != 0:
+            threadfence()
+            v = init
+            j = t
+            while j < gridDim.x:
+                v = combine(v, partials[j])
+                j += blockDim.x
+            d = 16
+            while d > 0:
+                v = combine(v, warp.shfl_xor(FULL_MASK, v, d))
+                d >>= 1
+            syncthreads()
+            if lane == 0:
+                slots[w] = v
+            syncthreads()
+            if w == 0:
+                v = slots[lane] if lane < WARPS else init
+                d = 16
+                while d > 0:
+                    v = combine(v, warp.shfl_xor(FULL_MASK, v, d))
+                    d >>= 1
+                if lane == 0:
+                    out[0] = v
+                    # Leave the counter ready for another launch on the same scratch.
+                    counter[0] = 0
+
+    return reduce_kernel
+
+
+def _make_arg_reduce(acc, takes):
+    """A one-pass argmin/argmax kernel: values in cupric type `acc`, indices in i64."""
+
+    @cupric.kernel
+    def arg_reduce_kernel(x, init, out, partial_values, partial_index, counter):
+        slot_v = shared.array(WARPS, acc)
+        slot_i = shared.array(WARPS, i64)
+        is_last = shared.array(1, i32)
+        t = threadIdx.x
+        lane = t & 31
+        w = t >> 5
+        n = len(x)
+        i = grid(1)
+        step = gridsize(1)
+        v = init
+        k = n
+        while i < n:
+            a = acc(x[i])
+            if takes(v, k, a, i):
+                v = a
+                k = i
+            i += step
+        d = 16
+        while d > 0:
+            ov = warp.shfl_xor(FULL_MASK, v, d)
+            ok = warp.shfl_xor(FULL_MASK, k, d)
+            if takes(v, k, ov, ok):
+                v = ov
+                k = ok
+            d >>= 1
+        if lane == 0:
+            slot_v[w] = v
+            slot_i[w] = k
+        syncthreads()
+        if w == 0:
+            v = init
+            k = n
+            if lane < WARPS:
+                v = slot_v[lane]
+                k = slot_i[lane]
+            d = 16
+            while d > 0:
+                ov = warp.shfl_xor(FULL_MASK, v, d)
+                ok = warp.shfl_xor(FULL_MASK, k, d)
+                if takes(v, k, ov, ok):
+                    v = ov
+                    k = ok
+                d >>= 1
+            if lane == 0:
+                partial_values[blockIdx.x] = v
+                partial_index[blockIdx.x] = k
+                threadfence()
+                ticket = atomic.add(counter, 0, 1)
+                is_last[0] = 1 if ticket == gridDim.x - 1 else 0
+        syncthreads()
+        if is_last[0] != 0:
+            threadfence()
+            v = init
+            k = n
+            j = t
+            while j < gridDim.x:
+                pv = partial_values[j]
+                pk = partial_index[j]
+                if takes(v, k, pv, pk):
+                    v = pv
+                    k = pk
+                j += blockDim.x
+            d = 16
+            while d > 0:
+                ov = warp.shfl_xor(FULL_MASK, v, d)
+                ok = warp.shfl_xor(FULL_MASK, k, d)
+                if takes(v, k, ov, ok):
+                    v = ov
+                    k = ok
+                d >>= 1
+            syncthreads()
+            if lane == 0:
+                slot_v[w] = v
+                slot_i[w] = k
+            syncthreads()
+            if w == 0:
+                v = init
+                k = n
+                if lane < WARPS:
+                    v = slot_v[lane]
+                    k = slot_i[lane]
+                d = 16
+                while d > 0:
+                    ov = warp.shfl_xor(FULL_MASK, v, d)
+                    ok = warp.shfl_xor(FULL_MASK, k, d)
+                    if takes(v, k, ov, ok):
+                        v = ov
+                        k = ok
+                    d >>= 1
+                if lane == 0:
+                    out[0] = k
+                    counter[0] = 0
+
+    return arg_reduce_kernel
+
+
+_CUPRIC_TYPES = {np.dtype("f4"): f32, np.dtype("f8"): f64, np.dtype("i4"): i32,
+                 np.dtype("i8"): i64, np.dtype("u4"): u32, np.dtype("u8"): u64}
+_COMBINE = {"sum": _add, "dot": _add, "min": _min_nan, "max": _max_nan}
+_LOAD = {"sum": _load_one, "dot": _load_product, "min": _load_one, "max": _load_one}
+_TAKES = {"argmin": _argmin_takes, "argmax": _argmax_takes}
+_KERNELS: dict = {}
+_LOCK = threading.Lock()
+
+
+def reduce_kernel(kind: str, acc_dtype):
+    """The reduction kernel for `kind` ("sum", "dot", "min", "max") accumulating in
+    `acc_dtype` (f32, f64, i32, i64, u32 or u64): made once, then reused."""
+    key = (kind, np.dtype(acc_dtype))
+    kern = _KERNELS.get(key)
+    if kern is None:
+        with _LOCK:
+            kern = _KERNELS.get(key)
+            if kern is None:
+                kern = _KERNELS[key] = _make_reduce(_CUPRIC_TYPES[key[1]], _COMBINE[kind],
+                                                    _LOAD[kind])
+    return kern
+
+
+def arg_reduce_kernel(kind: str, acc_dtype):
+    """The argmin/argmax kernel (`kind`) comparing values in `acc_dtype`."""
+    key = (kind, np.dtype(acc_dtype))
+    kern = _KERNELS.get(key)
+    if kern is None:
+        with _LOCK:
+            kern = _KERNELS.get(key)
+            if kern is None:
+                kern = _KERNELS[key] = _make_arg_reduce(_CUPRIC_TYPES[key[1]], _TAKES[kind])
+    return kern
+
+
+# -- dtypes ---------------------------------------------------------------------------------
+
+def _sum_dtypes(dtype: np.dtype):
+    """(accumulator, result) dtypes of a sum, following NumPy: small integers and bools
+    sum in 64 bits; float16 accumulates in float32 and rounds once at the end."""
+    if dtype.kind == "b" or dtype.kind == "i":
+        return np.dtype("i8"), np.dtype("i8")
+    if dtype.kind == "u":
+        return np.dtype("u8"), np.dtype("u8")
+    if dtype == np.dtype("f2"):
+        return np.dtype("f4"), dtype
+    return dtype, dtype
+
+
+def _compare_dtype(dtype: np.dtype) -> np.dtype:
+    """The register type comparisons use (shuffles move 32- and 64-bit values only)."""
+    if dtype.kind == "f":
+        return np.dtype("f8") if dtype.itemsize == 8 else np.dtype("f4")
+    if dtype.kind == "b":
+        return np.dtype("i4")
+    if dtype.itemsize == 8:
+        return dtype
+    return np.dtype("i4") if dtype.kind == "i" else np.dtype("u4")
+
+
+def _extreme(dtype: np.dtype, largest: bool):
+    """The identity of min (largest=True) or max: +-inf for floats, integer limits."""
+    if dtype.kind == "f":
+        return dtype.type(np.inf if largest else -np.inf)
+    info = np.iinfo(dtype)
+    return dtype.type(info.max if largest else info.min)
+
+
+# -- host functions -------------------------------------------------------------------------
+
+def _run_reduce(op, kind, x, y, acc_dtype, result_dtype, init, out, stream):
+    call = Call(op, stream)
+    x = call.flat(x, "x")
+    y = x if y is None else call.flat(y, "y")
+    n = x.size
+    dst, result = call.output(out, "out", (), result_dtype)
+    target = dst if np.dtype(result_dtype) == np.dtype(acc_dtype) else \
+        call.scratch((1,), acc_dtype)
+    target1 = target.reshape(1)
+    blocks = blocks_for(n, BLOCK, 4)
+    partials = call.scratch((blocks,), acc_dtype)
+    counter = call.scratch((1,), np.uint32, zero=True)
+    call.launch(reduce_kernel(kind, acc_dtype), blocks, BLOCK, x, y,
+                np.dtype(acc_dtype).type(init), target1, partials, counter)
+    if target is not dst:
+        _convert(call, target1, dst)
+    call.finish()
+    return result
+
+
+def _convert(call, src, dst) -> None:
+    """dst[()] = src[0] converted (a one-thread launch, stays on the stream)."""
+    call.launch(_cast_kernel, 1, 1, src, dst.reshape(1))
+
+
+@cupric.kernel
+def _cast_kernel(src, dst):
+    """dst[0] = src[0], converted to dst's dtype."""
+    if grid(1) == 0:
+        dst[0] = src[0]
+
+
+def _prepare(op, x, call_stream):
+    call = Call(op, call_stream)
+    return call.array(x, "x", dtypes=NUMERIC + (np.dtype(bool),))
+
+
+def sum(x, out=None, stream=None):
+    """Sum of all elements of an array.
+
+    Parameters
+    ----------
+    x : device array (NumPy array on the simulator)
+        C-contiguous, any shape; bool, integer or float dtype.
+    out : device array of shape (), optional
+        Receives the sum; its dtype must be the result dtype (below).
+    stream : Stream or stream-like, optional
+
+    Returns
+    -------
+    A 0-d array: int64 for bools and signed integers, uint64 for unsigned ones, the
+    input's dtype for floats (float16 accumulates in float32), as NumPy.
+
+    Cost
+    ----
+    One launch (plus one stream-ordered scratch allocation of a few KB and a memset);
+    reads the input once: bandwidth-bound. Float sums are tree-shaped, so the result can
+    differ from NumPy's pairwise sum in the last bits; it is the same on every run.
+    """
+    xs = _prepare("sum", x, stream)
+    acc, res = _sum_dtypes(np.dtype(xs.dtype))
+    return _run_reduce("sum", "sum", xs, None, acc, res, 0, out, stream)
+
+
+def dot(x, y, out=None, stream=None):
+    """Inner product ``sum(x * y)`` of two arrays of one dtype and shape.
+
+    Parameters
+    ----------
+    x, y : device arrays (NumPy arrays on the simulator)
+        C-contiguous, same shape and numeric dtype (not bool).
+    out : device array of shape (), optional
+    stream : Stream or stream-like, optional
+
+    Returns
+    -------
+    A 0-d array of the accumulator's dtype: int64/uint64 for integers (products are
+    taken in the input's width and may wrap; NumPy's `dot` keeps the input's dtype),
+    the input's float dtype (float16 products accumulate in float32).
+
+    Cost
+    ----
+    One launch, reads both arrays once: bandwidth-bound.
+    """
+    call = Call("dot", stream)
+    xs = call.array(x, "x", dtypes=NUMERIC)
+    ys = call.array(y, "y", dtypes=NUMERIC)
+    same_shape("dot", {"x": xs, "y": ys})
+    dtype = same_dtype("dot", {"x": xs, "y": ys})
+    acc, res = _sum_dtypes(dtype)
+    if dtype == np.dtype("f2"):
+        res = dtype
+    return _run_reduce("dot", "dot", xs, ys, acc, res, 0, out, stream)
+
+
+def _minmax(op, largest, x, out, stream):
+    xs = _prepare(op, x, stream)
+    if xs.size == 0:
+        raise ValueError(f"{op} of an empty array has no identity")
+    dtype = np.dtype(xs.dtype)
+    acc = _compare_dtype(dtype)
+    init = _extreme(acc, largest) if dtype.kind != "b" else acc.type(1 if largest else 0)
+    return _run_reduce(op, op, xs, None, acc, dtype, init, out, stream)
+
+
+def min(x, out=None, stream=None):
+    """Smallest element of an array (NaN if any element is NaN, as NumPy).
+
+    Parameters
+    ----------
+    x : device array (NumPy array on the simulator)
+        C-contiguous, non-empty, any shape and numeric or bool dtype.
+    out : device array of shape (), optional
+        Of `x`'s dtype.
+    stream : Stream or stream-like, optional
+
+    Returns
+    -------
+    A 0-d array of `x`'s dtype.
+
+    Raises
+    ------
+    ValueError
+        For an empty array.
+
+    Cost
+    ----
+    One launch, reads the input once.
+    """
+    return _minmax("min", True, x, out, stream)
+
+
+def max(x, out=None, stream=None):
+    """Largest element of an array (NaN if any element is NaN). See `min`."""
+    return _minmax("max", False, x, out, stream)
+
+
+def _arg(op, x, out, stream):
+    call = Call(op, stream)
+    xs = call.array(x, "x", dtypes=NUMERIC + (np.dtype(bool),))
+    if xs.size == 0:
+        raise ValueError(f"{op} of an empty array is undefined")
+    dtype = np.dtype(xs.dtype)
+    acc = _compare_dtype(dtype)
+    init = _extreme(acc, op == "argmin")
+    flat = call.flat(xs, "x")
+    dst, result = call.output(out, "out", (), np.int64)
+    blocks = blocks_for(flat.size, BLOCK, 4)
+    values = call.scratch((blocks,), acc)
+    index = call.scratch((blocks,), np.int64)
+    counter = call.scratch((1,), np.uint32, zero=True)
+    call.launch(arg_reduce_kernel(op, acc), blocks, BLOCK, flat, init, dst.reshape(1),
+                values, index, counter)
+    call.finish()
+    return result
+
+
+def argmin(x, out=None, stream=None):
+    """Flat index of the smallest element (the first one on ties; the first NaN if any).
+
+    Parameters
+    ----------
+    x : device array (NumPy array on the simulator)
+        C-contiguous, non-empty.
+    out : device array of shape (), int64, optional
+    stream : Stream or stream-like, optional
+
+    Returns
+    -------
+    A 0-d int64 array.
+
+    Cost
+    ----
+    One launch, reads the input once (two shuffles per step: value and index).
+    """
+    return _arg("argmin", x, out, stream)
+
+
+def argmax(x, out=None, stream=None):
+    """Flat index of the largest element (the first on ties; the first NaN). See
+    `argmin`."""
+    return _arg("argmax", x, out, stream)
