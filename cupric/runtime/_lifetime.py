@@ -50,11 +50,14 @@ _pending: collections.deque = collections.deque()
 _drain_lock = threading.Lock()
 
 
+# Set by our atexit hook, which runs before weakref.finalize's own (see the bottom of this
+# module): from then on, finalizers run from that exit hook, not from a GC pass, and no
+# later runtime call would drain the queue, so they release at once.
+_exiting = False
+
+
 def _finalize(release, handle, args, label) -> None:
-    # weakref.finalize sets its private `_shutdown` flag while it runs the remaining
-    # finalizers at interpreter exit; there we are not inside a GC pass, and nothing
-    # would drain the queue later, so release at once.
-    if getattr(weakref.finalize, "_shutdown", False):
+    if _exiting or getattr(weakref.finalize, "_shutdown", False):
         _release_quietly_at_exit(release, handle, args, label)
     else:
         _pending.append((release, handle, args, label))
@@ -78,6 +81,8 @@ def _release_quietly_at_exit(release, handle, args, label) -> None:
 def _drain_at_exit() -> None:
     # Releases queued by finalizers that no later runtime call drained. The process is
     # ending, so the quiet variant applies (see _release_quietly_at_exit).
+    global _exiting
+    _exiting = True
     while True:
         try:
             release, handle, args, label = _pending.popleft()
@@ -86,6 +91,10 @@ def _drain_at_exit() -> None:
         _release_quietly_at_exit(release, handle, args, label)
 
 
+# atexit runs hooks last-registered first. weakref.finalize registers its exit hook when
+# the first finalize object of the process is made; making one here first guarantees that
+# our hook is registered after it, hence runs before it.
+weakref.finalize(_drain_at_exit, lambda: None).atexit = False
 atexit.register(_drain_at_exit)
 
 

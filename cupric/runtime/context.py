@@ -95,7 +95,8 @@ class ContextFlags:
                                            & int(d.CUctx_flags.CU_CTX_LMEM_RESIZE_TO_MAX)))
 
 
-def _release_primary(cu_device) -> None:
+def _release_primary(_context_handle, cu_device) -> None:
+    # The primary context is released through its device, not its CUcontext handle.
     check(driver().cuDevicePrimaryCtxRelease(cu_device))
 
 

@@ -157,3 +157,26 @@ print("exiting", flush=True)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.split() == ["exiting", "released", "42"]
+
+
+def test_live_objects_release_directly_at_exit():
+    import subprocess
+    import sys
+    code = """
+from cupric.runtime import _lifetime
+from cupric.runtime._lifetime import Resource
+class T(Resource):
+    pass
+def release(h, tag):
+    print("released", h, tag, "queued" if _lifetime.pending_count() else "direct", flush=True)
+keep = []
+for i in range(3):
+    t = T(); t._init_resource(i, release, "x"); keep.append(t)
+print("exiting", flush=True)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    # Newest first, each released directly by the exit hook (nothing left queued).
+    assert out.stdout.split("\n")[:4] == ["exiting", "released 2 x direct",
+                                          "released 1 x direct", "released 0 x direct"]
+    assert "Warning" not in out.stderr and "Traceback" not in out.stderr
