@@ -57,12 +57,13 @@ class _Barrier:
 
 
 class _WarpSync:
-    __slots__ = ("existing", "exited", "pending", "members", "converging")
+    __slots__ = ("existing", "exited", "pending", "arrived", "members", "converging")
 
     def __init__(self, existing: int) -> None:
         self.existing = existing  # lanes that exist in this (maybe partial) warp
         self.exited = 0
         self.pending: dict = {}  # lane -> (op, mask, args, site, state)
+        self.arrived = 0  # the lanes of `pending`, as a mask
         self.members: list = []  # the ThreadState of each existing lane
         self.converging: dict = {}  # lane -> (site, state), waiting in warp.activemask
 
@@ -93,8 +94,15 @@ def barrier_result(op: str, values) -> int | None:
     return int(any(values))
 
 
-def _lanes(mask: int):
-    return [lane for lane in range(WARP) if mask >> lane & 1]
+_LANES: dict = {}
+
+
+def _lanes(mask: int) -> tuple:
+    """The lanes set in `mask`, in order (cached: collectives ask for every arrival)."""
+    lanes = _LANES.get(mask)
+    if lanes is None:
+        lanes = _LANES[mask] = tuple(lane for lane in range(WARP) if mask >> lane & 1)
+    return lanes
 
 
 def warp_compute(op: str, group: int, args: dict) -> dict:
@@ -209,7 +217,7 @@ class LiveSet:
 
     # -- scheduling -----------------------------------------------------------------
 
-    def _block(self, me, what: str):
+    def _block(self, me, what: tuple):
         """Give the baton away until a collective releases `me`; returns its result."""
         self.waiting[me] = what
         self._converge(me.sync.warps[me.lin >> 5], me)
@@ -251,7 +259,7 @@ class LiveSet:
         self._check()
         ws = state.sync.warps[state.lin >> 5]
         ws.converging[state.lin & 31] = (site, state)
-        return self._block(state, f"warp.activemask at {_site(site)}")
+        return self._block(state, ("warp.activemask", site))
 
     def _switch(self, me) -> None:
         self.progress += 1
@@ -278,8 +286,8 @@ class LiveSet:
 
     def _deadlock(self) -> DeadlockError:
         lines: dict = {}
-        for s, what in self.waiting.items():
-            lines.setdefault(what, []).append((s.bid, s.tid))
+        for s, (op, site) in self.waiting.items():
+            lines.setdefault(f"{op} at {_site(site)}", []).append((s.bid, s.tid))
         report = "; ".join(f"{len(who)} thread(s) at {what} (e.g. block {who[0][0]}, "
                            f"thread {who[0][1]})" for what, who in lines.items())
         return DeadlockError(f"deadlock: every live thread waits and none can proceed: "
@@ -316,7 +324,7 @@ class LiveSet:
                 f"{sync.exited_tid} has already exited", filename=site[0], line=site[1])
         bar.arrivals[state.lin] = (op, site, value, state)
         if len(bar.arrivals) < bar.n:
-            return self._block(state, f"{op} at {_site(site)}")
+            return self._block(state, (op, site))
         arrivals = bar.arrivals
         bar.arrivals = {}
         kinds = {(a[0], a[1]) for a in arrivals.values()}
@@ -339,7 +347,7 @@ class LiveSet:
                                "some thread has already exited", filename=site[0], line=site[1])
         bar.arrivals[state] = ("grid_sync", site, None, state)
         if len(bar.arrivals) < bar.n:
-            return self._block(state, f"grid_sync at {_site(site)}")
+            return self._block(state, ("grid_sync", site))
         others = [a[3] for a in bar.arrivals.values() if a[3] is not state]
         bar.arrivals = {}
         self._release(others, [None] * len(others))
@@ -357,9 +365,11 @@ class LiveSet:
             raise BarrierError(f"{op}: lane {gone}, named in mask {mask:#010x}, has already "
                                f"exited", filename=site[0], line=site[1])
         ws.pending[lane] = (op, mask, args, site, state)
+        ws.arrived |= 1 << lane
+        if ws.arrived & group != group:
+            return self._block(state, (op, site))
         members = _lanes(group)
-        if not all(other in ws.pending for other in members):
-            return self._block(state, f"{op} at {_site(site)}")
+        ws.arrived &= ~group
         entries = {other: ws.pending.pop(other) for other in members}
         kinds = {(e[0], e[1]) for e in entries.values()}
         if len(kinds) > 1:
