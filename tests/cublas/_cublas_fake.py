@@ -181,3 +181,27 @@ class _Table(dict):
 
     def __setitem__(self, name, value):
         raise AssertionError(f"unexpected cuBLAS function lookup {name}")
+
+
+class ArityTable(dict):
+    """A function table whose functions only check their argument count (and that every
+    argument is an int) against the real C signature, record the call and succeed."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[tuple] = []
+
+    def get(self, name, default=None):
+        from cupric.cublas import lib, lt
+        module = lt if name.startswith("cublasLt") else lib
+        expected = len(module.ffi.typeof(getattr(module.lib, name)).args)
+
+        def fn(*args):
+            assert len(args) == expected, f"{name}: {len(args)} arguments, C has {expected}"
+            assert all(isinstance(a, int) for a in args), (name, args)
+            self.calls.append((name, *args))
+            return 0
+        return fn
+
+    def __setitem__(self, name, value):
+        pass

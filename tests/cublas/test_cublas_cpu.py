@@ -515,3 +515,95 @@ def test_fake_array_roundtrip():
     buf = dev(arr)
     assert buf.shape == (2, 3) and buf.ptr == arr.ctypes.data
     assert FakeDeviceArray(arr).__cuda_array_interface__["version"] == 2
+
+
+# ---------------------------------------------------------------------------------------
+# Every wrapper against the real C signatures (argument count and kinds)
+
+
+@pytest.fixture
+def arity(monkeypatch):
+    from _cublas_fake import ArityTable, install_table
+    table = ArityTable()
+    install_table(monkeypatch, table)
+    host_uploads(monkeypatch)
+    return table
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+def test_every_routine_calls_with_the_c_arity(h, arity, dtype):
+    v = lambda n=4: dev(np.ones(n, dtype))  # noqa: E731
+    M = lambda r=4, c=4: dev(f_order(np.ones((r, c), dtype)))  # noqa: E731
+    cplx = np.dtype(dtype).kind == "c"
+    cb.axpy(1.0, v(), v(), handle=h)
+    cb.dot(v(), v(), handle=h)
+    if cplx:
+        cb.dotu(v(), v(), handle=h)
+        cb.dotc(v(), v(), handle=h)
+        cb.geru(1.0, v(), v(), M(), handle=h)
+        cb.gerc(1.0, v(), v(), M(), handle=h)
+        cb.hemv("L", 1.0, M(), v(), 0.0, v(), handle=h)
+        cb.her("U", 1.0, v(), M(), handle=h)
+        cb.herk("L", "C", 1.0, M(), 0.0, M(), handle=h)
+        cb.scal(2.0, v(), handle=h)
+        cb.scal(2j, v(), handle=h)
+        cb.rot(v(), v(), 0.5, 0.5j, handle=h)
+    else:
+        cb.blas_dot(v(), v(), handle=h)
+        cb.rotm(v(), v(), np.zeros(5), handle=h)
+        cb.rotmg(1.0, 1.0, 1.0, 1.0, dtype=dtype, handle=h)
+        cb.scal(2.0, v(), handle=h)
+    cb.nrm2(v(), handle=h)
+    cb.asum(v(), handle=h)
+    assert cb.iamax(v(), handle=h) == -1  # the fake writes nothing: 0 - 1
+    cb.iamin(v(), handle=h)
+    cb.copy(v(), v(), handle=h)
+    cb.swap(v(), v(), handle=h)
+    cb.rot(v(), v(), 0.5, 0.5, handle=h)
+    cb.rotg(1.0, 2.0, dtype=dtype, handle=h)
+    cb.gemv("T", 1.0, M(), v(), 0.0, v(), handle=h)
+    cb.gbmv("N", 4, 1, 1, 1.0, M(3, 4), v(), 0.0, v(), handle=h)
+    cb.ger(1.0, v(), v(), M(), handle=h)
+    cb.symv("U", 1.0, M(), v(), 0.0, v(), handle=h)
+    cb.trmv("L", "N", "U", M(), v(), handle=h)
+    cb.trsv("U", "T", "N", M(), v(), handle=h)
+    cb.syr("L", 1.0, v(), M(), handle=h)
+    cb.gemm("N", "T", 1.0, M(), M(), 0.5, M(), handle=h)
+    cb.gemm("N", "T", 1.0, M(), M(), 0.5, M(), handle=h)  # the replayed plan
+    cb.gemm_batched("N", "N", 1.0, [M(), M()], [M(), M()], 0.0, [M(), M()], handle=h)
+    batch = dev(np.ones((2, 4, 4), dtype).transpose(0, 2, 1))
+    cb.gemm_strided_batched("N", "N", 1.0, batch, batch, 0.0,
+                            dev(np.ones((2, 4, 4), dtype).transpose(0, 2, 1)), handle=h)
+    cb.symm("R", "U", 1.0, M(), M(), 0.0, M(), handle=h)
+    cb.syrk("L", "T", 1.0, M(), 0.0, M(), handle=h)
+    cb.trmm("L", "U", "N", "N", 1.0, M(), M(), M(), handle=h)
+    cb.trsm("R", "L", "T", "U", 1.0, M(), M(), handle=h)
+    cb.geam("T", "N", 1.0, M(), 1.0, M(), M(), handle=h)
+    cb.geam("T", "N", 1.0, M(), 0.0, None, M(), handle=h)
+    cb.dgmm("L", M(), v(), M(), handle=h)
+    cb.matmul(dev(np.ones((2, 3, 4), dtype)), dev(np.ones((2, 4, 5), dtype)),
+              out=dev(np.ones((2, 3, 5), dtype)), handle=h)
+    cb.matmul(dev(np.ones((2, 1, 3, 4), dtype)), dev(np.ones((1, 2, 4, 5), dtype)),
+              out=dev(np.ones((2, 2, 3, 5), dtype)), handle=h)
+    cb.solve_triangular(dev(np.ones((4, 4), dtype)), dev(np.ones((4, 2), dtype)),
+                        overwrite_b=True, handle=h)
+    names = {c[0] for c in arity.calls}
+    prefix = V.PREFIX[np.dtype(dtype)]
+    assert f"cublas{prefix}gemmBatched" in names and f"cublas{prefix}trsm" in names
+
+
+def test_gemm_ex_forms_call_with_the_c_arity(h, arity):
+    M = lambda dt, r=8, c=8: dev(f_order(np.ones((r, c), dt)))  # noqa: E731
+    cb.gemm_ex("N", "N", 1.0, M(np.float16), M(np.float16), 0.0, M(np.float32), handle=h)
+    cb.gemm_ex("N", "N", 1, M(np.int8), M(np.int8), 0, M(np.int32), handle=h)
+    cb.gemm_ex("N", "N", 1.0, M(np.int16), M(np.int16), 0.0, M(np.float32), a_type="bf16",
+               b_type="bf16", handle=h)
+    cb.gemm_ex("N", "N", 1.0, M(np.float16), M(np.float16), 0.0, M(np.float16),
+               compute="16F", handle=h)
+    batch = dev(np.ones((2, 8, 8), np.float16).transpose(0, 2, 1))
+    cb.gemm_strided_batched_ex("N", "N", 1.0, batch, batch, 0.0,
+                               dev(np.ones((2, 8, 8), np.float32).transpose(0, 2, 1)),
+                               handle=h)
+    cb.gemm_batched_ex("N", "N", 1.0, [M(np.float16)] * 2, [M(np.float16)] * 2, 0.0,
+                       [M(np.float32), M(np.float32)], handle=h)
+    assert [c[0] for c in arity.calls].count("cublasGemmEx") == 4
