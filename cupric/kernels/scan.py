@@ -10,7 +10,7 @@ import threading
 import numpy as np
 
 import cupric
-from cupric.device import (FULL_MASK, atomic, bits, shared, syncthreads, threadIdx, warp)
+from cupric.device import FULL_MASK, atomic, shared, syncthreads, threadIdx, warp
 from cupric.kernels._common import NUMERIC, Call
 from cupric.types import f32, f64, i32, i64, u32, u64
 
@@ -107,9 +107,11 @@ def _make_scan(acc):
                         if f == _EMPTY:
                             f = atomic.load(flags, look, order="acquire")
                     found = warp.ballot(FULL_MASK, f == _PREFIX)
-                    nearest = bits.ffs(found) - 1
+                    # A lane contributes when no nearer lane (a lower one) found a
+                    # prefix: its tile lies between this one and that prefix.
+                    nearer = found & ((u32(1) << u32(lane)) - u32(1))
                     val = zero
-                    if look >= 0 and (found == 0 or lane <= nearest):
+                    if look >= 0 and nearer == 0:
                         val = prefixes[look] if f == _PREFIX else aggregates[look]
                     d = 16
                     while d > 0:
