@@ -53,6 +53,13 @@ def _feed_function(h, py_func, lines: bool, seen: set) -> None:
             _feed_function(h, value.py_func, lines, seen)
         elif isinstance(value, pytypes.ModuleType):
             h.update(f"{name}=module {value.__name__};".encode())
+        elif type(value).__module__ == "numpy" or hasattr(value, "__array_interface__"):
+            # Module-level arrays are compiled into the kernel as constant data.
+            data = getattr(value, "tobytes", None)
+            h.update(f"{name}=array {getattr(value, 'dtype', '')} "
+                     f"{getattr(value, 'shape', '')} {type(value).__name__};".encode())
+            if data is not None:
+                h.update(data())
         else:
             h.update(f"{name}={type(value).__module__}.{type(value).__qualname__}:"
                      f"{getattr(value, 'name', getattr(value, '__name__', ''))};".encode())

@@ -204,6 +204,8 @@ class FunctionCodegen:
                 self.expr(s.value)
         elif kind is ast.Pass:
             pass
+        elif kind is ast.Assert:  # lowered by cupric.compiler.lowering.io
+            self.typed.targets[s][1](self, s)
         else:  # the typer refuses everything else first
             raise self.error(s, f"internal error: no codegen for {kind.__name__}")
 
@@ -294,6 +296,9 @@ class FunctionCodegen:
             start, stop, step = args[0], args[1], one
         else:
             start, stop, step = args
+        stride = self.typed.targets.get(call)
+        if stride is not None:  # for i in grid_stride(n): start grid(1), step gridsize(1)
+            start, step = stride[1](self, t)
         lt_pred = "slt" if t.is_signed else "ult"
         gt_pred = "sgt" if t.is_signed else "ugt"
         counter = self.entry_builder.alloca(scalar_lltype(t), hint="range")
@@ -404,6 +409,9 @@ class FunctionCodegen:
     def _e_Name(self, node: ast.Name) -> KValue:
         if node.id in self.slots:
             return self.load_local(node.id)
+        target = self.typed.targets.get(node)
+        if target is not None:  # a module-level array in constant memory
+            return self.call_target(node, target, [], [])
         return KValue(self.typed.types[node], [])
 
     def _e_Attribute(self, node: ast.Attribute) -> KValue:
@@ -441,10 +449,20 @@ class FunctionCodegen:
     def element_pointer(self, array: KValue, node: ast.Subscript) -> Value:
         """Address of `array[indices]`: contiguous layouts index with the shapes (unit
         innermost stride known to the optimizer), 'A' with the strides."""
-        at = array.type
         index = node.slice
         items = index.elts if isinstance(index, ast.Tuple) else [index]
         idx = [self.to_i64(self.expr(item)) for item in items]
+        name = node.value.id if isinstance(node.value, ast.Name) else None
+        return self.element_address(array, idx, node, name)
+
+    def element_address(self, array: KValue, idx: list[Value], node=None,
+                        name: str | None = None) -> Value:
+        """Address of the element at i64 indices `idx` (also used by atomics); with
+        bounds checking on, each index is checked against the shape first."""
+        at = array.type
+        if self.mcg.bounds_check:
+            from cupric.compiler.lowering.checks import check_bounds
+            check_bounds(self, array, idx, node, name)
         b = self.b
         n = at.ndim
         if n == 1 and at.layout in ("C", "F"):
@@ -745,12 +763,16 @@ class FunctionCodegen:
         target = self.typed.targets[node]
         args = [self.expr(a) for a in node.args]
         return self.call_target(node, target, args, node.args)
+        if target[0] == "custom":  # print(...) and the like lower their own arguments
+            return target[1](self, node)
 
     def call_target(self, node, target, args: list[KValue], arg_nodes) -> KValue:
         kind = target[0]
         b = self.b
         if kind == "cast":
             value = args[0]
+        if kind == "custom":  # a value the lowering tables build (constant arrays, ...)
+            return target[1](self, node)
             if isinstance(value.type, WeakType):
                 value = self.constant(self.typed.consts[arg_nodes[0]], value.type.default,
                                       arg_nodes[0])

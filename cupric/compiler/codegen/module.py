@@ -33,15 +33,21 @@ class ModuleCodegen:
     c_division : bool
         Signed `//` and `%` truncate toward zero (C) instead of flooring (Python): one
         instruction less each.
+    bounds_check : bool
+        Check array indices against the shapes (cupric.compiler.lowering.checks).
     """
 
     def __init__(self, name: str, *, debug: bool = False, lineinfo: bool = False,
-                 fast_math: bool = False, c_division: bool = False) -> None:
+                 fast_math: bool = False, c_division: bool = False,
+                 bounds_check: bool = False) -> None:
         self.module = Module(name)
         self.debug = debug
         self.lineinfo = lineinfo or debug
         self.fast_math_flags = "fast" if fast_math else ""
         self.c_division = c_division
+        self.bounds_check = bounds_check
+        # Per-module state of the lowering tables (shared-memory globals, constant data).
+        self.lowering_state: dict = {}
         self._device: dict[int, tuple[str, ll.FunctionType]] = {}
         self._invariant: int | None = None
         self._files: dict[str, int] = {}
@@ -127,7 +133,7 @@ class ModuleCodegen:
 
 def lower_kernel(typed, symbol: str, *, noalias: bool = False, debug: bool = False,
                  lineinfo: bool = False, fast_math: bool = False,
-                 c_division: bool = False) -> str:
+                 c_division: bool = False, bounds_check: bool = False) -> str:
     """NVVM IR text of a kernel specialization (`typed` from the typer).
 
     Parameters
@@ -139,6 +145,7 @@ def lower_kernel(typed, symbol: str, *, noalias: bool = False, debug: bool = Fal
         Array arguments do not overlap any written array (decided at launch).
     """
     mcg = ModuleCodegen(typed.name, debug=debug, lineinfo=lineinfo, fast_math=fast_math,
-                        c_division=c_division)
+                        c_division=c_division, bounds_check=bounds_check)
+    mcg.lowering_state["kernel"] = typed  # module-wide decisions (constant memory) see it
     FunctionCodegen(mcg, typed, symbol, noalias=noalias).emit()
     return mcg.render()

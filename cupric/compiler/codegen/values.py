@@ -31,7 +31,9 @@ def memory_lltype(t: ScalarType) -> ll.LLType:
 
 
 def element_pointer_type(t: ArrayType) -> ll.PointerType:
-    return ll.PointerType(memory_lltype(t.dtype), ll.GLOBAL)
+    # Kernel arguments point into global memory; shared, constant and local arrays
+    # (SpaceArrayType) carry their own address space.
+    return ll.PointerType(memory_lltype(t.dtype), getattr(t, "space", ll.GLOBAL))
 
 
 def struct_lltype(t: StructType) -> ll.StructType:

@@ -89,3 +89,7 @@ def _load_builtin_rules() -> None:
     global _loaded
     _loaded = True
     from cupric.compiler.lowering import indices  # noqa: F401  (registers its rules)
+    # The GPU-side standard library (cupric.device); each module registers its rules.
+    from cupric.compiler.lowering import memory  # noqa: F401
+    from cupric.compiler.lowering import sync, atomic, warp  # noqa: F401,E401
+    from cupric.compiler.lowering import io, coop  # noqa: F401,E401

@@ -80,7 +80,7 @@ _UNSUPPORTED_EXPR = {
 }
 _UNSUPPORTED_STMT = {
     ast.With: "with-statements", ast.Try: "try/except", ast.Raise: "raise",
-    ast.Assert: "assert", ast.Global: "global declarations", ast.Nonlocal: "nonlocal",
+    ast.Global: "global declarations", ast.Nonlocal: "nonlocal",
     ast.Delete: "del", ast.Import: "imports", ast.ImportFrom: "imports",
     ast.FunctionDef: "nested functions", ast.ClassDef: "class definitions",
     ast.AsyncFunctionDef: "async functions", ast.AsyncFor: "async for",
@@ -279,6 +279,9 @@ class Typer:
             self.expr(s.value)
         elif kind is ast.Pass:
             pass
+        elif kind is ast.Assert:
+            from cupric.compiler.lowering.io import type_assert
+            type_assert(self, s)
         elif kind in _UNSUPPORTED_STMT:
             raise self.error(s, f"{_UNSUPPORTED_STMT[kind]} are not supported in kernels",
                              hint=f"kernels may use {ALLOWED_STATEMENTS}")
@@ -298,6 +301,10 @@ class Typer:
             raise self.error(s.target, "the loop variable must be a plain name",
                              hint="for i in range(n): ...")
         it = s.iter
+        if isinstance(it, ast.Call) and not it.keywords and len(it.args) == 1:
+            from cupric.compiler.lowering.coop import type_grid_stride
+            if type_grid_stride(self, s):
+                return
         if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name)
                 and self._global(it.func.id) is range and it.func.id not in self.locals):
             raise self.error(it, "for loops in kernels iterate over range(...) only",
@@ -511,9 +518,9 @@ class Typer:
         if isinstance(value, (str, bytes)):
             raise self.error(node, f"'{name}' is a string; constants of type "
                              f"{type(value).__name__} are not supported in kernels")
-        if isinstance(value, np.ndarray):
-            raise self.error(node, f"'{name}' is a NumPy array from outside the kernel; "
-                             "arrays reach kernels only as arguments")
+        if isinstance(value, np.ndarray):  # module-level data: constant memory
+            from cupric.compiler.lowering.const import type_global_array
+            return type_global_array(self, node, value, name)
         return ObjectType(value)
 
     def _e_Attribute(self, node: ast.Attribute) -> Type:
@@ -590,6 +597,8 @@ class Typer:
         for e, t in zip(node.elts, elts):
             if isinstance(t, ObjectType) or t == NONE:
                 raise self.error(e, f"{_describe(t)} cannot be put in a tuple")
+        if all(e in self.fn.consts for e in node.elts):  # (16, 16): a constant shape
+            self.fn.consts[node] = tuple(self.fn.consts[e] for e in node.elts)
         return TupleType(materialize(t) for t in elts)
 
     def _binop_type(self, node, op, lt: Type, rt: Type, lnode, rnode) -> Type:
@@ -708,13 +717,17 @@ class Typer:
         obj = ft.obj
         if node.keywords and not isinstance(obj, Intrinsic):
             raise self.error(node.keywords[0], "keyword arguments are not supported in "
+        if obj is print:
+            from cupric.compiler.lowering.io import type_print
+            return type_print(self, node)
                              "kernel calls; pass arguments by position")
         arg_types = [self.expr(a) for a in node.args]
         consts = [self.fn.consts.get(a) for a in node.args]
         if UNKNOWN in arg_types:
             return UNKNOWN
         for a, t in zip(node.args, arg_types):
-            if isinstance(t, ObjectType) or t == NONE:
+            # Intrinsics may take compile-time objects (the dtype of shared.array).
+            if (isinstance(t, ObjectType) and not isinstance(obj, Intrinsic)) or t == NONE:
                 raise self.error(a, f"{_describe(t)} cannot be passed as an argument")
         if isinstance(obj, ScalarType):
             return self._cast(node, obj, arg_types)
@@ -730,7 +743,13 @@ class Typer:
             for kw in node.keywords:
                 if kw.arg is None:
                     raise self.error(kw, "**keywords are not supported in kernels")
-                self.expr(kw.value)
+                if isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
+                    keywords[kw.arg] = kw.value.value  # scope="block", order="acquire"
+                    continue
+                kt = self.expr(kw.value)
+                if isinstance(kt, ObjectType):  # dtype=f32
+                    keywords[kw.arg] = kt.obj
+                    continue
                 if kw.value not in self.fn.consts:
                     raise self.error(kw.value, f"the keyword argument {kw.arg}= must be a "
                                      "compile-time constant")

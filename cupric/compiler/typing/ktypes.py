@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from cupric.types import ScalarType, Type, f64, i64, scalar_from_dtype
+from cupric.types import ArrayType, ScalarType, Type, f64, i64, scalar_from_dtype
 
 __all__ = ["WeakType", "WEAK_INT", "WEAK_FLOAT", "TupleType", "StructType", "NoneType",
-           "NONE", "ObjectType", "materialize", "is_numeric", "is_scalar", "struct_type"]
+           "NONE", "ObjectType", "materialize", "is_numeric", "is_scalar", "struct_type",
+           "SpaceArrayType"]
 
 
 class WeakType(Type):
@@ -157,4 +158,29 @@ def is_numeric(t: Type) -> bool:
     """Integers, floats and weak literals (booleans excluded)."""
     return isinstance(t, WeakType) or (isinstance(t, ScalarType) and t.kind in "iuf")
 
+
+class SpaceArrayType(ArrayType):
+    """An array living outside global memory: shared (`addrspace(3)`), constant (4) or a
+    thread's local memory (an alloca, generic pointer). Always C-contiguous; flattened
+    like a kernel array argument (pointer, shapes, strides), with the pointer in its
+    address space so loads and stores become ld.shared / ld.const / ld.local.
+
+    `space` is the NVVM address space number (`cupric.compiler.ir.types.SHARED`, ...).
+    """
+
+    __slots__ = ("space",)
+
+    def __init__(self, dtype: ScalarType, ndim: int, space: int, readonly: bool = False):
+        super().__init__(dtype, ndim, "C", readonly)
+        self.space = space
+
+    def _key(self) -> tuple:
+        return (self.dtype, self.ndim, self.layout, self.readonly, self.space)
+
+    def __repr__(self) -> str:
+        name = {3: "Shared", 4: "Constant", 0: "Local"}.get(self.space, f"Space{self.space}")
+        return f"{name}Array[{self.dtype!r}, {self.ndim}]"
+
+    def with_layout(self, layout: str) -> "SpaceArrayType":
+        return self
 
