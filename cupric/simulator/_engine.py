@@ -84,9 +84,10 @@ def _run_job(gen_func, args, launch, states, bids, tids, located, returned) -> N
                 if value is BLOCKED:
                     break
     except Exception as exc:
+        if st is None:
+            raise
+        # The other threads' generators are dropped where they stand (the GC closes them).
         located_exc = located(exc, st)
-        for g in gens.values():
-            g.close()
         if located_exc is exc:
             raise
         raise located_exc from exc

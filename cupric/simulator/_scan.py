@@ -16,7 +16,14 @@ import weakref
 from ..device._intrinsic import Dim3, Intrinsic, Namespace
 from ..device.kinds import BLOCK_COLLECTIVES, GRID_COLLECTIVES, WARP_COLLECTIVES
 
-__all__ = ["needs", "needs_of_values"]
+__all__ = ["needs", "needs_of_values", "reaches", "PAUSING"]
+
+# Intrinsics at which a thread of a live block lets the others run (spin-wait points).
+PAUSING = frozenset({"nanosleep", "threadfence", "threadfence_block", "threadfence_system",
+                     "atomic.add", "atomic.sub", "atomic.min", "atomic.max", "atomic.exch",
+                     "atomic.and_", "atomic.or_", "atomic.xor", "atomic.inc", "atomic.dec",
+                     "atomic.cas", "atomic.load", "atomic.store", "atomic.add_f16x2",
+                     "atomic.add_bf16x2"})
 
 def _code_names(code: types.CodeType, out: set[str]) -> None:
     out.update(code.co_names)
@@ -43,8 +50,9 @@ _CACHE: "weakref.WeakKeyDictionary[types.FunctionType, frozenset[str]]" = \
     weakref.WeakKeyDictionary()
 
 
-def needs(func) -> frozenset[str]:
-    """The collective kinds ("block", "warp", "grid") that `func` may reach."""
+def reaches(func) -> frozenset[str]:
+    """What `func` may reach: collective kinds ("block", "warp", "grid") and "pause"
+    (an intrinsic of `PAUSING`)."""
     try:
         return _CACHE[func]
     except KeyError:
@@ -57,6 +65,11 @@ def needs(func) -> frozenset[str]:
     return result
 
 
+def needs(func) -> frozenset[str]:
+    """The collective kinds ("block", "warp", "grid") that `func` may reach."""
+    return reaches(func) - {"pause"}
+
+
 def needs_of_values(values) -> frozenset[str]:
     """The collective kinds reachable through launch arguments (an intrinsic or device
     function passed to a kernel)."""
@@ -64,7 +77,7 @@ def needs_of_values(values) -> frozenset[str]:
     visited: set[int] = set()
     for value in values:
         _visit_object(value, found, visited)
-    return frozenset(found)
+    return frozenset(found - {"pause"})
 
 
 def _foreign(func: types.FunctionType) -> bool:
@@ -117,6 +130,8 @@ def _visit_object(obj, found: set[str], visited: set[int]) -> None:
             found.add("warp")
         elif obj.name in GRID_COLLECTIVES:
             found.add("grid")
+        elif obj.name in PAUSING:
+            found.add("pause")
         return
     if isinstance(obj, Dim3):
         return

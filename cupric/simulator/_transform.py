@@ -28,7 +28,7 @@ import weakref
 
 from ..device._intrinsic import Intrinsic, Namespace
 from ..device.kinds import CONVERGENT
-from ._scan import _foreign, _python_function
+from ._scan import _foreign, _python_function, reaches
 
 __all__ = ["COLLECTIVE", "PAUSE", "transform"]
 
@@ -185,11 +185,19 @@ class _Rewriter(ast.NodeTransformer):
                 return ("pause", obj.name, always)
             return None
         target = _python_function(obj)
-        if target is None or _foreign(target) or target is self.func:
-            if target is self.func:
-                raise _Unsupported("recursive kernel")
+        if target is None or _foreign(target):
             return None
-        result = _transform(target)
+        if target is self.func or _CACHE.get(target) is _IN_PROGRESS:
+            # Recursion: fine while the functions involved reach nothing that yields.
+            if reaches(target):
+                raise _Unsupported("a recursive device function reaches a collective")
+            return None
+        try:
+            result = _transform(target)
+        except _Unsupported:
+            if reaches(target):
+                raise
+            return None  # e.g. a lambda helper: it needs no rewrite, so call it as it is
         return ("device", result) if result.yields else None
 
     def visit_Call(self, node: ast.Call):

@@ -107,3 +107,24 @@ def test_engine_choice_is_validated(monkeypatch):
     monkeypatch.setenv("CUPRIC_SIMULATOR_ENGINE", "generators")
     with pytest.raises(sim.SimulatorError, match="cannot be rewritten"):
         sim.launch(aliases_a_collective, 1, 32, (np.zeros(32, np.int64),))
+
+
+square = lambda v: v * v  # noqa: E731  (a helper with no def: nothing to rewrite)
+
+
+def fact(n):
+    return 1 if n <= 1 else n * fact(n - 1)
+
+
+def uses_plain_helpers(out):
+    t = threadIdx.x
+    syncthreads()
+    out[t] = square(t) + fact(t % 5)
+
+
+def test_helpers_that_reach_no_collective_need_no_rewrite():
+    assert transform(uses_plain_helpers) is not None
+    out = np.zeros(32, np.int64)
+    sim.launch(uses_plain_helpers, 1, 32, (out,))
+    t = np.arange(32)
+    np.testing.assert_array_equal(out, t * t + np.array([1, 1, 2, 6, 24])[t % 5])
