@@ -824,6 +824,11 @@ _DTYPE_TO_TYPE = {
 }
 
 
+# Exact scalar classes -> parameter type: one dict lookup for the common arguments.
+_TYPE_BY_CLASS = {int: "i64", float: "f64", bool: "bool",
+                  **{dt.type: t for dt, t in _DTYPE_TO_TYPE.items()}}
+
+
 def _device_pointer(value, index: int):
     """The device address of an array-like kernel argument, or None if it is not one."""
     ptr = getattr(value, "ptr", None)
@@ -855,12 +860,10 @@ def infer_param(value, index: int):
         For host arrays and values of no kernel type.
     """
     cls = value.__class__
-    if cls is int:
-        return "i64", value
-    if cls is float:
-        return "f64", value
-    if cls is bool:
-        return "bool", value
+    t = _TYPE_BY_CLASS.get(cls)
+    if t is not None:
+        # Python and NumPy scalars: every backend packs NumPy scalars as they are.
+        return t, value
     if isinstance(value, np.generic):
         dt = value.dtype
         t = _DTYPE_TO_TYPE.get(dt)

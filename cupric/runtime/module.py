@@ -17,6 +17,8 @@ import numpy as np
 from ._driver import bindings, check, driver
 from ._lifetime import Resource
 from .errors import CudaError, ModuleLoadError, NotFoundError, error_from_code
+from .launch import (_TYPE_BY_CLASS, LaunchConfig, dim3, infer_param, make_prepared,
+                     validate_launch)
 
 __all__ = ["Module", "Function", "JitOptions", "JIT_OPTIONS", "detect_image_kind"]
 
@@ -358,6 +360,11 @@ _SETTABLE = frozenset({"max_dynamic_shared_size_bytes", "preferred_shared_memory
                        "non_portable_cluster_size_allowed"})
 
 
+# Classes whose instances carry their device address as an int `ptr` attribute
+# (DeviceBuffer and the like), learned by Function.launch to skip the general inference.
+_PTR_CLASSES: set[type] = set()
+
+
 class _FuncAttribute:
     __slots__ = ("name", "doc")
 
@@ -510,7 +517,6 @@ class Function:
         -------
         PreparedLaunch
         """
-        from .launch import make_prepared
         return make_prepared(self, param_types, cooperative=cooperative, backend=backend)
 
     def launch(self, grid, block=None, *args, stream=None, shared_bytes: int = 0,
@@ -547,8 +553,7 @@ class Function:
         About 1 us more than `PreparedLaunch.launch` for the type inference; use
         `prepare()` in hot loops.
         """
-        from .launch import LaunchConfig, infer_param, validate_launch
-        if isinstance(grid, LaunchConfig):
+        if grid.__class__ is LaunchConfig:
             config = grid
             args = ((block,) if block is not None else ()) + args
             grid, block = config.grid, config.block
@@ -558,12 +563,22 @@ class Function:
             cluster = cluster if cluster is not None else config.cluster
         elif block is None:
             raise TypeError("launch() needs grid and block")
+        values = list(args)
         types = []
-        values = []
+        type_of = _TYPE_BY_CLASS.get
         for i, a in enumerate(args):
-            t, v = infer_param(a, i)
+            cls = a.__class__
+            t = type_of(cls)
+            if t is None:
+                ptr = a.ptr if cls in _PTR_CLASSES else None
+                if ptr.__class__ is int:  # a buffer class seen before
+                    t = "ptr"
+                    values[i] = ptr
+                else:  # arrays, buffers, structs: see infer_param
+                    t, values[i] = infer_param(a, i)
+                    if t == "ptr" and getattr(a, "ptr", None).__class__ is int:
+                        _PTR_CLASSES.add(cls)
             types.append(t)
-            values.append(v)
         if not self._within_limits(grid, block, shared_bytes):
             validate_launch(self, grid, block, shared_bytes)  # raises, saying which limit
         key = (tuple(types), cooperative)
@@ -582,7 +597,6 @@ class Function:
     def _within_limits(self, grid, block, shared_bytes) -> bool:
         """A quick test of the launch shape against cached limits (details on failure
         come from `validate_launch`)."""
-        from .launch import dim3
         limits = self._limits
         if limits is None:
             dev = self.device
@@ -590,8 +604,16 @@ class Function:
                       self.max_dynamic_shared_size_bytes)
             self._limits = limits
         max_threads, (mbx, mby, mbz), (mgx, mgy, mgz), max_shared = limits
-        gx, gy, gz = dim3(grid, "grid")
-        bx, by, bz = dim3(block, "block")
+        if grid.__class__ is int:
+            gx, gy, gz = grid, 1, 1
+        else:
+            gx, gy, gz = dim3(grid, "grid")
+        if block.__class__ is int:
+            bx, by, bz = block, 1, 1
+        else:
+            bx, by, bz = dim3(block, "block")
+        if gx < 1 or bx < 1:
+            return False
         return (bx * by * bz <= max_threads and bx <= mbx and by <= mby and bz <= mbz
                 and gx <= mgx and gy <= mgy and gz <= mgz
                 and shared_bytes.__class__ is int and 0 <= shared_bytes <= max_shared)

@@ -386,3 +386,49 @@ def test_compiled_launch_does_not_keep_itself_alive(compiled):
     del p
     gc.collect()
     assert ref() is None
+
+
+@pytest.mark.parametrize("backend", ["c", "cffi"])
+def test_function_launch_infers_and_caches(compiled, monkeypatch, backend):
+    """Function.launch end to end on a fake module: inference, limits, caching."""
+    from cupric.runtime.module import Function
+    monkeypatch.setenv("CUPRIC_LAUNCH_BACKEND", backend)
+    types = ["ptr", "ptr", "f32", "i32"]
+    _, rec, _ = compiled(types)          # installs the recording native launch
+
+    class Dev(FakeDevice):
+        pass
+
+    class Mod:
+        _device = Dev()
+        handle = 1
+
+    fn = Function._wrap(Mod(), "k", 0x1234)
+    fn._attrs.update(max_threads_per_block=768, max_dynamic_shared_size_bytes=1024,
+                     shared_size_bytes=0, num_regs=80)
+
+    class Buf:
+        def __init__(self, ptr):
+            self.ptr = ptr
+
+    class Cai:
+        __cuda_array_interface__ = {"data": (0x7000, False), "shape": (4,), "typestr": "<f4",
+                                    "version": 3}
+
+    for _ in range(2):
+        fn.launch(4, 256, Buf(0x1000), Cai(), np.float32(2.5), np.int32(9))
+    fn(L.LaunchConfig((2, 2), 128, 512), Buf(0x3000), Buf(0x4000), np.float32(1.0),
+       np.int32(1))
+    assert len(fn._prepared) == 1
+    params = [struct.pack("<Q", 0x1000), struct.pack("<Q", 0x7000), struct.pack("<f", 2.5),
+              struct.pack("<i", 9)]
+    assert rec.calls[0]["params"] == rec.calls[1]["params"] == params
+    assert rec.calls[2]["grid"] == (2, 2, 1) and rec.calls[2]["shared"] == 512
+    assert rec.calls[2]["params"][0] == struct.pack("<Q", 0x3000)
+    with pytest.raises(L.KernelArgumentError, match="argument 1 is a host NumPy array"):
+        fn.launch(1, 32, Buf(1), np.zeros(3, np.float32), np.float32(1), np.int32(1))
+    with pytest.raises(LaunchError, match="exceeds its maximum of 768"):
+        fn.launch(1, 1024, Buf(1), Buf(2), np.float32(1), np.int32(1))
+    with pytest.raises(LaunchError, match="2048 bytes of dynamic shared memory"):
+        fn.launch(1, 32, Buf(1), Buf(2), np.float32(1), np.int32(1), shared_bytes=2048)
+    assert len(rec.calls) == 3
