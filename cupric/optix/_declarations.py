@@ -5,9 +5,8 @@ these declarations were written for cupric from the public OptiX API reference: 
 result codes, the enums and option structs a host program fills, and the function
 table in the order the driver's ``optixQueryFunctionTable`` fills it for ABI 105.
 
-Structs whose layout changed between OptiX releases, or that cupric does not fill yet
-(build inputs, pipeline compile/link options, denoiser and micromap descriptions), are
-declared opaque: the table still gets the right signatures, since OptiX takes all of
+Structs that cupric does not fill yet (build inputs, relocation and emit descriptions,
+denoiser, micromap, cluster and cooperative-vector descriptions) are declared opaque: the table still gets the right signatures, since OptiX takes all of
 them by pointer, and a program that has the SDK gets their full layout from its
 headers (`OPTIX_ROOT`), which `cupric.optix.lib` prefers when present.
 """
@@ -242,9 +241,25 @@ typedef struct OptixProgramGroupOptions {
     const OptixPayloadType *payloadType;
 } OptixProgramGroupOptions;
 
+/* Shared by every module of a pipeline (OptiX 9.0 layout: allowClusteredGeometry is new). */
+typedef struct OptixPipelineCompileOptions {
+    int usesMotionBlur;
+    unsigned int traversableGraphFlags;
+    int numPayloadValues;
+    int numAttributeValues;
+    unsigned int exceptionFlags;
+    const char *pipelineLaunchParamsVariableName;
+    unsigned int usesPrimitiveTypeFlags;
+    int allowOpacityMicromaps;
+    int allowClusteredGeometry;
+} OptixPipelineCompileOptions;
+
+/* Since OptiX 8.0 only the trace depth (debugLevel moved to the module options). */
+typedef struct OptixPipelineLinkOptions {
+    unsigned int maxTraceDepth;
+} OptixPipelineLinkOptions;
+
 /* Opaque here (see the module docstring); full in the SDK headers. */
-typedef struct OptixPipelineCompileOptions OptixPipelineCompileOptions;
-typedef struct OptixPipelineLinkOptions OptixPipelineLinkOptions;
 typedef struct OptixBuiltinISOptions OptixBuiltinISOptions;
 typedef struct OptixBuildInput OptixBuildInput;
 typedef struct OptixAccelEmitDesc OptixAccelEmitDesc;

@@ -43,6 +43,8 @@ def test_own_declarations_match_the_c_compiler(own_ffi, tmp_path):
     assert ours["OptixDeviceContextOptions"][0] == 24
     assert ours["OptixShaderBindingTable"][0] == 64
     assert ours["OptixProgramGroupDesc"][0] == 56
+    assert ours["OptixPipelineCompileOptions"][0] == 48
+    assert ours["OptixModuleCompileOptions"][0] == 40
 
 
 def test_check_names_results(own_ffi):
