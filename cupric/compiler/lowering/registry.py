@@ -93,3 +93,6 @@ def _load_builtin_rules() -> None:
     from cupric.compiler.lowering import memory  # noqa: F401
     from cupric.compiler.lowering import sync, atomic, warp  # noqa: F401,E401
     from cupric.compiler.lowering import io, coop  # noqa: F401,E401
+    from cupric.compiler.lowering import mathx  # noqa: F401
+    from cupric.compiler.lowering import half  # noqa: F401
+    from cupric.compiler.lowering import bits  # noqa: F401
