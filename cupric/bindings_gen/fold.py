@@ -170,7 +170,11 @@ class Folder:
             raise FoldError("sizeof of an expression")
         value = self.fold(node.expr)
         if isinstance(value, float):
-            return {"-": -value, "+": value}.get(node.op) if node.op in "-+" else _fail(node.op)
+            if node.op == "-":
+                return -value
+            if node.op == "+":
+                return value
+            raise FoldError(f"operator {node.op} on a float")
         if not isinstance(value, Int):
             raise FoldError(f"operator {node.op} on {value!r}")
         bits = max(value.bits, 32)
@@ -260,10 +264,6 @@ class Folder:
             return Int(number, 32, False) if isinstance(value, Int) else Int(number)
         bits, unsigned = integer
         return Int(number, bits, unsigned).wrap()
-
-
-def _fail(op):
-    raise FoldError(f"operator {op} on a float")
 
 
 def _compare(op, a, b):

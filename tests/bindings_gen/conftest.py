@@ -9,7 +9,7 @@ import time
 import pytest
 
 from cupric.bindings_gen import cache, libraries
-from cupric.bindings_gen.errors import HeadersNotFoundError
+from cupric.bindings_gen.errors import HeadersNotFoundError, PreprocessorNotFoundError
 
 from bindings_helpers import WHEEL_LIBRARIES
 
@@ -52,6 +52,9 @@ def generated(bindings_dir) -> Generated:
     for name, (value, error) in results.items():
         if isinstance(error, HeadersNotFoundError):
             out.missing[name] = f"headers not installed: {error}"
+            continue
+        if isinstance(error, PreprocessorNotFoundError):
+            out.missing[name] = f"no C preprocessor: {error}"
             continue
         if error is not None:
             raise error
