@@ -9,7 +9,6 @@ at least as accurate as libdevice's f32 functions, which makes it the reference.
 from __future__ import annotations
 
 import math as _m
-from fractions import Fraction
 
 import numpy as np
 
@@ -280,6 +279,8 @@ def _fma(s, x, y, z):
         # The product of two f32 values is exact in f64; one more rounding to f64 and
         # then to f32 differs from a single rounding only in rare double-rounding ties.
         return _F32(fx * fy + fz)
+    from fractions import Fraction  # only here: importing it costs ~10 ms
+
     exact = Fraction(fx) * Fraction(fy) + Fraction(fz)
     if exact == 0:
         return _F64(fx * fy + fz)  # keeps IEEE's sign of an exact zero

@@ -15,7 +15,6 @@ OS threads (one per simulated thread, passing a baton, `_Pool`) otherwise.
 
 from __future__ import annotations
 
-import inspect
 import os
 import threading
 import time
@@ -28,9 +27,7 @@ from . import _impl, _impl_math  # noqa: F401  (they fill the implementation tab
 from ._array import SimArray
 from ._impl import SHARED_LIMIT
 from ._live import Aborted, LiveSet
-from ._engine import run_generators
 from ._scan import _python_function, needs, needs_of_values
-from ._transform import transform
 from ._state import BlockState, LaunchState, ThreadState
 from .errors import DeadlockError, SimulatorError
 
@@ -66,6 +63,8 @@ def _prepare(func, args) -> tuple[list, list]:
     """Kernel arguments as the simulated threads see them, and host copies to write back."""
     code = func.__code__
     names = code.co_varnames[:code.co_argcount]
+    import inspect  # here, not at module level: it costs several ms to import
+
     try:
         inspect.signature(func).bind(*args)
     except TypeError as exc:
@@ -189,15 +188,18 @@ def launch(py_func, grid, block, args, *, shared_bytes: int = 0, mode: str | Non
     shared_bytes = int(shared_bytes)
     if not 0 <= shared_bytes <= SHARED_LIMIT:
         raise ValueError(f"shared_bytes must be in 0..{SHARED_LIMIT}, got {shared_bytes}")
-    through_args = bool(needs_of_values(args))
+    args = tuple(args)
+    # Collectives handed to the kernel as arguments: the generator rewrite cannot see them.
+    from_args = needs_of_values(args)
+    through_args = bool(from_args)
     if mode is None:
-        found = needs(func) | needs_of_values(args)
+        found = needs(func) | from_args
         mode = "grid" if "grid" in found else "threads" if found else "serial"
     elif mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if mode == "threads" and nthreads == 1:
         mode = "serial"  # one thread per block: every collective completes at once
-    args, copy_back = _prepare(func, tuple(args))
+    args, copy_back = _prepare(func, args)
     state = LaunchState(grid, block, shared_bytes, mode)
     try:
         if mode == "serial":
@@ -361,6 +363,10 @@ def _engine_choice() -> str:
 
 
 def _run_threads(func, args, launch: LaunchState, through_args: bool) -> None:
+    # The generator engine (ast, inspect) loads on the first launch that needs it.
+    from ._engine import run_generators
+    from ._transform import transform
+
     engine = _engine_choice()
     gen_func = None
     if engine != "threads" and not through_args:

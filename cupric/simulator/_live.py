@@ -181,8 +181,8 @@ class LiveSet:
     """Simulated threads that run at once: one block, or every block of a cooperative grid.
 
     Only the thread holding the baton calls these methods (and `start`, by the launcher,
-    before any holds it), so they need no lock. `progress` counts hand-offs and exits,
-    for the launcher's watchdog.
+    before any holds it), or, in the generator engine, the one scheduler; so they need no
+    lock. `progress` counts hand-offs and exits, for the OS-thread engine's watchdog.
     """
 
     def __init__(self, states: list, generators: bool = False) -> None:
