@@ -61,6 +61,17 @@ _LAZY = {
     "ManagedBuffer": ("cupric.runtime.managed", "ManagedBuffer"),
     "MemoryPool": ("cupric.runtime.pool", "MemoryPool"),
     "as_device_array": ("cupric.runtime.interop", "as_device_array"),
+    **{name: ("cupric.runtime.memory", name) for name in (
+        "empty", "zeros", "empty_like", "zeros_like", "to_device", "device_box",
+        "memory_info")},
+    **{name: ("cupric.runtime.host", name) for name in (
+        "pinned_empty", "pinned_zeros", "pinned_array", "PinnedOptions")},
+    **{name: ("cupric.runtime.managed", name) for name in (
+        "managed_empty", "managed_zeros", "managed_array")},
+    **{name: ("cupric.runtime.pool", name) for name in (
+        "default_pool", "current_pool", "create_pool", "PoolOptions", "PoolStats",
+        "enable_peer_access", "disable_peer_access", "can_access_peer", "copy_peer")},
+    "is_device_array": ("cupric.runtime.interop", "is_device_array"),
     "from_dlpack": ("cupric.runtime.dlpack", "from_dlpack"),
 }
 

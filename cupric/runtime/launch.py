@@ -804,7 +804,7 @@ def _describe_bad_value(kernel: str, index: int, t: str, value, exc) -> str:
     if isinstance(value, np.ndarray):
         if t == "ptr":
             return (f"{where} is a host NumPy array, but the kernel needs a device pointer; "
-                    f"copy it to the device first (e.g. cupric.runtime.DeviceBuffer) and "
+                    f"copy it to the device first (cupric.runtime.to_device(array)) and "
                     f"pass that")
         return f"{where} is a NumPy array, but the parameter is a scalar {t}"
     if t == "ptr":
@@ -833,6 +833,11 @@ def _device_pointer(value, index: int):
     """The device address of an array-like kernel argument, or None if it is not one."""
     ptr = getattr(value, "ptr", None)
     if isinstance(ptr, int) and not isinstance(ptr, bool):
+        # A view of a freed allocation keeps its old address: refuse it here, before the
+        # kernel reads freed memory.
+        if getattr(value, "closed", False):
+            raise KernelArgumentError(f"argument {index} is a closed buffer (its memory "
+                                      f"was freed)", index)
         return ptr
     cai = getattr(value, "__cuda_array_interface__", None)
     if cai is not None:
@@ -876,8 +881,8 @@ def infer_param(value, index: int):
     if isinstance(value, np.ndarray):
         raise KernelArgumentError(
             f"argument {index} is a host NumPy array (shape {value.shape}, {value.dtype}); "
-            f"kernels need device memory: copy it to the device first (e.g. "
-            f"cupric.runtime.DeviceBuffer) and pass that", index)
+            f"kernels need device memory: copy it to the device first "
+            f"(cupric.runtime.to_device(array)) and pass that", index)
     ptr = _device_pointer(value, index)
     if ptr is not None:
         return "ptr", ptr
