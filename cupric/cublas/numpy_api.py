@@ -40,22 +40,37 @@ def _ex_route(dtype):
     return route
 
 
+# Element types NumPy lacks, by the dtype name a PyTorch tensor reports. PyTorch
+# exports such tensors with a raw "V" typestr (or not at all); the name says what the
+# bytes are.
+_FOREIGN = {"torch.bfloat16": ("bf16", "int16"), "torch.float8_e4m3fn": ("f8e4m3", "uint8"),
+            "torch.float8_e5m2": ("f8e5m2", "uint8")}
+
+
 def _operand(obj, name, stream):
-    """DeviceBuffer of an argument, with the element-type override for PyTorch tensors
-    whose dtype NumPy lacks (bfloat16): those are viewed as int16 and typed "bf16"."""
+    """(DeviceBuffer, element type override or None) of an argument.
+
+    A PyTorch bfloat16/fp8 tensor arrives as a raw 2- or 1-byte buffer: its element type
+    ("bf16", ...) comes from the tensor's dtype name.
+    """
     if type(obj) is DeviceBuffer:
         if obj._alloc._closed:
             V.device_array(obj, name)  # raises the ClosedError
         return obj, None
+    foreign = _FOREIGN.get(str(getattr(obj, "dtype", "")))
     try:
-        return V.device_array(obj, name, stream), None
+        buf = V.device_array(obj, name, stream)
     except TypeError:
-        kind = str(getattr(obj, "dtype", ""))
-        if kind == "torch.bfloat16" and hasattr(obj, "view"):
-            import sys
-            torch = sys.modules["torch"]
-            return V.device_array(obj.view(torch.int16), name, stream), "bf16"
-        raise
+        if foreign is None or not hasattr(obj, "view"):
+            raise
+        # The exporter refused the dtype: view the same bytes as an integer type.
+        import sys
+        torch = sys.modules["torch"]
+        buf = V.device_array(obj.view(getattr(torch, foreign[1])), name, stream)
+        return buf, foreign[0]
+    if foreign is not None and buf.itemsize == (2 if foreign[0] == "bf16" else 1):
+        return buf, foreign[0]
+    return buf, None
 
 
 def _layout(shape, strides, item, name):
@@ -199,6 +214,9 @@ def matmul(a, b, out=None, alpha=_ONE, beta=_ZERO, *, precision=None, handle=Non
         raise ValueError("matmul: operands must be at least 1-d (use scal/axpy for "
                          "scalars)")
     prefix = _DIRECT.get(dtype) if a_type is None else None
+    if a_type is not None and a_type != "bf16":
+        raise TypeError(f"matmul: {a_type} operands go through cupric.cublas.lt_matmul or "
+                        f"gemm_ex (fp8 needs op(a) transposed, scales and a wider output)")
     if prefix is None:
         route = _ex_route(dtype) if a_type is None else ("bf16", "bf16", dtype, 68, "S")
         if route is None:

@@ -607,3 +607,34 @@ def test_gemm_ex_forms_call_with_the_c_arity(h, arity):
     cb.gemm_batched_ex("N", "N", 1.0, [M(np.float16)] * 2, [M(np.float16)] * 2, 0.0,
                        [M(np.float32), M(np.float32)], handle=h)
     assert [c[0] for c in arity.calls].count("cublasGemmEx") == 4
+
+
+class _TorchLikeBF16(FakeDeviceArray):
+    """What PyTorch hands over for a bfloat16 tensor: a raw 2-byte typestr."""
+
+    dtype = "torch.bfloat16"
+
+    @property
+    def __cuda_array_interface__(self):
+        cai = dict(super().__cuda_array_interface__)
+        cai["typestr"] = "|V2"
+        return cai
+
+
+def test_foreign_bfloat16_operands_take_the_bf16_route(h, monkeypatch, rng):
+    from cupric.cublas import numpy_api
+    a = rng.integers(-3, 4, (4, 8)).astype(np.float32)
+    b = rng.integers(-3, 4, (8, 4)).astype(np.float32)
+    bits = lambda x: (x.view(np.uint32) >> 16).astype(np.uint16)  # noqa: E731 (exact ints)
+    buf, kind = numpy_api._operand(_TorchLikeBF16(bits(a)), "a", 0)
+    assert kind == "bf16" and buf.itemsize == 2
+    out = np.zeros((4, 4), np.uint16)
+    calls = []
+    emu_fn = lambda *args: calls.append(args) or 0  # noqa: E731
+    from _cublas_fake import install_table
+    table = type("T", (dict,), {"get": lambda self, n, d=None: emu_fn})()
+    install_table(monkeypatch, table)
+    cb.matmul(_TorchLikeBF16(bits(a)), _TorchLikeBF16(bits(b)), out=_TorchLikeBF16(out),
+              handle=h)
+    (args,) = calls
+    assert args[8] == args[11] == args[15] == 14 and args[17] == 68  # 16BF, 32F compute

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import threading
+import types
 
 import numpy as np
 import pytest
@@ -18,9 +19,14 @@ TOL = {np.dtype(np.float32): 2e-4, np.dtype(np.float64): 1e-11,
 
 @pytest.fixture(scope="module")
 def rt():
+    """cupric.runtime's names the tests use, plus the allocation helpers of its memory
+    module (which the package does not re-export)."""
     from cupric import runtime
+    from cupric.runtime import memory
     runtime.Device(0).make_current()
-    return runtime
+    return types.SimpleNamespace(Device=runtime.Device, ClosedError=runtime.ClosedError,
+                                 synchronize=runtime.synchronize, to_device=memory.to_device,
+                                 empty=memory.empty)
 
 
 @pytest.fixture(scope="module")
