@@ -80,7 +80,11 @@ def _run_job(gen_func, args, launch, states, bids, tids, located, returned) -> N
                             break
                     continue
                 _, name, call_args, call_kwargs, site = request
-                value = COLLECTIVES[name](st, site, *call_args, **call_kwargs)
+                if name == "syncthreads" and not call_args and not call_kwargs:
+                    # The commonest collective, straight to the barrier (saves two calls).
+                    value = live.barrier(st, "syncthreads", None, site)
+                else:
+                    value = COLLECTIVES[name](st, site, *call_args, **call_kwargs)
                 if value is BLOCKED:
                     break
     except Exception as exc:

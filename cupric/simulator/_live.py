@@ -220,10 +220,12 @@ class LiveSet:
     def _block(self, me, what: tuple):
         """Give the baton away until a collective releases `me`; returns its result."""
         self.waiting[me] = what
-        self._converge(me.sync.warps[me.lin >> 5], me)
-        if me not in self.waiting:  # released at once by the convergence just resolved
-            result, me.result = me.result, None
-            return result
+        ws = me.sync.warps[me.lin >> 5]
+        if ws.converging:
+            self._converge(ws, me)
+            if me not in self.waiting:  # released at once by the convergence just resolved
+                result, me.result = me.result, None
+                return result
         if not self.runnable:
             raise self._deadlock()
         if self.generators:
@@ -315,7 +317,8 @@ class LiveSet:
     # -- block barrier ---------------------------------------------------------------
 
     def barrier(self, state, op: str, value, site):
-        self._check()
+        if self.aborted:
+            raise Aborted()
         sync = state.sync
         bar = sync.barrier
         if sync.exited:
