@@ -292,13 +292,11 @@ def _run_cpp(command: list[str], header_set: HeaderSet, libc_dir: str) -> Prepro
 
 def available_backends() -> list[str]:
     """Backends usable here, in the default order."""
-    names = []
-    try:
-        import pcpp  # noqa: F401
+    import importlib.util
 
+    names = []
+    if importlib.util.find_spec("pcpp") is not None:
         names.append("pcpp")
-    except ImportError:
-        pass
     command = _find_cpp()
     if command:
         names.append(" ".join(command))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from cupric.bindings_gen import libraries, preprocess
@@ -10,12 +12,7 @@ from cupric.bindings_gen.errors import PreprocessorNotFoundError
 from cupric.bindings_gen.headers import find_headers
 
 
-try:
-    import pcpp  # noqa: F401
-
-    HAVE_PCPP = True
-except ImportError:
-    HAVE_PCPP = False
+HAVE_PCPP = importlib.util.find_spec("pcpp") is not None
 needs_pcpp = pytest.mark.skipif(not HAVE_PCPP, reason="pcpp is not installed (pip install pcpp)")
 
 
