@@ -59,7 +59,8 @@ def device_function(py_func=None):
 
 def kernel(py_func=None, *, debug: bool = False, lineinfo: bool = False,
            fast_math: bool = False, opt_level: int = 3, arch=None,
-           max_registers: int | None = None, c_division: bool = False):
+           max_registers: int | None = None, c_division: bool = False,
+           fma: bool | None = None, bounds_check: bool | None = None):
     """Compile a Python function into a GPU kernel.
 
     Parameters
@@ -80,6 +81,13 @@ def kernel(py_func=None, *, debug: bool = False, lineinfo: bool = False,
     c_division : bool
         Signed `//` and `%` truncate toward zero (C semantics; a few instructions fewer)
         instead of Python's flooring.
+    fma : bool, optional
+        Allow contracting `a * b + c` into one fused multiply-add (default True; results
+        then differ from NumPy's in the last bit).
+    bounds_check : bool, optional
+        Check every array index against the shape; an out-of-range access prints the
+        array, the index and the Python line and aborts the kernel (instead of corrupting
+        memory). Default: on with `debug=True`, else off.
 
     Returns
     -------
@@ -98,7 +106,8 @@ def kernel(py_func=None, *, debug: bool = False, lineinfo: bool = False,
     """
     settings = dict(debug=debug, lineinfo=lineinfo, fast_math=fast_math,
                     opt_level=opt_level, arch=arch, max_registers=max_registers,
-                    c_division=c_division)
+                    c_division=c_division, fma=fma,
+                    bounds_check=bounds_check)
     if py_func is None:
         return lambda f: Kernel(f, **settings)
     return Kernel(py_func, **settings)
@@ -178,6 +187,10 @@ def _arg_parts(value, flat: list, extents: list, index: int):
 
 
 _ARRAY_CLASSES: set = set()
+#: NumPy scalar classes that pack as themselves (structured np.void goes the slow way).
+_NUMPY_SCALARS = frozenset({np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8,
+                            np.uint16, np.uint32, np.uint64, np.float16, np.float32,
+                            np.float64})
 
 
 def _disjoint(extents, written: frozenset) -> bool:
@@ -232,7 +245,8 @@ class Specialization:
             k = self.kernel
             self._ir = lower_kernel(self.typed, k.symbol, noalias=self.noalias,
                                     debug=k.options.debug, lineinfo=k.options.lineinfo,
-                                    fast_math=k.fast_math, c_division=k.c_division)
+                                    fast_math=k.fast_math, c_division=k.c_division,
+                                    bounds_check=k.bounds_check)
         return self._ir
 
     def cache_key(self, options) -> str:
@@ -242,7 +256,7 @@ class Specialization:
         from cupric.compiler.cache import make_key
         k = self.kernel
         return make_key("cupric.frontend", k.fingerprint, repr(self.arg_types), self.noalias,
-                        k.fast_math, k.c_division, options.cache_key())
+                        k.fast_math, k.c_division, k.bounds_check, options.cache_key())
 
     def artifact(self, arch=None):
         """Compiled PTX/cubin (`cupric.compiler.backend.Artifact`) for `arch` (default:
@@ -254,10 +268,16 @@ class Specialization:
         key = self.cache_key(options)
         artifact = backend.lookup(key, options=options)
         if artifact is None:
+            # Load libNVVM and the linker on another thread while this one types and
+            # lowers the kernel (library loading and libNVVM's probe release the GIL).
+            loader = threading.Thread(target=_load_toolchain, daemon=True)
+            loader.start()
             try:
                 ir = self.ir
             except CompileError as exc:
                 raise exc.with_traceback(None) from None
+            finally:
+                loader.join()
             artifact = backend.build(ir, options=options, key=key)
         self._artifact = artifact
         return artifact
@@ -276,6 +296,17 @@ class Specialization:
                     function = module.get_function(self.kernel.symbol)
                     self._prepared = function.prepare(param_types(self.arg_types))
         return self._prepared
+
+
+def _load_toolchain() -> None:
+    """Load libNVVM and nvJitLink (cached by the toolchain module); errors surface later,
+    from the compile itself, with their full message."""
+    from cupric.compiler import toolchain
+    try:
+        toolchain.libnvvm()
+        toolchain.nvjitlink()
+    except Exception:  # noqa: BLE001 - reported by backend.build on the main thread
+        return
 
 
 def param_types(arg_types) -> list:
@@ -316,6 +347,7 @@ class _Launcher:
     __slots__ = ("kernel", "grid", "block", "stream", "shared_bytes", "simulate")
 
     def __init__(self, kern, grid, block, stream=None, shared_bytes=0, simulate=False):
+        # kern[grid, block] builds one of these per launch: plain stores only.
         self.kernel = kern
         self.grid = grid
         self.block = block
@@ -371,15 +403,17 @@ class Kernel:
     _cupric_kernel = True
 
     def __init__(self, py_func, *, debug=False, lineinfo=False, fast_math=False,
-                 opt_level=3, arch=None, max_registers=None, c_division=False) -> None:
+                 opt_level=3, arch=None, max_registers=None, c_division=False,
+                 fma=None, bounds_check=None) -> None:
         from cupric.compiler.options import CompileOptions
         self.py_func = py_func
         functools.update_wrapper(self, py_func)
         self.options = CompileOptions(arch=arch, opt_level=opt_level, debug=debug,
                                       lineinfo=lineinfo, fast_math=fast_math,
-                                      max_registers=max_registers)
+                                      max_registers=max_registers, fma=fma)
         self.fast_math = fast_math
         self.c_division = c_division
+        self.bounds_check = bool(debug if bounds_check is None else bounds_check)
         self.symbol = py_func.__name__
         self._fingerprint = None
         self._specs: dict = {}       # launch key -> (arg_types, written)
@@ -407,6 +441,8 @@ class Kernel:
     # -- launching -------------------------------------------------------------------------
 
     def __getitem__(self, config) -> _Launcher:
+        if config.__class__ is tuple and len(config) == 2:  # kern[grid, block]: fast
+            return _Launcher(self, config[0], config[1])
         return _config(self, config)
 
     @property
@@ -425,17 +461,44 @@ class Kernel:
     def _launch(self, grid, block, stream, shared_bytes, args) -> None:
         if _SIMULATOR[0] is not False and _use_simulator():
             return self._fallback(grid, block, shared_bytes, args)
+        # The hot path: one pass over the arguments builds the flattened ABI values and
+        # the specialization key; contiguous 1-D device arrays and Python scalars are
+        # handled inline, everything else by _arg_parts.
         flat: list = []
+        key: list = []
         extents: list = []
+        put = flat.append
+        index = 0
         try:
-            key = tuple([_arg_parts(a, flat, extents, i) for i, a in enumerate(args)])
+            for value in args:
+                cls = value.__class__
+                if cls in _ARRAY_CLASSES and len(value.shape) == 1 and \
+                        value.strides[0] == value.itemsize:
+                    ptr = value.ptr
+                    n = value.shape[0]
+                    put(ptr)
+                    put(n)
+                    put(1)
+                    if n:
+                        extents.append((ptr, ptr + n * value.itemsize, index))
+                    key.append((value.dtype, 1, "C"))
+                elif cls is float or cls is int or cls is bool or cls in _NUMPY_SCALARS:
+                    put(value)
+                    key.append(cls)
+                else:
+                    key.append(_arg_parts(value, flat, extents, index))
+                index += 1
         except TypeError as exc:
             raise TypeError(f"{self.__name__}: {exc}") from None
+        key = tuple(key)
         entry = self._specs.get(key)
         if entry is None:
             entry = self._new_entry(key, args)
         written, plain, fast = entry
-        spec = fast if (len(extents) < 2 or _disjoint(extents, written)) else plain
+        if written and len(extents) > 1 and not _disjoint(extents, written):
+            spec = plain
+        else:
+            spec = fast
         prepared = spec._prepared or spec.prepared()
         prepared.launch(grid, block, stream, shared_bytes, *flat)
 

@@ -513,9 +513,9 @@ class FunctionCodegen:
                           node.left, node.right)
 
     def _weak_to(self, kv: KValue, t: Type, node) -> KValue:
-        if isinstance(kv.type, WeakType):
+        if isinstance(kv.type, WeakType) and node in self.typed.consts:
             return self.constant(self.typed.consts[node], t, node)
-        return self.convert(kv, t, node)
+        return self.convert(kv, t, node)  # a weak non-constant (`0 if c else 1`) converts
 
     def arith(self, node, op, left: KValue, right: KValue, rt: Type, lnode, rnode) -> KValue:
         """`left op right` computed in type `rt` (the typer's promoted type)."""
@@ -699,8 +699,10 @@ class FunctionCodegen:
 
     def compare(self, op, left: KValue, right: KValue, lnode, rnode, node) -> Value:
         lt, rt = left.type, right.type
-        if isinstance(lt, WeakType) and isinstance(rt, WeakType):
-            a, c = self.typed.consts[lnode], self.typed.consts[rnode]
+        consts = self.typed.consts
+        if isinstance(lt, WeakType) and isinstance(rt, WeakType) and lnode in consts \
+                and rnode in consts:
+            a, c = consts[lnode], consts[rnode]
             result = {ast.Eq: a == c, ast.NotEq: a != c, ast.Lt: a < c, ast.LtE: a <= c,
                       ast.Gt: a > c, ast.GtE: a >= c}[type(op)]
             return const_int(ll.i1, 1 if result else 0)
@@ -761,18 +763,18 @@ class FunctionCodegen:
 
     def _e_Call(self, node: ast.Call) -> KValue:
         target = self.typed.targets[node]
-        args = [self.expr(a) for a in node.args]
-        return self.call_target(node, target, args, node.args)
         if target[0] == "custom":  # print(...) and the like lower their own arguments
             return target[1](self, node)
+        args = [self.expr(a) for a in node.args]
+        return self.call_target(node, target, args, node.args)
 
     def call_target(self, node, target, args: list[KValue], arg_nodes) -> KValue:
         kind = target[0]
         b = self.b
-        if kind == "cast":
-            value = args[0]
         if kind == "custom":  # a value the lowering tables build (constant arrays, ...)
             return target[1](self, node)
+        if kind == "cast":
+            value = args[0]
             if isinstance(value.type, WeakType):
                 value = self.constant(self.typed.consts[arg_nodes[0]], value.type.default,
                                       arg_nodes[0])

@@ -702,9 +702,11 @@ class Typer:
         if a is UNKNOWN or b is UNKNOWN:
             return UNKNOWN
         try:
-            return materialize(unify(a, b))
+            t = unify(a, b)
         except PromotionError as exc:
             raise self.error(node, f"the two branches have different types: {exc}") from None
+        # Two literals stay weak, as Python's `0 if c else 1` is a plain int.
+        return t if isinstance(t, WeakType) else materialize(t)
 
     # -- calls ---------------------------------------------------------------------------
 
@@ -715,11 +717,11 @@ class Typer:
         if not isinstance(ft, ObjectType):
             raise self.error(node.func, f"{_describe(ft)} is not callable")
         obj = ft.obj
-        if node.keywords and not isinstance(obj, Intrinsic):
-            raise self.error(node.keywords[0], "keyword arguments are not supported in "
         if obj is print:
             from cupric.compiler.lowering.io import type_print
             return type_print(self, node)
+        if node.keywords and not isinstance(obj, Intrinsic):
+            raise self.error(node.keywords[0], "keyword arguments are not supported in "
                              "kernel calls; pass arguments by position")
         arg_types = [self.expr(a) for a in node.args]
         consts = [self.fn.consts.get(a) for a in node.args]
@@ -853,7 +855,10 @@ class Typer:
                 if not is_scalar(t):
                     raise self.error(a, f"{name}() needs numbers, not {_describe(t)}")
             if all(isinstance(t, WeakType) for t in arg_types) and None not in consts:
-                return self._const(node, (min if name == "min" else max)(consts))
+                value = (min if name == "min" else max)(consts)
+                if any(isinstance(c, float) for c in consts):
+                    value = float(value)  # promoted, as min/max of typed values are
+                return self._const(node, value)
             t = arg_types[0]
             for other in arg_types[1:]:
                 try:
