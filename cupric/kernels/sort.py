@@ -1,0 +1,403 @@
+"""Sorting 32-bit keys (uint32, int32, float32): a bitonic sorting network (chunks of
+2048 sorted in shared memory, then merges: global compare-exchange steps while the
+distance is at least a chunk, shared-memory steps below) and a stable LSD radix sort
+(four 8-bit digit passes: block histograms, a scan of them, stable block scatters).
+
+Both work on unsigned keys whose order is the order of the values: int32 flips the sign
+bit, float32 flips negatives entirely and positives' sign bit, every NaN maps to the
+largest key (NaNs sort last, as NumPy). Descending order flips every key bit."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+import cupric
+from cupric.device import (FULL_MASK, atomic, blockIdx, grid, gridsize, shared,
+                           syncthreads, threadIdx, warp, local)
+from cupric.kernels._common import SORTABLE, Call, blocks_for
+from cupric.types import i64, u32
+
+__all__ = ["bitonic_sort", "radix_sort", "CHUNK", "RADIX_BITS"]
+
+#: Keys a block sorts in shared memory (two per thread).
+CHUNK = 2048
+HALF = CHUNK // 2
+#: Radix sort: digit width, digits, threads per block and keys per thread per block.
+RADIX_BITS = 8
+RADIX = 1 << RADIX_BITS
+RADIX_BLOCK = 256
+RADIX_WARPS = RADIX_BLOCK // 32
+RADIX_ITEMS = 8
+RADIX_TILE = RADIX_BLOCK * RADIX_ITEMS
+#: Threads per block of the elementwise key transforms and global merge steps.
+BLOCK = 256
+
+_MODES = {np.dtype("u4"): 0, np.dtype("i4"): 1, np.dtype("f4"): 2}
+_ALL_BITS = 0xFFFFFFFF
+
+
+# -- key transforms (on the bit patterns, as uint32) ----------------------------------------
+
+def _make_key_kernels(mode):
+    @cupric.device_function
+    def to_key(v: u32):
+        if mode == 1:
+            return v ^ u32(0x80000000)
+        if mode == 2:
+            if (v & u32(0x7FFFFFFF)) > u32(0x7F800000):
+                return u32(_ALL_BITS)
+            if (v & u32(0x80000000)) != u32(0):
+                return ~v
+            return v | u32(0x80000000)
+        return v
+
+    @cupric.device_function
+    def from_key(k: u32):
+        if mode == 1:
+            return k ^ u32(0x80000000)
+        if mode == 2:
+            if k == u32(_ALL_BITS):
+                return u32(0x7FC00000)
+            if (k & u32(0x80000000)) != u32(0):
+                return k & u32(0x7FFFFFFF)
+            return ~k
+        return k
+
+    @cupric.kernel
+    def to_keys_kernel(src, keys, flip):
+        """keys[i] = order key of src[i] (xor `flip`); past len(src): the largest key."""
+        n = len(src)
+        total = len(keys)
+        i = grid(1)
+        step = gridsize(1)
+        while i < total:
+            keys[i] = to_key(src[i]) ^ flip if i < n else u32(_ALL_BITS)
+            i += step
+
+    @cupric.kernel
+    def from_keys_kernel(keys, out, flip):
+        """out[i] = the bit pattern of key keys[i] (xor `flip`), for i < len(out)."""
+        n = len(out)
+        i = grid(1)
+        step = gridsize(1)
+        while i < n:
+            out[i] = from_key(keys[i] ^ flip)
+            i += step
+
+    return to_keys_kernel, from_keys_kernel
+
+
+_KEY_KERNELS: dict = {}
+_LOCK = threading.Lock()
+
+
+def key_kernels(dtype):
+    """(to_keys_kernel, from_keys_kernel) for uint32, int32 or float32 data."""
+    mode = _MODES[np.dtype(dtype)]
+    pair = _KEY_KERNELS.get(mode)
+    if pair is None:
+        with _LOCK:
+            pair = _KEY_KERNELS.get(mode)
+            if pair is None:
+                pair = _KEY_KERNELS[mode] = _make_key_kernels(mode)
+    return pair
+
+
+# -- bitonic network --------------------------------------------------------------------------
+
+@cupric.kernel
+def bitonic_sort_shared_kernel(keys):
+    """Sort each CHUNK of keys in shared memory, alternately ascending and descending
+    (chunk c ascending when c is even), as the first stages of the full network."""
+    s = shared.array(CHUNK, u32)
+    t = threadIdx.x
+    base = i64(blockIdx.x) * CHUNK
+    s[t] = keys[base + t]
+    s[t + HALF] = keys[base + t + HALF]
+    syncthreads()
+    k = 2
+    while k <= CHUNK:
+        j = k >> 1
+        while j > 0:
+            lo = 2 * t - (t & (j - 1))
+            a = s[lo]
+            b = s[lo + j]
+            # Direction of this pair's run in the whole network: by its global index.
+            up = ((base + lo) & k) == 0
+            if (a > b) == up:
+                s[lo] = b
+                s[lo + j] = a
+            syncthreads()
+            j >>= 1
+        k <<= 1
+    keys[base + t] = s[t]
+    keys[base + t + HALF] = s[t + HALF]
+
+
+@cupric.kernel
+def bitonic_merge_global_kernel(keys, k, j):
+    """One compare-exchange step at distance `j` (>= CHUNK) of merge stage `k`."""
+    half = len(keys) >> 1
+    t = grid(1)
+    if t < half:
+        lo = 2 * t - (t & (j - 1))
+        a = keys[lo]
+        b = keys[lo + j]
+        up = (lo & k) == 0
+        if (a > b) == up:
+            keys[lo] = b
+            keys[lo + j] = a
+
+
+@cupric.kernel
+def bitonic_merge_shared_kernel(keys, k):
+    """The steps of merge stage `k` at distances CHUNK/2 .. 1, in shared memory."""
+    s = shared.array(CHUNK, u32)
+    t = threadIdx.x
+    base = i64(blockIdx.x) * CHUNK
+    s[t] = keys[base + t]
+    s[t + HALF] = keys[base + t + HALF]
+    syncthreads()
+    up = (base & k) == 0
+    j = HALF
+    while j > 0:
+        lo = 2 * t - (t & (j - 1))
+        a = s[lo]
+        b = s[lo + j]
+        if (a > b) == up:
+            s[lo] = b
+            s[lo + j] = a
+        syncthreads()
+        j >>= 1
+    keys[base + t] = s[t]
+    keys[base + t + HALF] = s[t + HALF]
+
+
+# -- radix sort ---------------------------------------------------------------------------------
+
+@cupric.device_function
+def _popc(x: u32):
+    """Set bits of a 32-bit word (SWAR; libNVVM turns the pattern into popc)."""
+    x = x - ((x >> u32(1)) & u32(0x55555555))
+    x = (x & u32(0x33333333)) + ((x >> u32(2)) & u32(0x33333333))
+    x = (x + (x >> u32(4))) & u32(0x0F0F0F0F)
+    return (x * u32(0x01010101)) >> u32(24)
+
+
+@cupric.kernel
+def radix_histogram_kernel(keys, counts, shift, tiles):
+    """Digit counts of each tile: counts[d * tiles + tile] (digit-major, so that an
+    exclusive scan of `counts` gives every (digit, tile) its first output position)."""
+    hist = shared.array(RADIX, u32)
+    t = threadIdx.x
+    hist[t] = u32(0)
+    syncthreads()
+    n = len(keys)
+    base = i64(blockIdx.x) * RADIX_TILE
+    for r in range(RADIX_ITEMS):
+        g = base + r * RADIX_BLOCK + t
+        if g < n:
+            atomic.add(hist, (keys[g] >> shift) & u32(RADIX - 1), u32(1), scope="block")
+    syncthreads()
+    counts[i64(t) * tiles + blockIdx.x] = hist[t]
+
+
+@cupric.kernel
+def radix_scatter_kernel(src, dst, offsets, shift, tiles):
+    """Move each key of a tile to its place for this digit, stably: ranks within a warp
+    from `match_any`, across warps and rounds from shared counters; the tile is first
+    regrouped by digit in shared memory so that the global writes of a digit's run are
+    consecutive."""
+    warp_counts = shared.array((RADIX_WARPS, RADIX), u32)
+    running = shared.array(RADIX, u32)
+    starts = shared.array(RADIX, u32)
+    slots = shared.array(RADIX_WARPS, u32)
+    staged = shared.array(RADIX_TILE, u32)
+    keys = local.array(RADIX_ITEMS, u32)
+    ranks = local.array(RADIX_ITEMS, u32)
+    t = threadIdx.x
+    lane = t & 31
+    w = t >> 5
+    n = len(src)
+    base = i64(blockIdx.x) * RADIX_TILE
+    below = (u32(1) << u32(lane)) - u32(1)
+    running[t] = u32(0)
+    for r in range(RADIX_ITEMS):
+        for q in range(RADIX_WARPS):
+            warp_counts[q, t] = u32(0)
+        syncthreads()
+        g = base + r * RADIX_BLOCK + t
+        # Past the end: the largest key, ranked after every real key of the tile (it
+        # comes last), so it only occupies the tail of the staged tile.
+        key = src[g] if g < n else u32(_ALL_BITS)
+        keys[r] = key
+        d = (key >> shift) & u32(RADIX - 1)
+        peers = warp.match_any(FULL_MASK, d)
+        ahead = peers & below
+        if ahead == u32(0):
+            warp_counts[w, d] = _popc(peers)
+        syncthreads()
+        # Thread t owns digit t: exclusive offsets of each warp's run, after the runs of
+        # earlier rounds.
+        s = running[t]
+        for q in range(RADIX_WARPS):
+            c = warp_counts[q, t]
+            warp_counts[q, t] = s
+            s += c
+        running[t] = s
+        syncthreads()
+        ranks[r] = warp_counts[w, d] + _popc(ahead)
+        syncthreads()
+    # Exclusive scan of the tile's digit counts: where each digit's run starts.
+    total = running[t]
+    v = total
+    d = 1
+    while d < 32:
+        u = warp.shfl_up(FULL_MASK, v, d)
+        if lane >= d:
+            v += u
+        d <<= 1
+    if lane == 31:
+        slots[w] = v
+    syncthreads()
+    if w == 0:
+        sv = slots[lane] if lane < RADIX_WARPS else u32(0)
+        d = 1
+        while d < 32:
+            u = warp.shfl_up(FULL_MASK, sv, d)
+            if lane >= d:
+                sv += u
+            d <<= 1
+        if lane < RADIX_WARPS:
+            slots[lane] = sv
+    syncthreads()
+    start = v - total
+    if w > 0:
+        start += slots[w - 1]
+    starts[t] = start
+    syncthreads()
+    for r in range(RADIX_ITEMS):
+        key = keys[r]
+        staged[starts[(key >> shift) & u32(RADIX - 1)] + ranks[r]] = key
+    syncthreads()
+    valid = n - base
+    for r in range(RADIX_ITEMS):
+        j = r * RADIX_BLOCK + t
+        if j < valid:
+            key = staged[j]
+            dd = (key >> shift) & u32(RADIX - 1)
+            dst[offsets[i64(dd) * tiles + blockIdx.x] + (j - starts[dd])] = key
+
+
+# -- host functions -----------------------------------------------------------------------------
+
+def _prepare(op, x, out, stream):
+    call = Call(op, stream)
+    src = call.array(x, "x", dtypes=SORTABLE)
+    dst, result = call.output(out, "out", src.shape, src.dtype)
+    # The kernels move bit patterns: every supported dtype is 32 bits wide.
+    bits_in = call.flat(src, "x").view(np.uint32)
+    bits_out = call.flat(dst, "out").view(np.uint32)
+    return call, bits_in, bits_out, result, np.dtype(src.dtype)
+
+
+def bitonic_sort(x, out=None, *, descending=False, stream=None):
+    """Sort the flattened array with a bitonic sorting network.
+
+    Parameters
+    ----------
+    x : device array (NumPy array on the simulator)
+        uint32, int32 or float32; C-contiguous, any shape (sorted as one flat sequence).
+    out : device array, optional
+        Same shape and dtype; may be `x` (sort in place).
+    descending : bool
+        Largest first (NaNs then come first).
+    stream : Stream or stream-like, optional
+
+    Returns
+    -------
+    out, or a new array.
+
+    Cost
+    ----
+    The length is padded to a power of two (at least 2048) in scratch memory; for
+    2^p keys, p - 11 merge stages of up to p - 11 global passes each plus one
+    shared-memory pass: O(n log^2 n) work, about (p - 11)(p - 10)/2 + p - 9 launches.
+    Not stable (keys only).
+    """
+    call, src, dst, result, dtype = _prepare("bitonic_sort", x, out, stream)
+    n = int(src.size)
+    if n == 0:
+        return result
+    to_keys, from_keys = key_kernels(dtype)
+    flip = np.uint32(_ALL_BITS if descending else 0)
+    padded = CHUNK
+    while padded < n:
+        padded <<= 1
+    keys = call.scratch((padded,), np.uint32)
+    call.launch(to_keys, blocks_for(padded, BLOCK), BLOCK, src, keys, flip)
+    chunks = padded // CHUNK
+    call.launch(bitonic_sort_shared_kernel, chunks, HALF, keys)
+    k = 2 * CHUNK
+    pairs_blocks = (padded // 2 + BLOCK - 1) // BLOCK
+    while k <= padded:
+        j = k >> 1
+        while j >= CHUNK:
+            call.launch(bitonic_merge_global_kernel, pairs_blocks, BLOCK, keys, np.int64(k),
+                        np.int64(j))
+            j >>= 1
+        call.launch(bitonic_merge_shared_kernel, chunks, HALF, keys, np.int64(k))
+        k <<= 1
+    call.launch(from_keys, blocks_for(n, BLOCK), BLOCK, keys, dst, flip)
+    call.finish()
+    return result
+
+
+def radix_sort(x, out=None, *, descending=False, stream=None):
+    """Sort the flattened array with a stable least-significant-digit radix sort.
+
+    Parameters
+    ----------
+    x : device array (NumPy array on the simulator)
+        uint32, int32 or float32; C-contiguous, any shape.
+    out : device array, optional
+        Same shape and dtype; may be `x`.
+    descending : bool
+        Largest first (NaNs first).
+    stream : Stream or stream-like, optional
+
+    Returns
+    -------
+    out, or a new array.
+
+    Cost
+    ----
+    Scratch of 2 key arrays and 2 x 256 counters per 2048-key tile; 4 passes of 3
+    launches (histogram, scan, scatter) plus 2 key transforms: about 12 reads and 5
+    writes of the keys, O(n) work.
+    """
+    call, src, dst, result, dtype = _prepare("radix_sort", x, out, stream)
+    n = int(src.size)
+    if n == 0:
+        return result
+    from cupric.kernels.scan import scan_into
+    to_keys, from_keys = key_kernels(dtype)
+    flip = np.uint32(_ALL_BITS if descending else 0)
+    keys = call.scratch((n,), np.uint32)
+    spare = call.scratch((n,), np.uint32)
+    call.launch(to_keys, blocks_for(n, BLOCK), BLOCK, src, keys, flip)
+    tiles = -(-n // RADIX_TILE)
+    counts = call.scratch((RADIX * tiles,), np.uint32)
+    offsets = call.scratch((RADIX * tiles,), np.uint32)
+    for shift in range(0, 32, RADIX_BITS):
+        call.launch(radix_histogram_kernel, tiles, RADIX_BLOCK, keys, counts,
+                    np.uint32(shift), np.int64(tiles))
+        scan_into(call, counts, offsets, exclusive=True)
+        call.launch(radix_scatter_kernel, tiles, RADIX_BLOCK, keys, spare, offsets,
+                    np.uint32(shift), np.int64(tiles))
+        keys, spare = spare, keys
+    call.launch(from_keys, blocks_for(n, BLOCK), BLOCK, keys, dst, flip)
+    call.finish()
+    return result
