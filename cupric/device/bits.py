@@ -24,6 +24,10 @@ bits = Namespace(
                         "(prmt.b32)."),
     funnelshift_l=Intrinsic("bits.funnelshift_l", "bits.funnelshift_l(lo, hi, shift) -> u32: "
                             "the high 32 bits of (hi:lo) << (shift & 31)."),
+    bitcast=Intrinsic("bits.bitcast", "bits.bitcast(x, type) -> type: the bits of x read as "
+                      "`type`, a cupric scalar type of the same width (f32 <-> i32/u32, "
+                      "f64 <-> i64/u64, f16 <-> i16/u16): __float_as_int and friends. A "
+                      "Python int counts as i64 and a Python float as f64."),
     funnelshift_r=Intrinsic("bits.funnelshift_r", "bits.funnelshift_r(lo, hi, shift) -> u32: "
                             "the low 32 bits of (hi:lo) >> (shift & 31)."),
 )

@@ -36,6 +36,11 @@ _TABLE = [
     # roots and norms
     ("sqrt", "x", "square root"), ("rsqrt", "x", "1/sqrt(x)"), ("cbrt", "x", "cube root"),
     ("rcbrt", "x", "1/cbrt(x)"), ("hypot", "x, y", "sqrt(x*x + y*y) without overflow"),
+    ("rhypot", "x, y", "1/hypot(x, y)"),
+    ("norm3d", "x, y, z", "sqrt(x*x + y*y + z*z) without overflow"),
+    ("rnorm3d", "x, y, z", "1/norm3d(x, y, z)"),
+    ("norm4d", "x, y, z, w", "sqrt(x*x + y*y + z*z + w*w) without overflow"),
+    ("rnorm4d", "x, y, z, w", "1/norm4d(x, y, z, w)"),
     # error and gamma functions
     ("erf", "x", "error function"), ("erfc", "x", "1 - erf(x), accurate for large x"),
     ("erfinv", "y", "inverse of erf on (-1, 1)"), ("erfcinv", "y", "inverse of erfc on (0, 2)"),

@@ -219,6 +219,30 @@ for _name, _fn in _BINARY.items():
 del _name, _fn
 
 
+def _norm(values) -> float:
+    # Scale by the largest magnitude first, so that squares neither overflow nor underflow.
+    m = max(abs(v) for v in values)
+    if _m.isinf(m):
+        return _m.inf
+    if _m.isnan(m) or m == 0:
+        return m
+    return m * _m.sqrt(sum((v / m) ** 2 for v in values))
+
+
+def _norm_impl(reciprocal: bool):
+    def impl(s, *xs):
+        rt = _rtype(xs)
+        n = _norm([float(x) for x in xs])
+        if reciprocal:
+            return rt(_m.inf if n == 0 else 1.0 / n)
+        return rt(n)
+    return impl
+
+
+implements("math.rhypot", "math.rnorm3d", "math.rnorm4d")(_norm_impl(True))
+implements("math.norm3d", "math.norm4d")(_norm_impl(False))
+
+
 @implements("math.sincos")
 def _sincos(s, x):
     rt = _rtype((x,))
@@ -362,6 +386,26 @@ def _mulhi(s, a, b):
     else:
         prod = (int(a) & mask) * (int(b) & mask)
     return _same_type(a, prod >> width)
+
+
+@implements("bits.bitcast")
+def _bitcast(s, x, type_):
+    target = type_ if isinstance(type_, _t.ScalarType) else _t.scalar_from_dtype(type_)
+    if isinstance(x, np.generic):
+        source = x.dtype
+    elif isinstance(x, bool):
+        source = np.dtype(np.bool_)
+    elif isinstance(x, int):
+        source = np.dtype(np.int64)
+    elif isinstance(x, float):
+        source = np.dtype(np.float64)
+    else:
+        raise TypeError(f"bits.bitcast takes a scalar, got {type(x).__name__}")
+    if source.itemsize != target.itemsize or target.kind == "b":
+        raise TypeError(f"bits.bitcast cannot reinterpret {source} as {target.name}: the "
+                        f"widths differ")
+    value = _t.scalar_from_dtype(source)(x) if not isinstance(x, np.generic) else x
+    return np.array(value, dtype=source).view(target.dtype)[()]
 
 
 @implements("bits.byte_perm")

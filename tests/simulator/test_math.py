@@ -9,6 +9,7 @@ import pytest
 from cupric import simulator as sim
 from cupric.device import bits, grid, half
 from cupric.device import math as dm
+from cupric.types import f32, f64, i32, i64, u32
 
 UNARY = {
     "sin": np.sin, "cos": np.cos, "tan": np.tan, "exp": np.exp, "exp2": np.exp2,
@@ -185,3 +186,47 @@ def test_f16_arithmetic_stays_f16(rng):
     np.testing.assert_array_equal(out[:, 0], a * b + a)
     exact = a.astype(np.float64) * b.astype(np.float64) + a.astype(np.float64)
     np.testing.assert_array_equal(out[:, 1], exact.astype(np.float16))
+
+
+def norms(x, out):
+    i = grid(1)
+    a, b, c, d = x[i, 0], x[i, 1], x[i, 2], x[i, 3]
+    out[i, 0] = dm.rhypot(a, b)
+    out[i, 1] = dm.norm3d(a, b, c)
+    out[i, 2] = dm.rnorm3d(a, b, c)
+    out[i, 3] = dm.norm4d(a, b, c, d)
+    out[i, 4] = dm.rnorm4d(a, b, c, d)
+
+
+def test_norms(rng):
+    x = rng.standard_normal((32, 4)) * 10.0 ** rng.integers(-200, 200, (32, 1))
+    out = np.zeros((32, 5))
+    sim.launch(norms, 1, 32, (x, out))
+    n2, n3, n4 = (np.sqrt(((x[:, :k] / np.abs(x).max(1, keepdims=True)) ** 2).sum(1))
+                  * np.abs(x).max(1) for k in (2, 3, 4))
+    np.testing.assert_allclose(out, np.stack([1 / n2, n3, 1 / n3, n4, 1 / n4], 1), rtol=1e-14)
+
+
+def bitcasts(f, out):
+    i = grid(1)
+    u = bits.bitcast(f[i], u32)
+    out[i, 0] = u
+    out[i, 1] = bits.bitcast(bits.bitcast(u, i32), f32) == f[i]
+    out[i, 2] = bits.bitcast(bits.bitcast(1.5, i64), f64) == 1.5
+
+
+def test_bitcast(rng):
+    f = rng.standard_normal(32).astype(np.float32)
+    out = np.zeros((32, 3), np.int64)
+    sim.launch(bitcasts, 1, 32, (f, out))
+    np.testing.assert_array_equal(out[:, 0], f.view(np.uint32))
+    assert out[:, 1:].all()
+
+
+def bad_bitcast(f):
+    bits.bitcast(f[0], i64)
+
+
+def test_bitcast_refuses_other_widths():
+    with pytest.raises(TypeError, match="widths differ"):
+        sim.launch(bad_bitcast, 1, 1, (np.zeros(1, np.float32),))
