@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from pycparser import c_ast, c_generator, c_parser
 
+from .attributes import aligned_definitions, wrap_aligned
 from .errors import BindingsError
 from .fold import FoldError, Folder, Int
 from .preprocess import MacroDef
@@ -82,43 +83,6 @@ class _Sizes:
 
     def alignof(self, type_text: str) -> int:
         return self._current().alignof(type_text)
-
-
-# Members that give a struct the alignment its `aligned(N)` attribute asks for: each has
-# size N and alignment N on LP64 platforms (x86-64 and aarch64 alike).
-_ALIGNERS = {2: ["short"], 4: ["int"], 8: ["long", "long"], 16: ["long", "double"]}
-ALIGNER_FIELD = "__cupric_align"
-
-
-def _aligned_definitions(node: c_ast.Node, alignments: dict[str, str]):
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        if (isinstance(current, (c_ast.Struct, c_ast.Union)) and current.decls is not None
-                and current.name in alignments):
-            yield current
-        for _, child in current.children():
-            stack.append(child)
-
-
-def _decl(name, type_node):
-    return c_ast.Decl(name, [], [], [], [], type_node, None, None)
-
-
-def _wrap_aligned(record: c_ast.Node, alignment: int) -> None:
-    """Give a struct/union `alignment` by overlaying its members with an aligner member.
-
-    ``struct float2 { float x, y; }`` becomes
-    ``struct float2 { union { struct { float x, y; }; long long __cupric_align; }; }``:
-    the members keep their names (anonymous members are transparent in C and cffi),
-    the size stays a multiple of the alignment, as it is for the C compiler.
-    """
-    names = _ALIGNERS.get(alignment)
-    if names is None:
-        raise BindingsError(f"cannot express alignment {alignment} of {record.name} in cffi")
-    inner = type(record)(None, record.decls)
-    aligner = _decl(ALIGNER_FIELD, c_ast.TypeDecl(ALIGNER_FIELD, [], None, c_ast.IdentifierType(names)))
-    record.decls = [_decl(None, c_ast.Union(None, [_decl(None, inner), aligner]))]
 
 
 def _fold_node(node: c_ast.Node, folder: Folder, enum_values: dict[str, int]) -> None:
@@ -228,11 +192,11 @@ def fold_declarations(nodes, functions, macros, typenames, owns, alignments=None
             node = _clean_function(node)
         text = generator.visit(node) + ";"
         sizes.add(text)
-        for record in _aligned_definitions(node, alignments or {}):
+        for record in aligned_definitions(node, alignments or {}):
             wanted = folder.fold_int(_parse_expression(alignments[record.name], typenames))
             kind = "struct" if isinstance(record, c_ast.Struct) else "union"
             if sizes.alignof(f"{kind} {record.name}") < wanted:
-                _wrap_aligned(record, wanted)
+                wrap_aligned(record, wanted)
                 text = generator.visit(node) + ";"
                 sizes.replace_last(text)
         texts.append(text)
