@@ -23,6 +23,7 @@ import numpy as np
 
 from ..device import _intrinsic
 from ..device.errors import KernelAssertionError, KernelError
+from ..types import scalar_from_dtype
 from . import _impl, _impl_math  # noqa: F401  (they fill the implementation table)
 from ._array import SimArray
 from ._impl import SHARED_LIMIT
@@ -78,7 +79,12 @@ def _prepare(func, args) -> tuple[list, list]:
 
 def _argument(value, name: str, copy_back: list):
     if isinstance(value, np.ndarray):
-        if value.dtype.hasobject:
+        if value.dtype.fields is None:
+            try:
+                scalar_from_dtype(value.dtype)  # the element types a compiled launch takes
+            except TypeError as exc:
+                raise TypeError(f"argument {name!r}: {exc}") from None
+        elif value.dtype.hasobject:
             raise TypeError(f"argument {name!r}: arrays of Python objects cannot be passed "
                             f"to a kernel")
         return SimArray(value, name)
@@ -95,6 +101,9 @@ def _argument(value, name: str, copy_back: list):
     if isinstance(value, bool):
         return value
     if isinstance(value, int):
+        if not -2**63 <= value < 2**63:
+            raise OverflowError(f"argument {name!r}: {value} does not fit the i64 a Python "
+                                f"int is passed as")
         return np.int64(value)  # typeof(int) is i64: arithmetic wraps as compiled code's
     if isinstance(value, float):
         return np.float64(value)

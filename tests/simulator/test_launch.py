@@ -174,3 +174,10 @@ def shuffles_a_tuple(out):
 def test_shuffles_refuse_values_a_gpu_cannot_move():
     with pytest.raises(TypeError, match="scalars"):
         sim.launch(shuffles_a_tuple, 1, 32, (np.zeros(1),))
+
+
+def test_arguments_a_compiled_launch_would_refuse_are_refused():
+    with pytest.raises(TypeError, match="argument 'x'.*complex"):
+        sim.launch(add_scalar, 1, 1, (np.zeros(2, np.complex64), 1, np.zeros(2)))
+    with pytest.raises(OverflowError, match="argument 'k'"):
+        sim.launch(add_scalar, 1, 1, (np.zeros(2), 2**70, np.zeros(2)))
