@@ -51,3 +51,14 @@ def test_ptx(kind, name):
         assert ".local" not in ptx  # the state tuple lives in registers, never spilled
     if kind == "uniform_f32":
         assert "shf.l.wrap.b32" in ptx  # rotations map to the funnel shifter
+
+
+@pytest.mark.parametrize("kind, name", [("uniform_f32", "xoshiro128++"),
+                                        ("init_streams", "xoshiro512++"),
+                                        ("integers64", "xoshiro256**")])
+def test_cubin_keeps_state_in_registers(kind, name):
+    """ptxas (through nvJitLink) for sm_90: no spills and no stack for these kernels."""
+    spec = device.compiled_kernel(kind, name).specialize(signature(kind, name))
+    usage = spec.artifact("sm_90").resource_usage["kernel"]
+    assert usage.spill_stores == 0 and usage.spill_loads == 0 and usage.stack_bytes == 0
+    assert usage.registers <= 64
