@@ -163,8 +163,6 @@ def run(json_path: str | None = None) -> dict:
         import torch
         results["device"] = torch.cuda.get_device_name()
         results["torch"] = torch.__version__
-        from cupric.cublas import lib
-        results["cublas_library"] = lib.binding.path
     except Exception as exc:  # reported in the table and JSON, never hidden
         results["setup_error"] = f"{type(exc).__name__}: {exc}"
     for part in (_rates, _host_cost):
@@ -172,6 +170,8 @@ def run(json_path: str | None = None) -> dict:
             part(results)
         except Exception as exc:
             results[f"{part.__name__.strip('_')}_error"] = f"{type(exc).__name__}: {exc}"[:500]
+    from cupric.cublas import lib
+    results["cublas_library"] = lib.binding.path  # known once the library was loaded
     _print(results)
     if json_path:
         with open(json_path, "w") as f:

@@ -170,6 +170,10 @@ def gemm_ex(transa, transb, alpha, a, b, beta, c, *, compute=None, a_type=None,
 
     Notes
     -----
+    int8 inputs run on cuBLAS's integer kernels, which cover some shapes and layouts
+    only: others fail with ``CUBLAS_STATUS_NOT_SUPPORTED`` (seen for a 64x48x96 "N", "N"
+    problem with cuBLAS 13.1 on an H200, while 8x16x32 ran).
+
     fp8 inputs (sm_89 and newer) are computed by cuBLASLt with float32 compute; there
     `transa` must be "T" and `transb` "N" on current GPUs, and c may be bf16, f16 or
     f32.
