@@ -106,6 +106,7 @@ class Generator:
         self._state: np.ndarray | None = None
         self._device_state = None
         self._backend = None
+        self._init_inputs: tuple = ()
 
     @classmethod
     def _from_base(cls, alg, seed: int, base: np.ndarray, streams: int) -> "Generator":
@@ -142,7 +143,7 @@ class Generator:
         """
         if self._where == "device":
             self._state = self._backend.to_host(self._device_state)
-            self._device_state, self._backend = None, None
+            self._device_state, self._backend, self._init_inputs = None, None, ()
         elif self._where == "none":
             self._state = stream_states(self._alg, self._base, self._streams)
         self._where = "host"
@@ -164,11 +165,12 @@ class Generator:
             states = backend.to_device(self._state)
             self._state = None
         else:
-            table = jump_table(alg, self._streams, digit_bits=DIGIT_BITS)
+            table = backend.to_device(jump_table(alg, self._streams, digit_bits=DIGIT_BITS))
             states = backend.empty((alg.words, self._streams), alg.dtype)
             base = backend.to_device(self._base.reshape(alg.words, 1))
-            backend.launch("init_streams", alg, self._streams,
-                           (states, base, backend.to_device(table), DIGIT_BITS))
+            backend.launch("init_streams", alg, self._streams, (states, base, table, DIGIT_BITS))
+            # The launch is asynchronous: keep its inputs alive as long as the states.
+            self._init_inputs = (base, table)
         self._device_state, self._backend, self._where = states, backend, "device"
         return states
 
@@ -181,7 +183,8 @@ class Generator:
         return f"Generator({self._alg.name}, seed={self._seed}, streams={self._streams})"
 
     def jumped(self, jumps: int = 1) -> "Generator":
-        """A new Generator whose stream 0 starts `jumps` long jumps after this one's.
+        """A new Generator whose stream 0 starts `jumps` long jumps after this one's
+        stream 0 started (whatever this one has drawn since).
 
         A long jump (2^96 steps for xoshiro128++) spans more than all the streams of this
         Generator, so the two never share a state while S * jump <= long jump.
