@@ -73,3 +73,11 @@ def test_device_library_doc_lists_every_intrinsic():
     text = DOC.read_text()
     missing = [name for name in REGISTRY if f"`{name}" not in text]
     assert not missing, f"docs/device-library.md does not list {missing}"
+
+
+def test_convergent_kinds_name_declared_intrinsics():
+    from cupric.device.kinds import CONVERGENT
+    from cupric.simulator._scan import PAUSING
+
+    assert CONVERGENT <= set(REGISTRY) and PAUSING <= set(REGISTRY)
+    assert {n for n in REGISTRY if n.startswith("atomic.")} <= PAUSING
