@@ -36,11 +36,9 @@ def bindings_dir() -> str:
     explicit = os.environ.get("CUPRIC_BINDINGS_DIR")
     if explicit:
         return os.path.expanduser(explicit)
-    root = os.environ.get("CUPRIC_CACHE_DIR")
-    if root:
-        return os.path.join(os.path.expanduser(root), "bindings")
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "cupric", "bindings")
+    from .._paths import cache_root
+
+    return str(cache_root() / "bindings")
 
 
 def _cffi_version() -> str:
