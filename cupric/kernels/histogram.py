@@ -55,7 +55,9 @@ def _make_kernels(real):
         while i < n:
             b = bin_of(real(x[i]), edges, lo, hi, norm, bins)
             if b >= 0:
-                atomic.add(hist, b, u32(1), scope="block")
+                # Default scope: on a shared array that is atom.shared (ATOMS); an
+                # explicit scope="block" goes through a generic address (slower).
+                atomic.add(hist, b, u32(1))
             i += step
         syncthreads()
         j = i64(t)

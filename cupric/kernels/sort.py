@@ -14,8 +14,8 @@ import threading
 import numpy as np
 
 import cupric
-from cupric.device import (FULL_MASK, atomic, blockIdx, grid, gridsize, shared,
-                           syncthreads, threadIdx, warp, local)
+from cupric.device import (FULL_MASK, atomic, bits, blockIdx, grid, gridsize, local,
+                           shared, syncthreads, threadIdx, warp)
 from cupric.kernels._common import SORTABLE, Call, blocks_for
 from cupric.types import i64, u32
 
@@ -177,15 +177,6 @@ def bitonic_merge_shared_kernel(keys, k):
 
 # -- radix sort ---------------------------------------------------------------------------------
 
-@cupric.device_function
-def _popc(x: u32):
-    """Set bits of a 32-bit word (SWAR; libNVVM turns the pattern into popc)."""
-    x = x - ((x >> u32(1)) & u32(0x55555555))
-    x = (x & u32(0x33333333)) + ((x >> u32(2)) & u32(0x33333333))
-    x = (x + (x >> u32(4))) & u32(0x0F0F0F0F)
-    return (x * u32(0x01010101)) >> u32(24)
-
-
 @cupric.kernel
 def radix_histogram_kernel(keys, counts, shift, tiles):
     """Digit counts of each tile: counts[d * tiles + tile] (digit-major, so that an
@@ -199,7 +190,8 @@ def radix_histogram_kernel(keys, counts, shift, tiles):
     for r in range(RADIX_ITEMS):
         g = base + r * RADIX_BLOCK + t
         if g < n:
-            atomic.add(hist, (keys[g] >> shift) & u32(RADIX - 1), u32(1), scope="block")
+            # Default scope: atom.shared on a shared array (see histogram.py).
+            atomic.add(hist, (keys[g] >> shift) & u32(RADIX - 1), u32(1))
     syncthreads()
     counts[i64(t) * tiles + blockIdx.x] = hist[t]
 
@@ -237,7 +229,7 @@ def radix_scatter_kernel(src, dst, offsets, shift, tiles):
         peers = warp.match_any(FULL_MASK, d)
         ahead = peers & below
         if ahead == u32(0):
-            warp_counts[w, d] = _popc(peers)
+            warp_counts[w, d] = u32(bits.popc(peers))
         syncthreads()
         # Thread t owns digit t: exclusive offsets of each warp's run, after the runs of
         # earlier rounds.
@@ -248,7 +240,7 @@ def radix_scatter_kernel(src, dst, offsets, shift, tiles):
             s += c
         running[t] = s
         syncthreads()
-        ranks[r] = warp_counts[w, d] + _popc(ahead)
+        ranks[r] = warp_counts[w, d] + u32(bits.popc(ahead))
         syncthreads()
     # Exclusive scan of the tile's digit counts: where each digit's run starts.
     total = running[t]
