@@ -147,7 +147,7 @@ def _array_parts(buf, flat: list, extents: list, index: int):
         else:
             lo += (n - 1) * s
     if not empty:
-        extents.append((lo, hi + itemsize, index))
+        extents.append((lo, hi + itemsize, index, ptr))
     key = (shape, strides, itemsize)
     layout = _LAYOUTS.get(key)
     if layout is None:
@@ -195,10 +195,10 @@ _NUMPY_SCALARS = frozenset({np.bool_, np.int8, np.int16, np.int32, np.int64, np.
 
 def _disjoint(extents, written: frozenset) -> bool:
     """True when no written array overlaps any other array argument."""
-    for lo, hi, i in extents:
+    for lo, hi, i, _ in extents:
         if i not in written:
             continue
-        for lo2, hi2, j in extents:
+        for lo2, hi2, j, _ in extents:
             if j == i and lo2 == lo and hi2 == hi:
                 continue
             if lo < hi2 and lo2 < hi:
@@ -213,13 +213,16 @@ class Specialization:
     arguments are known not to alias, its NVVM IR, PTX/cubin and launch handle.
 
     With `noalias`, the arrays the kernel never writes are typed read-only (loaded
-    through the non-coherent cache) and every array pointer is `noalias`.
+    through the non-coherent cache) and every array pointer is `noalias`; with
+    `aligned`, array pointers are known 16-byte aligned.
     """
 
-    def __init__(self, kern: Kernel, arg_types: tuple, noalias: bool) -> None:
+    def __init__(self, kern: Kernel, arg_types: tuple, noalias: bool,
+                 aligned: bool = False) -> None:
         self.kernel = kern
         self.arg_types = arg_types
         self.noalias = noalias
+        self.aligned = aligned
         self._typed = None
         self._ir = None
         self._artifact = None
@@ -244,6 +247,7 @@ class Specialization:
             from cupric.compiler.codegen.module import lower_kernel
             k = self.kernel
             self._ir = lower_kernel(self.typed, k.symbol, noalias=self.noalias,
+                                    aligned=self.aligned,
                                     debug=k.options.debug, lineinfo=k.options.lineinfo,
                                     fast_math=k.fast_math, c_division=k.c_division,
                                     bounds_check=k.bounds_check)
@@ -256,6 +260,7 @@ class Specialization:
         from cupric.compiler.cache import make_key
         k = self.kernel
         return make_key("cupric.frontend", k.fingerprint, repr(self.arg_types), self.noalias,
+                        self.aligned,
                         k.fast_math, k.c_division, k.bounds_check, options.cache_key())
 
     def artifact(self, arch=None):
@@ -417,7 +422,7 @@ class Kernel:
         self.symbol = py_func.__name__
         self._fingerprint = None
         self._specs: dict = {}       # launch key -> (arg_types, written)
-        self._variants: dict = {}    # (arg_types, noalias) -> Specialization
+        self._variants: dict = {}    # (arg_types, noalias, aligned) -> Specialization
         self._writes: dict = {}      # arg_types -> written array parameters
         self._lock = threading.RLock()
         self._param_specs = None
@@ -469,6 +474,7 @@ class Kernel:
         extents: list = []
         put = flat.append
         index = 0
+        address_bits = 0  # OR of the array pointers: alignment of them all
         try:
             for value in args:
                 cls = value.__class__
@@ -480,13 +486,17 @@ class Kernel:
                     put(n)
                     put(1)
                     if n:
-                        extents.append((ptr, ptr + n * value.itemsize, index))
+                        extents.append((ptr, ptr + n * value.itemsize, index, ptr))
+                        address_bits |= ptr
                     key.append((value.dtype, 1, "C"))
                 elif cls is float or cls is int or cls is bool or cls in _NUMPY_SCALARS:
                     put(value)
                     key.append(cls)
                 else:
+                    before = len(extents)
                     key.append(_arg_parts(value, flat, extents, index))
+                    for extent in extents[before:]:
+                        address_bits |= extent[3]
                 index += 1
         except TypeError as exc:
             raise TypeError(f"{self.__name__}: {exc}") from None
@@ -494,11 +504,12 @@ class Kernel:
         entry = self._specs.get(key)
         if entry is None:
             entry = self._new_entry(key, args)
-        written, plain, fast = entry
-        if written and len(extents) > 1 and not _disjoint(extents, written):
-            spec = plain
-        else:
-            spec = fast
+        written, variants, arg_types = entry
+        choice = (not (written and len(extents) > 1 and not _disjoint(extents, written)),
+                  not address_bits & 15)
+        spec = variants.get(choice)
+        if spec is None:
+            spec = variants[choice] = self._variant(arg_types, *choice)
         prepared = spec._prepared or spec.prepared()
         prepared.launch(grid, block, stream, shared_bytes, *flat)
 
@@ -519,8 +530,7 @@ class Kernel:
                 written = self.writes(arg_types)
             except CompileError as exc:
                 raise exc.with_traceback(None) from None
-            entry = (written, self._variant(arg_types, False), self._variant(arg_types, True))
-            self._specs[key] = entry
+            entry = self._specs[key] = (written, {}, arg_types)
             return entry
 
     def writes(self, arg_types) -> frozenset:
@@ -574,20 +584,22 @@ class Kernel:
                             "parameters (no *args, **kwargs, defaults or keyword-only "
                             "parameters)") from None
 
-    def _variant(self, arg_types, noalias) -> Specialization:
-        spec = self._variants.get((arg_types, noalias))
+    def _variant(self, arg_types, noalias, aligned=False) -> Specialization:
+        key = (arg_types, noalias, aligned)
+        spec = self._variants.get(key)
         if spec is None:
-            spec = self._variants[(arg_types, noalias)] = Specialization(self, arg_types,
-                                                                         noalias)
+            spec = self._variants[key] = Specialization(self, arg_types, noalias, aligned)
         return spec
 
     # -- inspection ------------------------------------------------------------------------
 
-    def specialize(self, signature=None, *, noalias: bool = True) -> Specialization:
+    def specialize(self, signature=None, *, noalias: bool = True,
+                   aligned: bool = True) -> Specialization:
         """The specialization for `signature`: a string ("f32, Array[f32, 1, 'C']"), a
         sequence of cupric types, or None for the parameter annotations themselves (all
         must be concrete). With `noalias` (default) array arguments are assumed not to
-        overlap, as the launch path finds for distinct arrays.
+        overlap, and with `aligned` (default) to start on 16-byte boundaries, as the
+        launch path finds for distinct allocations.
 
         Raises
         ------
@@ -610,13 +622,14 @@ class Kernel:
         names = list(self.py_func.__code__.co_varnames[:self.py_func.__code__.co_argcount])
         types = bind(self.__name__, names, specs, list(types))
         try:
-            spec = self._variant(types, noalias)
+            spec = self._variant(types, noalias, aligned)
             spec.typed
             return spec
         except CompileError as exc:
             raise exc.with_traceback(None) from None
 
-    def compile(self, signature=None, *, arch=None, noalias: bool = True):
+    def compile(self, signature=None, *, arch=None, noalias: bool = True,
+                aligned: bool = True):
         """Compile (or fetch from the cache) the code for `signature`; returns the
         `cupric.compiler.backend.Artifact` (PTX, cubin). A cache hit needs no typing."""
         from cupric.compiler.signature import Generic, bind, param_specs, parse_signature
@@ -632,23 +645,25 @@ class Kernel:
             types = tuple(signature)
         names = list(self.py_func.__code__.co_varnames[:self.py_func.__code__.co_argcount])
         types = bind(self.__name__, names, specs, list(types))
-        return self._variant(types, noalias).artifact(arch)
+        return self._variant(types, noalias, aligned).artifact(arch)
 
     def inspect_types(self, signature=None) -> dict:
         """Local variable name -> type for `signature`."""
         return dict(self.specialize(signature).typed.var_types)
 
-    def inspect_ir(self, signature=None, *, noalias: bool = True) -> str:
+    def inspect_ir(self, signature=None, *, noalias: bool = True,
+                   aligned: bool = True) -> str:
         """The NVVM IR text for `signature` (see `specialize`)."""
-        spec = self.specialize(signature, noalias=noalias)
+        spec = self.specialize(signature, noalias=noalias, aligned=aligned)
         try:
             return spec.ir
         except CompileError as exc:
             raise exc.with_traceback(None) from None
 
-    def inspect_ptx(self, signature=None, *, arch=None, noalias: bool = True) -> str:
+    def inspect_ptx(self, signature=None, *, arch=None, noalias: bool = True,
+                    aligned: bool = True) -> str:
         """The PTX for `signature` on `arch` (default: the current device, else sm_90)."""
-        spec = self.specialize(signature, noalias=noalias)
+        spec = self.specialize(signature, noalias=noalias, aligned=aligned)
         try:
             return spec.artifact(arch).ptx
         except CompileError as exc:

@@ -95,6 +95,13 @@ def type_of_value(value) -> Type:
         return TupleType(type_of_value(v) for v in value)
     if isinstance(value, np.void) and value.dtype.names:
         return StructType(value.dtype)
+    if all(hasattr(value, a) for a in ("ptr", "shape", "strides", "dtype")):
+        # A DeviceBuffer (or a view of one): its attributes, no interface dict needed.
+        from cupric.types import _layout_of
+        dtype = scalar_from_dtype(value.dtype)
+        shape = tuple(value.shape)
+        return ArrayType(dtype, len(shape), _layout_of(tuple(value.strides), shape,
+                                                       dtype.itemsize))
     return typeof(value)
 
 

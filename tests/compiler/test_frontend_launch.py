@@ -38,7 +38,7 @@ def test_array_flattening_and_key():
     key = kmod._arg_parts(buf, flat, extents, 0)
     assert flat == [0x1000, 4, 8, 8, 1]  # strides in elements
     assert key == (np.dtype(np.float32), 2, "C")
-    assert extents == [(0x1000, 0x1000 + 4 * 8 * 4, 0)]
+    assert extents == [(0x1000, 0x1000 + 4 * 8 * 4, 0, 0x1000)]
     t = FakeBuffer(0x1000, (8, 4), strides=(4, 32))
     assert kmod._arg_parts(t, [], [], 0)[2] == "F"
 
@@ -136,6 +136,39 @@ def test_simulate_and_launch_keywords(monkeypatch):
     _copy.simulate[2, 32](np.zeros(2, np.float32), np.zeros(2, np.float32))
     _copy.launch(np.zeros(2, np.float32), np.zeros(2, np.float32), grid=3, block=32)
     assert seen == [2, 3]
+
+
+class _Prepared:
+    def __init__(self, log, spec):
+        self.log, self.spec = log, spec
+
+    def launch(self, grid, block, stream, shared_bytes, *values):
+        self.log.append((self.spec.noalias, self.spec.aligned, grid, block, stream,
+                         shared_bytes, values))
+
+
+def test_launch_picks_the_variant(monkeypatch):
+    """The hot path: flattened values reach PreparedLaunch.launch, and the variant follows
+    the aliasing and alignment of the arguments."""
+    log = []
+    monkeypatch.setattr(kmod, "_SIMULATOR", [False])
+    monkeypatch.setattr(kmod.Specialization, "prepared",
+                        lambda self: _Prepared(log, self))
+    kmod._ARRAY_CLASSES.add(FakeBuffer)
+    x = FakeBuffer(0x1000, (256,))
+    y = FakeBuffer(0x2000, (256,))
+    _copy[2, 128](x, y)
+    assert log[-1] == (True, True, 2, 128, None, 0, (0x1000, 256, 1, 0x2000, 256, 1))
+    _copy[(2,), (128,), 7, 64](x, FakeBuffer(0x1000 + 64, (256,)))  # overlaps x
+    assert log[-1][:2] == (False, True) and log[-1][4:6] == (7, 64)
+    _copy[2, 128](FakeBuffer(0x1004, (256,)), y)  # not 16-byte aligned
+    assert log[-1][:2] == (True, False)
+    strided = FakeBuffer(0x1000, (128,), strides=(8,))
+    _copy[2, 128](strided, y)  # a new specialization: layout 'A'
+    assert log[-1][6] == (0x1000, 128, 2, 0x2000, 256, 1)
+    assert len(_copy._specs) == 2
+    with pytest.raises(TypeError, match=r"_copy\(\) takes 2 arguments"):
+        _copy[1, 1](x)
 
 
 def test_device_function_runs_as_python():

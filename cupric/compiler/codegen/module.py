@@ -131,7 +131,8 @@ class ModuleCodegen:
         return self.module.render()
 
 
-def lower_kernel(typed, symbol: str, *, noalias: bool = False, debug: bool = False,
+def lower_kernel(typed, symbol: str, *, noalias: bool = False, aligned: bool = False,
+                 debug: bool = False,
                  lineinfo: bool = False, fast_math: bool = False,
                  c_division: bool = False, bounds_check: bool = False) -> str:
     """NVVM IR text of a kernel specialization (`typed` from the typer).
@@ -143,9 +144,11 @@ def lower_kernel(typed, symbol: str, *, noalias: bool = False, debug: bool = Fal
         The kernel's entry-point name in PTX.
     noalias : bool
         Array arguments do not overlap any written array (decided at launch).
+    aligned : bool
+        Every array argument's data is 16-byte aligned (decided at launch).
     """
     mcg = ModuleCodegen(typed.name, debug=debug, lineinfo=lineinfo, fast_math=fast_math,
                         c_division=c_division, bounds_check=bounds_check)
     mcg.lowering_state["kernel"] = typed  # module-wide decisions (constant memory) see it
-    FunctionCodegen(mcg, typed, symbol, noalias=noalias).emit()
+    FunctionCodegen(mcg, typed, symbol, noalias=noalias, aligned=aligned).emit()
     return mcg.render()

@@ -7,7 +7,7 @@ declare i32 @llvm.nvvm.read.ptx.sreg.ctaid.x() nounwind
 declare i32 @llvm.nvvm.read.ptx.sreg.ntid.x() nounwind
 declare i32 @llvm.nvvm.read.ptx.sreg.tid.x() nounwind
 
-define void @block_sum(float addrspace(1)* noalias %x, i64 %x.shape0, i64 %x.stride0, float addrspace(1)* noalias %out, i64 %out.shape0, i64 %out.stride0) nounwind {
+define void @block_sum(float addrspace(1)* noalias align 16 %x, i64 %x.shape0, i64 %x.stride0, float addrspace(1)* noalias align 16 %out, i64 %out.shape0, i64 %out.stride0) nounwind {
 entry:
   %slot = alloca float addrspace(1)*
   %slot.1 = alloca i64

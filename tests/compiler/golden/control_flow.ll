@@ -6,7 +6,7 @@ declare i32 @llvm.nvvm.read.ptx.sreg.ctaid.x() nounwind
 declare i32 @llvm.nvvm.read.ptx.sreg.ntid.x() nounwind
 declare i32 @llvm.nvvm.read.ptx.sreg.tid.x() nounwind
 
-define void @control_flow(i32 addrspace(1)* noalias %n, i64 %n.shape0, i64 %n.stride0, i64 addrspace(1)* noalias %out, i64 %out.shape0, i64 %out.stride0) nounwind {
+define void @control_flow(i32 addrspace(1)* noalias align 16 %n, i64 %n.shape0, i64 %n.stride0, i64 addrspace(1)* noalias align 16 %out, i64 %out.shape0, i64 %out.stride0) nounwind {
 entry:
   %slot = alloca i32 addrspace(1)*
   %slot.1 = alloca i64

@@ -6,7 +6,7 @@ declare i32 @llvm.nvvm.read.ptx.sreg.ctaid.x() nounwind
 declare i32 @llvm.nvvm.read.ptx.sreg.ntid.x() nounwind
 declare i32 @llvm.nvvm.read.ptx.sreg.tid.x() nounwind
 
-define void @generic_scale(double addrspace(1)* noalias %x, i64 %x.shape0, i64 %x.stride0, double addrspace(1)* noalias %factor, i64 %factor.shape0, i64 %factor.stride0, double addrspace(1)* noalias %out, i64 %out.shape0, i64 %out.stride0) nounwind {
+define void @generic_scale(double addrspace(1)* noalias align 16 %x, i64 %x.shape0, i64 %x.stride0, double addrspace(1)* noalias align 16 %factor, i64 %factor.shape0, i64 %factor.stride0, double addrspace(1)* noalias align 16 %out, i64 %out.shape0, i64 %out.stride0) nounwind {
 entry:
   %slot = alloca double addrspace(1)*
   %slot.1 = alloca i64

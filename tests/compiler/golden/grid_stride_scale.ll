@@ -7,7 +7,7 @@ declare i32 @llvm.nvvm.read.ptx.sreg.nctaid.x() nounwind
 declare i32 @llvm.nvvm.read.ptx.sreg.ntid.x() nounwind
 declare i32 @llvm.nvvm.read.ptx.sreg.tid.x() nounwind
 
-define void @grid_stride_scale(double addrspace(1)* noalias %x, i64 %x.shape0, i64 %x.stride0, double %factor) nounwind {
+define void @grid_stride_scale(double addrspace(1)* noalias align 16 %x, i64 %x.shape0, i64 %x.stride0, double %factor) nounwind {
 entry:
   %slot = alloca double addrspace(1)*
   %slot.1 = alloca i64

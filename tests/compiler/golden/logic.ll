@@ -6,7 +6,7 @@ declare i32 @llvm.nvvm.read.ptx.sreg.ctaid.x() nounwind
 declare i32 @llvm.nvvm.read.ptx.sreg.ntid.x() nounwind
 declare i32 @llvm.nvvm.read.ptx.sreg.tid.x() nounwind
 
-define void @logic(float addrspace(1)* noalias %a, i64 %a.shape0, i64 %a.stride0, float addrspace(1)* noalias %b, i64 %b.shape0, i64 %b.stride0, i8 addrspace(1)* noalias %out, i64 %out.shape0, i64 %out.stride0) nounwind {
+define void @logic(float addrspace(1)* noalias align 16 %a, i64 %a.shape0, i64 %a.stride0, float addrspace(1)* noalias align 16 %b, i64 %b.shape0, i64 %b.stride0, i8 addrspace(1)* noalias align 16 %out, i64 %out.shape0, i64 %out.stride0) nounwind {
 entry:
   %slot = alloca float addrspace(1)*
   %slot.1 = alloca i64

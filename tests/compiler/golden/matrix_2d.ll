@@ -9,7 +9,7 @@ declare i32 @llvm.nvvm.read.ptx.sreg.ntid.y() nounwind
 declare i32 @llvm.nvvm.read.ptx.sreg.tid.x() nounwind
 declare i32 @llvm.nvvm.read.ptx.sreg.tid.y() nounwind
 
-define void @matrix_2d(float addrspace(1)* noalias %a, i64 %a.shape0, i64 %a.shape1, i64 %a.stride0, i64 %a.stride1, float addrspace(1)* noalias %b, i64 %b.shape0, i64 %b.shape1, i64 %b.stride0, i64 %b.stride1, float addrspace(1)* noalias %out, i64 %out.shape0, i64 %out.shape1, i64 %out.stride0, i64 %out.stride1) nounwind {
+define void @matrix_2d(float addrspace(1)* noalias align 16 %a, i64 %a.shape0, i64 %a.shape1, i64 %a.stride0, i64 %a.stride1, float addrspace(1)* noalias align 16 %b, i64 %b.shape0, i64 %b.shape1, i64 %b.stride0, i64 %b.stride1, float addrspace(1)* noalias align 16 %out, i64 %out.shape0, i64 %out.shape1, i64 %out.stride0, i64 %out.stride1) nounwind {
 entry:
   %slot = alloca float addrspace(1)*
   %slot.1 = alloca i64

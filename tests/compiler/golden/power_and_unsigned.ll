@@ -6,7 +6,7 @@ declare i32 @llvm.nvvm.read.ptx.sreg.ctaid.x() nounwind
 declare i32 @llvm.nvvm.read.ptx.sreg.ntid.x() nounwind
 declare i32 @llvm.nvvm.read.ptx.sreg.tid.x() nounwind
 
-define void @power_and_unsigned(i64 addrspace(1)* noalias %a, i64 %a.shape0, i64 %a.stride0, i32 addrspace(1)* noalias %e, i64 %e.shape0, i64 %e.stride0, i64 addrspace(1)* noalias %out, i64 %out.shape0, i64 %out.stride0) nounwind {
+define void @power_and_unsigned(i64 addrspace(1)* noalias align 16 %a, i64 %a.shape0, i64 %a.stride0, i32 addrspace(1)* noalias align 16 %e, i64 %e.shape0, i64 %e.stride0, i64 addrspace(1)* noalias align 16 %out, i64 %out.shape0, i64 %out.stride0) nounwind {
 entry:
   %slot = alloca i64 addrspace(1)*
   %slot.1 = alloca i64

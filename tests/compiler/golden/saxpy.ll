@@ -6,7 +6,7 @@ declare i32 @llvm.nvvm.read.ptx.sreg.ctaid.x() nounwind
 declare i32 @llvm.nvvm.read.ptx.sreg.ntid.x() nounwind
 declare i32 @llvm.nvvm.read.ptx.sreg.tid.x() nounwind
 
-define void @saxpy(float %a, float addrspace(1)* noalias %x, i64 %x.shape0, i64 %x.stride0, float addrspace(1)* noalias %y, i64 %y.shape0, i64 %y.stride0, float addrspace(1)* noalias %out, i64 %out.shape0, i64 %out.stride0) nounwind {
+define void @saxpy(float %a, float addrspace(1)* noalias align 16 %x, i64 %x.shape0, i64 %x.stride0, float addrspace(1)* noalias align 16 %y, i64 %y.shape0, i64 %y.stride0, float addrspace(1)* noalias align 16 %out, i64 %out.shape0, i64 %out.stride0) nounwind {
 entry:
   %slot = alloca float
   store float %a, float* %slot
