@@ -49,6 +49,15 @@ _TABLE = [
     ("normcdfinv", "p", "inverse of normcdf on (0, 1)"),
     ("lgamma", "x", "log(abs(gamma(x)))"), ("tgamma", "x", "the gamma function"),
     ("gamma", "x", "the gamma function (Python's name for tgamma)"),
+    # Bessel functions of integer order
+    ("j0", "x", "Bessel function of the first kind of order 0"),
+    ("j1", "x", "Bessel function of the first kind of order 1"),
+    ("jn", "n, x", "Bessel function of the first kind of integer order n"),
+    ("y0", "x", "Bessel function of the second kind of order 0 (NaN for x < 0)"),
+    ("y1", "x", "Bessel function of the second kind of order 1 (NaN for x < 0)"),
+    ("yn", "n, x", "Bessel function of the second kind of integer order n"),
+    ("cyl_bessel_i0", "x", "modified Bessel function of the first kind of order 0"),
+    ("cyl_bessel_i1", "x", "modified Bessel function of the first kind of order 1"),
     # rounding, remainders, manipulation
     ("floor", "x", "largest integer <= x, as a float"), ("ceil", "x", "smallest integer >= x"),
     ("trunc", "x", "x rounded toward zero"), ("rint", "x", "x rounded to nearest, ties to even"),

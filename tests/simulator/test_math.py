@@ -230,3 +230,49 @@ def bad_bitcast(f):
 def test_bitcast_refuses_other_widths():
     with pytest.raises(TypeError, match="widths differ"):
         sim.launch(bad_bitcast, 1, 1, (np.zeros(1, np.float32),))
+
+
+def bessels(x, out):
+    i = grid(1)
+    v = x[i]
+    out[i, 0] = dm.j0(v)
+    out[i, 1] = dm.j1(v)
+    out[i, 2] = dm.jn(5, v)
+    out[i, 3] = dm.y0(v)
+    out[i, 4] = dm.y1(v)
+    out[i, 5] = dm.yn(3, v)
+    out[i, 6] = dm.cyl_bessel_i0(v / 10.0)
+    out[i, 7] = dm.cyl_bessel_i1(v / 10.0)
+
+
+def test_bessel_functions_against_scipy(rng):
+    special = pytest.importorskip("scipy.special")
+    x = np.concatenate([rng.uniform(0.01, 60, 60), [1e-3, 2e5 + 0.25, 7.5e6]])
+    out = np.full((x.size, 8), np.nan)
+    sim.launch(bessels, 1, x.size, (x, out))
+    # jv/yv (AMOS) rather than j0/y0 (Cephes), which lose digits at large x.
+    expect = np.stack([special.jv(0, x), special.jv(1, x), special.jv(5, x), special.yv(0, x),
+                       special.yv(1, x), special.yv(3, x), special.iv(0, x / 10),
+                       special.iv(1, x / 10)], 1)
+    overflow = np.isinf(expect)  # I0 and I1 of large x
+    assert (out[overflow] == np.inf).all()
+    # Oscillating functions: absolute error against their envelope sqrt(2 / (pi x)).
+    scale = np.maximum(np.abs(expect), np.sqrt(2 / (np.pi * np.maximum(x, 1)))[:, None])
+    err = np.abs(out[~overflow] - expect[~overflow]) / scale[~overflow]
+    assert (err <= 1e-13).all()
+
+
+def bessel_edges(out):
+    out[0] = dm.y0(0.0)
+    out[1] = dm.y1(-1.0)
+    out[2] = dm.jn(-3, 2.0) + dm.jn(3, 2.0)
+    out[3] = dm.j0(0.0)
+    out[4] = dm.cyl_bessel_i1(-2.0) + dm.cyl_bessel_i1(2.0)
+    out[5] = dm.j1(dm.inf)
+
+
+def test_bessel_edge_values():
+    out = np.zeros(6)
+    sim.launch(bessel_edges, 1, 1, (out,))
+    assert out[0] == -np.inf and np.isnan(out[1])
+    assert out[2] == 0 and out[3] == 1 and out[4] == 0 and out[5] == 0
