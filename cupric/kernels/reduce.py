@@ -13,7 +13,7 @@ import cupric
 from cupric.device import (FULL_MASK, atomic, blockDim, blockIdx, grid, gridDim, gridsize,
                            shared, syncthreads, threadfence, threadIdx, warp)
 from cupric.kernels._common import NUMERIC, Call, blocks_for, same_dtype, same_shape
-from cupric.types import bool_, f32, f64, i32, i64, u32, u64
+from cupric.types import f32, f64, i32, i64, u32, u64
 
 __all__ = ["sum", "min", "max", "argmin", "argmax", "dot", "reduce_kernel",
            "arg_reduce_kernel", "BLOCK"]

@@ -58,3 +58,28 @@ def random_array(rng, shape, dtype, *, low=None, high=None) -> np.ndarray:
     lo = max(info.min, -1000) if low is None else low
     hi = min(info.max, 1000) if high is None else high
     return rng.integers(lo, hi, shape, dtype=dtype, endpoint=True)
+
+
+def mandelbrot_reference(width, height, center, scale, max_iter):
+    """What `cupric.kernels.image.mandelbrot` computes, with NumPy complex numbers."""
+    dx = scale / width
+    x = center[0] - dx * (width - 1) / 2 + dx * np.arange(width)
+    y = center[1] + dx * (height - 1) / 2 - dx * np.arange(height)
+    c = x[None, :] + 1j * y[:, None]
+    z = np.zeros_like(c)
+    k = np.full(c.shape, max_iter)
+    for it in range(max_iter):
+        alive = k == max_iter
+        z[alive] = z[alive] ** 2 + c[alive]
+        k[alive & (np.abs(z) > 2)] = it + 1  # escaped after it + 1 updates
+    out = np.where(k >= max_iter, 0, 1 + (254 * k) // max_iter)
+    return out.astype(np.uint8)
+
+
+def sorted_reference(x, descending):
+    """NumPy's sort; descending: reversed, NaNs (last ascending) first."""
+    ref = np.sort(x)
+    if not descending:
+        return ref
+    nan = np.isnan(ref) if ref.dtype.kind == "f" else np.zeros(ref.shape, bool)
+    return np.concatenate([ref[nan], ref[~nan][::-1]])

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import cupric
-from kernels_helpers import poison, random_array, require_lowering
+from kernels_helpers import (mandelbrot_reference, poison, random_array, require_lowering,
+                             sorted_reference)
 
 pytestmark = pytest.mark.gpu
 
@@ -90,8 +91,7 @@ def test_image(rng):
                                rtol=1e-5, atol=1e-6)
     got = host(image.mandelbrot(1001, 513, max_iter=100, out=dev(poison((513, 1001),
                                                                          "u1"))))
-    from test_simulator import _mandelbrot_reference
-    expect = _mandelbrot_reference(1001, 513, (-0.5, 0.0), 3.0, 100)
+    expect = mandelbrot_reference(1001, 513, (-0.5, 0.0), 3.0, 100)
     assert np.mean(got != expect) < 0.01
 
 
@@ -184,7 +184,6 @@ def test_gemm(rng, algorithm, dtype):
 def test_sorts(rng, algorithm, dtype, n):
     require_lowering("sort")
     from cupric.kernels import sort
-    from test_simulator import _sorted_reference
     if dtype == "f4":
         x = random_array(rng, n, dtype)
         x[rng.integers(0, n, 3)] = np.nan
@@ -194,7 +193,7 @@ def test_sorts(rng, algorithm, dtype, n):
     for descending in (False, True):
         out = dev(poison(n, dtype))
         getattr(sort, algorithm)(dev(x), out, descending=descending)
-        np.testing.assert_array_equal(host(out), _sorted_reference(x, descending))
+        np.testing.assert_array_equal(host(out), sorted_reference(x, descending))
 
 
 @pytest.mark.parametrize("dtype, bins, range_", [("f4", 256, (-30, 30)), ("u1", 256, None),

@@ -11,7 +11,7 @@ import cupric
 from cupric.kernels import (elementwise, gemm, histogram, image, reduce, scan, sort,
                             transpose)
 
-from kernels_helpers import poison, random_array
+from kernels_helpers import mandelbrot_reference, poison, random_array, sorted_reference
 
 pytestmark = pytest.mark.usefixtures("sim")
 
@@ -92,24 +92,9 @@ def test_rgba2gray(rng):
 def test_mandelbrot():
     got = image.mandelbrot(33, 21, max_iter=40)
     assert got.shape == (21, 33) and got.dtype == np.uint8
-    expect = _mandelbrot_reference(33, 21, (-0.5, 0.0), 3.0, 40)
+    expect = mandelbrot_reference(33, 21, (-0.5, 0.0), 3.0, 40)
     # Points on the boundary may escape one iteration apart (FMA on the GPU).
     assert np.mean(got != expect) < 0.02
-
-
-def _mandelbrot_reference(width, height, center, scale, max_iter):
-    dx = scale / width
-    x = center[0] - dx * (width - 1) / 2 + dx * np.arange(width)
-    y = center[1] + dx * (height - 1) / 2 - dx * np.arange(height)
-    c = x[None, :] + 1j * y[:, None]
-    z = np.zeros_like(c)
-    k = np.full(c.shape, max_iter)
-    for it in range(max_iter):
-        alive = k == max_iter
-        z[alive] = z[alive] ** 2 + c[alive]
-        k[alive & (np.abs(z) > 2)] = it + 1  # escaped after it + 1 updates
-    out = np.where(k >= max_iter, 0, 1 + (254 * k) // max_iter)
-    return out.astype(np.uint8)
 
 
 @pytest.mark.parametrize("dtype", ["f4", "f8", "i4", "u2", "f2", "?"])
@@ -182,14 +167,6 @@ def test_gemm(rng, algorithm):
         gemm.sgemm(a2, b2)
 
 
-def _sorted_reference(x, descending):
-    ref = np.sort(x)
-    if not descending:
-        return ref
-    nan = np.isnan(ref) if ref.dtype.kind == "f" else np.zeros(ref.shape, bool)
-    return np.concatenate([ref[nan], ref[~nan][::-1]])
-
-
 @pytest.mark.parametrize("algorithm", ["bitonic_sort", "radix_sort"])
 @pytest.mark.parametrize("dtype", ["u4", "i4", "f4"])
 def test_sorts(rng, algorithm, dtype):
@@ -205,7 +182,7 @@ def test_sorts(rng, algorithm, dtype):
     descending = dtype == "i4"
     out = poison(n, dtype)
     getattr(sort, algorithm)(x, out, descending=descending)
-    np.testing.assert_array_equal(out, _sorted_reference(x, descending))
+    np.testing.assert_array_equal(out, sorted_reference(x, descending))
 
 
 def test_sort_small_and_in_place(rng):
