@@ -546,8 +546,7 @@ class FunctionCodegen:
             elif kind is ast.Div:
                 r = b.binop("fdiv", a, c, flags)
             elif kind is ast.FloorDiv:
-                q = b.binop("fdiv", a, c, flags)
-                r = self.libdevice("floor", a.type, [q])
+                r = self.float_floor_div(a, c)
             elif kind is ast.Mod:
                 r = self.float_mod(a, c)
             else:
@@ -594,6 +593,25 @@ class FunctionCodegen:
         adjust = b.binop("and", b.icmp("ne", r, zero_),
                          b.icmp("slt", b.binop("xor", r, c), zero_))
         return b.select(adjust, b.binop("add", r, c), r)
+
+    def float_floor_div(self, a: Value, c: Value) -> Value:
+        """Python's float a // c, exactly: the quotient of a - fmod(a, c) (an exact
+        multiple of c), corrected like the remainder and rounded to the nearest integer,
+        so 0.3 // 0.1 is 2.0 as in Python (floor(0.3 / 0.1) would give 3.0)."""
+        b = self.b
+        t = a.type
+        zero_ = const_float(t, 0.0)
+        mod = self.libdevice("fmod", t, [a, c])
+        div = b.binop("fdiv", b.binop("fsub", a, mod), c)
+        differ = b.binop("xor", b.fcmp("olt", mod, zero_), b.fcmp("olt", c, zero_))
+        adjust = b.binop("and", b.fcmp("une", mod, zero_), differ)
+        div = b.select(adjust, b.binop("fsub", div, const_float(t, 1.0)), div)
+        floor = self.libdevice("floor", t, [div])
+        up = b.fcmp("ogt", b.binop("fsub", div, floor), const_float(t, 0.5))
+        rounded = b.select(up, b.binop("fadd", floor, const_float(t, 1.0)), floor)
+        # A zero quotient keeps the sign of a / c (Python: -0.0 for -1.0 // 3.0... 0.0).
+        signed_zero = self.libdevice("copysign", t, [zero_, b.binop("fdiv", a, c)])
+        return b.select(b.fcmp("une", div, zero_), rounded, signed_zero)
 
     def float_mod(self, a: Value, c: Value) -> Value:
         b = self.b

@@ -3,6 +3,7 @@ target datalayout = "e-p:64:64:64-i1:8:8-i8:8:8-i16:16:16-i32:32:32-i64:64:64-i1
 target triple = "nvptx64-nvidia-cuda"
 
 declare double @__nv_ceil(double) nounwind
+declare double @__nv_copysign(double, double) nounwind
 declare double @__nv_cos(double) nounwind
 declare double @__nv_erf(double) nounwind
 declare double @__nv_exp(double) nounwind
@@ -152,56 +153,73 @@ if.then:
   %v.72 = sitofp i64 %v.63 to double
   store double %v.72, double addrspace(1)* %p.5, align 8
   %v.73 = load double, double* %slot.9
-  %v.74 = fdiv double %v.73, 0x3FE8000000000000
-  %r.16 = call double @__nv_floor(double %v.74)
-  %v.75 = load double, double* %slot.9
-  %r.17 = call double @__nv_fmod(double %v.75, double 0x3FE8000000000000)
-  %c.1 = fcmp une double %r.17, 0x0000000000000000
-  %c.2 = fcmp olt double %r.17, 0x0000000000000000
-  %c.3 = fcmp olt double 0x3FE8000000000000, 0x0000000000000000
-  %v.76 = xor i1 %c.2, %c.3
-  %v.77 = and i1 %c.1, %v.76
-  %v.78 = fadd double %r.17, 0x3FE8000000000000
-  %v.79 = select i1 %v.77, double %v.78, double %r.17
-  %v.80 = fadd double %r.16, %v.79
-  %v.81 = load double addrspace(1)*, double addrspace(1)** %slot.3
-  %v.82 = load i64, i64* %slot.4
-  %v.83 = load i64, i64* %slot.5
-  %v.84 = load i64, i64* %slot.6
-  %v.85 = load i64, i64* %slot.7
-  %v.86 = load i64, i64* %slot.8
-  %v.87 = mul i64 %v.86, %v.83
-  %v.88 = add i64 %v.87, 5
-  %p.6 = getelementptr inbounds double, double addrspace(1)* %v.81, i64 %v.88
-  store double %v.80, double addrspace(1)* %p.6, align 8
-  %v.89 = load double, double* %slot.9
-  %v.90 = fmul double %v.89, %v.89
-  %v.91 = load double, double* %slot.9
-  %r.18 = call double @__nv_pow(double 0x4000000000000000, double %v.91)
-  %v.92 = fadd double %v.90, %r.18
-  %v.93 = load double addrspace(1)*, double addrspace(1)** %slot.3
-  %v.94 = load i64, i64* %slot.4
-  %v.95 = load i64, i64* %slot.5
-  %v.96 = load i64, i64* %slot.6
-  %v.97 = load i64, i64* %slot.7
-  %v.98 = load i64, i64* %slot.8
-  %v.99 = mul i64 %v.98, %v.95
-  %v.100 = add i64 %v.99, 6
-  %p.7 = getelementptr inbounds double, double addrspace(1)* %v.93, i64 %v.100
-  store double %v.92, double addrspace(1)* %p.7, align 8
+  %r.16 = call double @__nv_fmod(double %v.73, double 0x3FE8000000000000)
+  %v.74 = fsub double %v.73, %r.16
+  %v.75 = fdiv double %v.74, 0x3FE8000000000000
+  %c.1 = fcmp olt double %r.16, 0x0000000000000000
+  %c.2 = fcmp olt double 0x3FE8000000000000, 0x0000000000000000
+  %v.76 = xor i1 %c.1, %c.2
+  %c.3 = fcmp une double %r.16, 0x0000000000000000
+  %v.77 = and i1 %c.3, %v.76
+  %v.78 = fsub double %v.75, 0x3FF0000000000000
+  %v.79 = select i1 %v.77, double %v.78, double %v.75
+  %r.17 = call double @__nv_floor(double %v.79)
+  %v.80 = fsub double %v.79, %r.17
+  %c.4 = fcmp ogt double %v.80, 0x3FE0000000000000
+  %v.81 = fadd double %r.17, 0x3FF0000000000000
+  %v.82 = select i1 %c.4, double %v.81, double %r.17
+  %v.83 = fdiv double %v.73, 0x3FE8000000000000
+  %r.18 = call double @__nv_copysign(double 0x0000000000000000, double %v.83)
+  %c.5 = fcmp une double %v.79, 0x0000000000000000
+  %v.84 = select i1 %c.5, double %v.82, double %r.18
+  %v.85 = load double, double* %slot.9
+  %r.19 = call double @__nv_fmod(double %v.85, double 0x3FE8000000000000)
+  %c.6 = fcmp une double %r.19, 0x0000000000000000
+  %c.7 = fcmp olt double %r.19, 0x0000000000000000
+  %c.8 = fcmp olt double 0x3FE8000000000000, 0x0000000000000000
+  %v.86 = xor i1 %c.7, %c.8
+  %v.87 = and i1 %c.6, %v.86
+  %v.88 = fadd double %r.19, 0x3FE8000000000000
+  %v.89 = select i1 %v.87, double %v.88, double %r.19
+  %v.90 = fadd double %v.84, %v.89
+  %v.91 = load double addrspace(1)*, double addrspace(1)** %slot.3
+  %v.92 = load i64, i64* %slot.4
+  %v.93 = load i64, i64* %slot.5
+  %v.94 = load i64, i64* %slot.6
+  %v.95 = load i64, i64* %slot.7
+  %v.96 = load i64, i64* %slot.8
+  %v.97 = mul i64 %v.96, %v.93
+  %v.98 = add i64 %v.97, 5
+  %p.6 = getelementptr inbounds double, double addrspace(1)* %v.91, i64 %v.98
+  store double %v.90, double addrspace(1)* %p.6, align 8
+  %v.99 = load double, double* %slot.9
+  %v.100 = fmul double %v.99, %v.99
   %v.101 = load double, double* %slot.9
-  %r.19 = call i32 @__nv_isnand(double %v.101)
-  %c.4 = icmp ne i32 %r.19, 0
-  %v.102 = xor i1 %c.4, true
-  br i1 %v.102, label %ifexp.then, label %ifexp.else
+  %r.20 = call double @__nv_pow(double 0x4000000000000000, double %v.101)
+  %v.102 = fadd double %v.100, %r.20
+  %v.103 = load double addrspace(1)*, double addrspace(1)** %slot.3
+  %v.104 = load i64, i64* %slot.4
+  %v.105 = load i64, i64* %slot.5
+  %v.106 = load i64, i64* %slot.6
+  %v.107 = load i64, i64* %slot.7
+  %v.108 = load i64, i64* %slot.8
+  %v.109 = mul i64 %v.108, %v.105
+  %v.110 = add i64 %v.109, 6
+  %p.7 = getelementptr inbounds double, double addrspace(1)* %v.103, i64 %v.110
+  store double %v.102, double addrspace(1)* %p.7, align 8
+  %v.111 = load double, double* %slot.9
+  %r.21 = call i32 @__nv_isnand(double %v.111)
+  %c.9 = icmp ne i32 %r.21, 0
+  %v.112 = xor i1 %c.9, true
+  br i1 %v.112, label %ifexp.then, label %ifexp.else
 
 if.end:
   ret void
 
 ifexp.then:
-  %v.103 = load double, double* %slot.9
-  %v.104 = fmul double 0x400921FB54442D18, %v.103
-  store double %v.104, double* %slot.10
+  %v.113 = load double, double* %slot.9
+  %v.114 = fmul double 0x400921FB54442D18, %v.113
+  store double %v.114, double* %slot.10
   br label %ifexp.end
 
 ifexp.else:
@@ -209,17 +227,17 @@ ifexp.else:
   br label %ifexp.end
 
 ifexp.end:
-  %v.105 = load double, double* %slot.10
-  %v.106 = load double addrspace(1)*, double addrspace(1)** %slot.3
-  %v.107 = load i64, i64* %slot.4
-  %v.108 = load i64, i64* %slot.5
-  %v.109 = load i64, i64* %slot.6
-  %v.110 = load i64, i64* %slot.7
-  %v.111 = load i64, i64* %slot.8
-  %v.112 = mul i64 %v.111, %v.108
-  %v.113 = add i64 %v.112, 7
-  %p.8 = getelementptr inbounds double, double addrspace(1)* %v.106, i64 %v.113
-  store double %v.105, double addrspace(1)* %p.8, align 8
+  %v.115 = load double, double* %slot.10
+  %v.116 = load double addrspace(1)*, double addrspace(1)** %slot.3
+  %v.117 = load i64, i64* %slot.4
+  %v.118 = load i64, i64* %slot.5
+  %v.119 = load i64, i64* %slot.6
+  %v.120 = load i64, i64* %slot.7
+  %v.121 = load i64, i64* %slot.8
+  %v.122 = mul i64 %v.121, %v.118
+  %v.123 = add i64 %v.122, 7
+  %p.8 = getelementptr inbounds double, double addrspace(1)* %v.116, i64 %v.123
+  store double %v.115, double addrspace(1)* %p.8, align 8
   br label %if.end
 }
 
