@@ -216,6 +216,7 @@ def run(json_path: str | None = None) -> dict:
     except Exception as exc:  # reported, the other peers still run
         print(f"numba-cuda unavailable: {exc}")
 
+    cp.cuda.Device().synchronize()  # inputs were made on the legacy default stream
     results: dict = {"n": N, "device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode()}
     nbytes = 3 * N * 4
     for bench, fns in impls.items():
