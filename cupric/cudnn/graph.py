@@ -1,0 +1,806 @@
+"""Operation graphs of the cuDNN graph API: build, pick an engine, cache the plan, run.
+
+A graph describes work as operations (convolution forward/backward, matmul, pointwise)
+on tensors named by unique ids; tensors passed between operations are *virtual* (never
+in memory, which is what makes fusion possible). cuDNN's heuristics rank engine
+configurations for a finalized graph; the first that finalizes into an *execution plan*
+- or the fastest when autotuning - is kept per (graph, shapes, strides, alignment) on
+the handle and executed with a *variant pack* (device pointers by id, workspace).
+
+Building a `GraphSpec` is pure Python (tested on the CPU); `GraphSpec.build` and
+everything after need a GPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+from .backend import Descriptor, double
+
+__all__ = ["GraphSpec", "PlanOptions", "Plan", "plan_for", "execute", "matmul",
+           "HEUR_MODES", "POINTWISE_MODES", "NoEngineError"]
+
+# cudnnBackendHeurMode_t values.
+HEUR_MODES = {"instant": 0, "b": 1, "fallback": 2, "a": 3}
+# cudnnPointwiseMode_t values of the modes cupric builds (fixed by the C API; a CPU test
+# compares them with the headers).
+POINTWISE_MODES = {
+    "add": 0, "mul": 1, "min": 2, "max": 3, "sqrt": 4, "identity": 21,
+    "relu_fwd": 100, "tanh_fwd": 101, "sigmoid_fwd": 102, "elu_fwd": 103,
+    "gelu_fwd": 104, "softplus_fwd": 105, "swish_fwd": 106, "gelu_approx_tanh_fwd": 107,
+    "relu_bwd": 200, "tanh_bwd": 201, "sigmoid_bwd": 202, "elu_bwd": 203,
+    "gelu_bwd": 204, "softplus_bwd": 205, "swish_bwd": 206, "gelu_approx_tanh_bwd": 207,
+}
+# cudnnBackendNumericalNote_t values used to filter engines.
+_NOTE_TENSOR_CORE = 0
+_NOTE_DOWN_CONVERT_INPUTS = 1
+_NOTE_REDUCED_PRECISION_REDUCTION = 2
+_NOTE_NONDETERMINISTIC = 4
+_CROSS_CORRELATION = 1  # cudnnConvolutionMode_t: what deep-learning frameworks call conv
+
+
+def _not_supported(exc) -> bool:
+    # CUDNN_STATUS_NOT_SUPPORTED and its refinements (3000-3999).
+    return 3000 <= exc.code < 4000
+
+
+def _engine_refused(exc) -> bool:
+    # What finalizing one engine's plan may answer for a graph it cannot run: a bad
+    # parameter for that engine (2xxx), not supported (3xxx), or an internal failure
+    # such as a runtime compilation that failed (4xxx). Another engine may still work.
+    return 2000 <= exc.code < 5000
+
+
+class NoEngineError(RuntimeError):
+    """No cuDNN engine can run a graph with these shapes, types, layouts and options.
+
+    Raised after every configuration the heuristics proposed failed to finalize; `.tried`
+    lists (engine index or None, reason) pairs.
+    """
+
+    def __init__(self, what: str, tried: list):
+        self.tried = tried
+        reasons = "; ".join(f"engine {i}: {r}" for i, r in tried[:4]) or \
+            "the heuristics proposed none"
+        super().__init__(f"{what}: no cuDNN engine supports this graph ({reasons})")
+
+
+# --------------------------------------------------------------------------------------
+# Graph specifications (pure Python)
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    """A tensor of a graph: dims and strides in elements, element type, unique id."""
+
+    uid: int
+    dims: tuple
+    strides: tuple
+    etype: str
+    virtual: bool = False
+    alignment: int = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvParams:
+    """Geometry of a convolution: per spatial axis pre/post padding, stride, dilation,
+    and the compute (accumulation) type."""
+
+    pre_padding: tuple
+    post_padding: tuple
+    stride: tuple
+    dilation: tuple
+    compute: str = "f32"
+
+    @property
+    def spatial_dims(self) -> int:
+        return len(self.stride)
+
+
+@dataclasses.dataclass(frozen=True)
+class OpSpec:
+    """One operation: its kind, the tensors it reads/writes by role, and parameters."""
+
+    kind: str            # "conv_fwd", "conv_bwd_data", "conv_bwd_filter", "matmul", "pointwise"
+    tensors: tuple       # ((role, uid), ...)
+    params: tuple = ()   # hashable parameters ((name, value), ...)
+
+    def tensor(self, role: str) -> int:
+        for r, uid in self.tensors:
+            if r == role:
+                return uid
+        raise KeyError(role)
+
+    def param(self, name: str, default=None):
+        for n, v in self.params:
+            if n == name:
+                return v
+        return default
+
+
+# Per operation kind: (descriptor kind, attribute prefix, {role: attribute suffix}).
+_OP_LAYOUT = {
+    "conv_fwd": ("OPERATION_CONVOLUTION_FORWARD", "OPERATION_CONVOLUTION_FORWARD_",
+                 {"x": "X", "w": "W", "y": "Y"}),
+    "conv_bwd_data": ("OPERATION_CONVOLUTION_BACKWARD_DATA",
+                      "OPERATION_CONVOLUTION_BWD_DATA_", {"dx": "DX", "w": "W", "dy": "DY"}),
+    "conv_bwd_filter": ("OPERATION_CONVOLUTION_BACKWARD_FILTER",
+                        "OPERATION_CONVOLUTION_BWD_FILTER_",
+                        {"x": "X", "dw": "DW", "dy": "DY"}),
+    "matmul": ("OPERATION_MATMUL", "OPERATION_MATMUL_", {"a": "ADESC", "b": "BDESC",
+                                                         "c": "CDESC"}),
+    "pointwise": ("OPERATION_POINTWISE", "OPERATION_POINTWISE_",
+                  {"x": "XDESC", "b": "BDESC", "y": "YDESC", "dx": "DXDESC",
+                   "dy": "DYDESC"}),
+}
+
+
+class GraphSpec:
+    """A graph under construction: tensors and operations, with a hashable `key()`.
+
+    Examples
+    --------
+    >>> g = GraphSpec("conv2d")
+    >>> x = g.tensor((8, 64, 56, 56), (200704, 3136, 56, 1), "f32")
+    >>> w = g.tensor((64, 64, 3, 3), (576, 9, 3, 1), "f32")
+    >>> y = g.tensor((8, 64, 56, 56), (200704, 3136, 56, 1), "f32")
+    >>> g.conv_fwd(x, w, y, ConvParams((1, 1), (1, 1), (1, 1), (1, 1)))
+    >>> len(g.key()) > 0
+    True
+    """
+
+    def __init__(self, name: str):
+        self.name = name
+        self.tensors: dict[int, TensorSpec] = {}
+        self.ops: list[OpSpec] = []
+        self._next_uid = 1
+
+    # -- tensors -----------------------------------------------------------------------
+
+    def tensor(self, dims, strides, etype: str, *, virtual: bool = False,
+               alignment: int = 16) -> int:
+        """Add a tensor; returns its unique id."""
+        dims = tuple(int(d) for d in dims)
+        strides = tuple(int(s) for s in strides)
+        if len(dims) != len(strides):
+            raise ValueError(f"{self.name}: a tensor has {len(dims)} dims but "
+                             f"{len(strides)} strides")
+        if any(d <= 0 for d in dims):
+            raise ValueError(f"{self.name}: tensor dims {dims} must all be positive")
+        from ._validate import DATA_TYPES
+        if etype not in DATA_TYPES:
+            raise ValueError(f"{self.name}: unknown element type {etype!r}")
+        uid = self._next_uid
+        self._next_uid += 1
+        self.tensors[uid] = TensorSpec(uid, dims, strides, etype, virtual, int(alignment))
+        return uid
+
+    def virtual_like(self, uid: int, etype: str = "f32") -> int:
+        """A virtual tensor with the dims and strides of `uid` (an intermediate)."""
+        t = self.tensors[uid]
+        return self.tensor(t.dims, t.strides, etype, virtual=True)
+
+    def _real(self, *uids: int) -> None:
+        for uid in uids:
+            if uid not in self.tensors:
+                raise KeyError(f"{self.name}: no tensor with uid {uid}")
+
+    # -- operations ----------------------------------------------------------------------
+
+    def _check_conv(self, x: int, w: int, y: int, conv: ConvParams, roles) -> None:
+        self._real(x, w, y)
+        nd = conv.spatial_dims
+        for uid, role in zip((x, w, y), roles):
+            if len(self.tensors[uid].dims) != nd + 2:
+                raise ValueError(f"{self.name}: {role} has {len(self.tensors[uid].dims)} "
+                                 f"dims but the convolution has {nd} spatial dims")
+
+    def conv_fwd(self, x: int, w: int, y: int, conv: ConvParams) -> None:
+        """y = conv(x, w) (cross-correlation, as deep-learning frameworks define it)."""
+        self._check_conv(x, w, y, conv, ("x", "w", "y"))
+        self.ops.append(OpSpec("conv_fwd", (("x", x), ("w", w), ("y", y)),
+                               (("conv", conv),)))
+
+    def conv_bwd_data(self, dy: int, w: int, dx: int, conv: ConvParams) -> None:
+        """dx = gradient of conv_fwd with respect to its input."""
+        self._check_conv(dx, w, dy, conv, ("dx", "w", "dy"))
+        self.ops.append(OpSpec("conv_bwd_data", (("dx", dx), ("w", w), ("dy", dy)),
+                               (("conv", conv),)))
+
+    def conv_bwd_filter(self, x: int, dy: int, dw: int, conv: ConvParams) -> None:
+        """dw = gradient of conv_fwd with respect to its filter."""
+        self._check_conv(x, dw, dy, conv, ("x", "dw", "dy"))
+        self.ops.append(OpSpec("conv_bwd_filter", (("x", x), ("dw", dw), ("dy", dy)),
+                               (("conv", conv),)))
+
+    def matmul(self, a: int, b: int, c: int, compute: str = "f32") -> None:
+        """c[batch] = a[batch] @ b[batch] on 3-d tensors (batch, rows, cols)."""
+        self._real(a, b, c)
+        da, db, dc = (self.tensors[u].dims for u in (a, b, c))
+        if not (len(da) == len(db) == len(dc) == 3):
+            raise ValueError(f"{self.name}: matmul takes 3-d tensors, got {da}, {db}, {dc}")
+        if da[2] != db[1] or dc[1] != da[1] or dc[2] != db[2]:
+            raise ValueError(f"{self.name}: matmul shapes {da} @ {db} -> {dc} do not fit")
+        self.ops.append(OpSpec("matmul", (("a", a), ("b", b), ("c", c)),
+                               (("compute", compute),)))
+
+    def pointwise(self, mode: str, *, x: int, y: int | None = None, b: int | None = None,
+                  dy: int | None = None, dx: int | None = None, compute: str = "f32",
+                  **params) -> None:
+        """A pointwise operation: ``y = mode(x[, b])`` (forward modes, arithmetic) or
+        ``dx = mode(x, dy)`` (the activation backward modes)."""
+        if mode not in POINTWISE_MODES:
+            raise ValueError(f"{self.name}: unknown pointwise mode {mode!r}")
+        roles = [("x", x)]
+        if mode.endswith("_bwd"):
+            if dy is None or dx is None or y is not None:
+                raise ValueError(f"{self.name}: pointwise {mode} takes x, dy and dx")
+            roles += [("dy", dy), ("dx", dx)]
+        else:
+            if y is None or dx is not None or dy is not None:
+                raise ValueError(f"{self.name}: pointwise {mode} takes x (and b) and y")
+            if b is not None:
+                roles.append(("b", b))
+            roles.append(("y", y))
+        self._real(*(uid for _, uid in roles))
+        self.ops.append(OpSpec("pointwise", tuple(roles),
+                               (("mode", mode), ("compute", compute))
+                               + tuple(sorted(params.items()))))
+
+    # -- identity --------------------------------------------------------------------------
+
+    def io_uids(self) -> tuple[int, ...]:
+        """The ids of tensors that live in memory (the variant pack's entries)."""
+        return tuple(uid for uid, t in self.tensors.items() if not t.virtual)
+
+    def key(self) -> tuple:
+        """Everything a plan depends on, hashable: plans are cached under it."""
+        return (self.name, tuple(self.tensors.values()), tuple(self.ops))
+
+    # -- descriptors -----------------------------------------------------------------------
+
+    def build_descriptors(self, finalize: bool = True):
+        """Create the tensor and operation descriptors with every attribute set.
+
+        With ``finalize=False`` nothing is finalized: that much runs without a GPU and
+        checks every attribute name, type and value against the installed cuDNN.
+
+        Returns
+        -------
+        (dict uid -> Descriptor, list of Descriptor)
+        """
+        tensors = {}
+        for uid, t in self.tensors.items():
+            d = Descriptor.create("TENSOR")
+            d.set("TENSOR_DATA_TYPE", t.etype)
+            d.set("TENSOR_DIMENSIONS", t.dims)
+            d.set("TENSOR_STRIDES", t.strides)
+            d.set("TENSOR_UNIQUE_ID", uid)
+            d.set("TENSOR_BYTE_ALIGNMENT", t.alignment)
+            d.set("TENSOR_IS_VIRTUAL", t.virtual)
+            if finalize:
+                d.finalize()
+            tensors[uid] = d
+        ops = [self._op_descriptor(op, tensors, finalize) for op in self.ops]
+        return tensors, ops
+
+    def _op_descriptor(self, op: OpSpec, tensors: dict, finalize: bool) -> Descriptor:
+        kind, prefix, roles = _OP_LAYOUT[op.kind]
+        d = Descriptor.create(kind)
+        if op.kind.startswith("conv"):
+            conv: ConvParams = op.param("conv")
+            cd = Descriptor.create("CONVOLUTION")
+            cd.set("CONVOLUTION_COMP_TYPE", conv.compute)
+            cd.set("CONVOLUTION_CONV_MODE", _CROSS_CORRELATION)
+            cd.set("CONVOLUTION_SPATIAL_DIMS", conv.spatial_dims)
+            cd.set("CONVOLUTION_DILATIONS", conv.dilation)
+            cd.set("CONVOLUTION_FILTER_STRIDES", conv.stride)
+            cd.set("CONVOLUTION_PRE_PADDINGS", conv.pre_padding)
+            cd.set("CONVOLUTION_POST_PADDINGS", conv.post_padding)
+            if finalize:
+                cd.finalize()
+            scale = double if conv.compute == "f64" else float
+            d.set(prefix + "ALPHA", scale(1.0))
+            d.set(prefix + "BETA", scale(0.0))
+            d.set(prefix + "CONV_DESC", cd)
+        elif op.kind == "matmul":
+            md = Descriptor.create("MATMUL")
+            md.set("MATMUL_COMP_TYPE", op.param("compute"))
+            if finalize:
+                md.finalize()
+            d.set(prefix + "DESC", md)
+        else:
+            pd = Descriptor.create("POINTWISE")
+            pd.set("POINTWISE_MODE", POINTWISE_MODES[op.param("mode")])
+            pd.set("POINTWISE_MATH_PREC", op.param("compute"))
+            for name, value in op.params:
+                if name not in ("mode", "compute"):
+                    pd.set(f"POINTWISE_{name.upper()}", value)
+            if finalize:
+                pd.finalize()
+            d.set(prefix + "PW_DESCRIPTOR", pd)
+        for role, uid in op.tensors:
+            d.set(prefix + roles[role], tensors[uid])
+        if finalize:
+            d.finalize()
+        return d
+
+    def build(self, handle) -> Descriptor:
+        """The finalized operation graph on a handle (needs a GPU)."""
+        _tensors, ops = self.build_descriptors(finalize=True)
+        g = Descriptor.create("OPERATIONGRAPH")
+        g.set("OPERATIONGRAPH_HANDLE", handle.ptr)
+        g.set("OPERATIONGRAPH_OPS", ops)
+        g.finalize()
+        return g
+
+
+# --------------------------------------------------------------------------------------
+# Engine choice
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanOptions:
+    """How an engine is chosen for a graph (validated at construction).
+
+    Parameters
+    ----------
+    heuristics : tuple of {"a", "b", "fallback", "instant"}
+        Heuristic modes asked in order until one proposes a configuration that
+        finalizes. Mode A is cuDNN's fast default; "fallback" lists engines that support
+        the most graphs, not the fastest.
+    autotune : bool
+        Time up to `candidates` configurations on the actual data once per shape and keep
+        the fastest (as ``torch.backends.cudnn.benchmark``); otherwise take the first
+        that finalizes.
+    candidates : int
+        Configurations timed when autotuning.
+    allow_tf32 : bool
+        Let float32 convolutions use TF32 tensor cores (10-bit mantissa inputs, float32
+        accumulation); PyTorch's default for convolutions too.
+    deterministic : bool
+        Skip engines whose results may differ from run to run (atomics).
+    allow_reduced_precision_reduction : bool
+        Allow engines that reduce partial sums in half precision.
+    workspace_limit : int, optional
+        Skip configurations needing more workspace bytes than this.
+    """
+
+    heuristics: tuple = ("a", "fallback")
+    autotune: bool = False
+    candidates: int = 8
+    allow_tf32: bool = True
+    deterministic: bool = False
+    allow_reduced_precision_reduction: bool = True
+    workspace_limit: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.heuristics, str):
+            object.__setattr__(self, "heuristics", (self.heuristics,))
+        for mode in self.heuristics:
+            if mode not in HEUR_MODES:
+                raise ValueError(f"heuristics must name modes among {', '.join(HEUR_MODES)}, "
+                                 f"got {mode!r}")
+        if not self.heuristics:
+            raise ValueError("heuristics must name at least one mode")
+        if not isinstance(self.candidates, int) or self.candidates < 1:
+            raise ValueError(f"candidates must be a positive int, got {self.candidates!r}")
+        if self.workspace_limit is not None and (
+                not isinstance(self.workspace_limit, int) or self.workspace_limit < 0):
+            raise ValueError(f"workspace_limit must be a non-negative int or None, got "
+                             f"{self.workspace_limit!r}")
+
+    def rejects(self, notes, data_types) -> str | None:
+        """Why an engine with these numerical notes is excluded, or None."""
+        if not self.allow_tf32 and "f32" in data_types and (
+                _NOTE_TENSOR_CORE in notes or _NOTE_DOWN_CONVERT_INPUTS in notes):
+            return "uses TF32 tensor cores (allow_tf32=False)"
+        if self.deterministic and _NOTE_NONDETERMINISTIC in notes:
+            return "non-deterministic (deterministic=True)"
+        if not self.allow_reduced_precision_reduction and \
+                _NOTE_REDUCED_PRECISION_REDUCTION in notes:
+            return "reduced-precision reduction"
+        return None
+
+
+class Plan:
+    """A finalized execution plan and what executing it needs.
+
+    Attributes
+    ----------
+    workspace_size : int
+        Bytes of workspace per execution.
+    uids : tuple of int
+        Ids of the in-memory tensors, in the order `execute` takes pointers.
+    engine : int or None
+        The engine's global index (for diagnostics).
+    time_ms : float or None
+        Measured time when the plan won an autotuning round.
+
+    Thread safety
+    -------------
+    Executions from several threads on one stream are safe; the cached variant pack is
+    swapped under a lock.
+    """
+
+    __slots__ = ("descriptor", "workspace_size", "uids", "engine", "time_ms", "_pack",
+                 "_pack_key", "_lock", "_graph")
+
+    def __init__(self, descriptor: Descriptor, uids, engine, graph=None):
+        self.descriptor = descriptor
+        self.workspace_size = descriptor.get_int64("EXECUTION_PLAN_WORKSPACE_SIZE")[0]
+        self.uids = tuple(uids)
+        self.engine = engine
+        self.time_ms = None
+        self._pack = None
+        self._pack_key = None
+        self._lock = threading.Lock()
+        self._graph = graph  # the plan's graph descriptor stays alive with it
+
+    def __repr__(self) -> str:
+        return (f"<cupric.cudnn.graph.Plan engine={self.engine} "
+                f"workspace={self.workspace_size}>")
+
+    def json(self) -> str:
+        """cuDNN's own description of the plan (engine, knobs)."""
+        return self.descriptor.get_text("EXECUTION_PLAN_JSON_REPRESENTATION")
+
+    def execute(self, handle, pointers, workspace: int | None = None) -> None:
+        """Queue the plan on the handle's stream with device pointers in `uids` order.
+
+        Safety
+        ------
+        The pointers must stay valid until the work completes; cuDNN checks nothing.
+
+        Cost
+        ----
+        With the same pointers as the previous call: one ``cudnnBackendExecute``.
+        Otherwise a variant pack is built first (five cuDNN calls, a few microseconds).
+        """
+        from . import lib
+        raw = handle.ready()
+        if workspace is None:
+            workspace = handle.workspace(self.workspace_size)
+        key = (tuple(pointers), workspace)
+        with self._lock:
+            if key != self._pack_key:
+                pack = Descriptor.create("VARIANT_PACK")
+                pack.set("VARIANT_PACK_UNIQUE_IDS", self.uids)
+                pack.set("VARIANT_PACK_DATA_POINTERS", key[0])
+                pack.set("VARIANT_PACK_WORKSPACE", workspace)
+                pack.finalize()
+                old, self._pack, self._pack_key = self._pack, pack, key
+                if old is not None:
+                    old.close()
+            pack = self._pack
+            status = lib.lib.cudnnBackendExecute(raw, self.descriptor.raw, pack.raw)
+        if status:
+            from .backend import check
+            check(status, "cudnnBackendExecute")
+
+    def close(self) -> None:
+        """Destroy the plan (and its cached variant pack)."""
+        with self._lock:
+            pack, self._pack, self._pack_key = self._pack, None, None
+        if pack is not None:
+            pack.close()
+        self.descriptor.close()
+        if self._graph is not None:
+            self._graph.close()
+            self._graph = None
+
+
+def _count(descriptor: Descriptor, attribute: str) -> int:
+    from . import lib
+    from .backend import check
+    n = lib.ffi.new("int64_t *")
+    check(lib.lib.cudnnBackendGetAttribute(
+        descriptor.raw, getattr(lib.lib, f"CUDNN_ATTR_{attribute}"),
+        lib.lib.CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, n, lib.ffi.NULL),
+        f"count CUDNN_ATTR_{attribute}")
+    return int(n[0])
+
+
+def _configs(graph: Descriptor, mode: str) -> list[Descriptor]:
+    """Engine configurations the heuristics propose for a graph, best first."""
+    from . import lib
+    heur = Descriptor.create("ENGINEHEUR")
+    try:
+        heur.set("ENGINEHEUR_OPERATION_GRAPH", graph)
+        heur.set("ENGINEHEUR_MODE", HEUR_MODES[mode])
+        try:
+            heur.finalize()
+        except lib.CudnnError as exc:
+            if _not_supported(exc):
+                return []
+            raise
+        n = _count(heur, "ENGINEHEUR_RESULTS")
+        if n == 0:
+            return []
+        return heur.get_descriptors("ENGINEHEUR_RESULTS", "ENGINECFG", n)
+    finally:
+        heur.close()
+
+
+def _engine_facts(config: Descriptor) -> tuple[int | None, list[int]]:
+    """(global engine index, numerical notes) of an engine configuration."""
+    engines = config.get_descriptors("ENGINECFG_ENGINE", "ENGINE", 1)
+    if not engines:
+        return None, []
+    engine = engines[0]
+    try:
+        index = engine.get_int64("ENGINE_GLOBAL_INDEX")[0]
+        notes = engine.get_enums("ENGINE_NUMERICAL_NOTE", 16)
+    finally:
+        engine.close()
+    return index, notes
+
+
+def _candidate_plans(handle, spec: GraphSpec, graph: Descriptor, options: PlanOptions,
+                     limit: int) -> tuple[list[Plan], list]:
+    """Up to `limit` plans that finalize, in heuristics order; and the rejections."""
+    from . import lib
+    data_types = {t.etype for t in spec.tensors.values() if not t.virtual}
+    plans: list[Plan] = []
+    tried: list = []
+    seen: set = set()
+    for mode in options.heuristics:
+        for config in _configs(graph, mode):
+            if len(plans) >= limit:
+                config.close()
+                continue
+            try:
+                index, notes = _engine_facts(config)
+                if index is not None and index in seen:
+                    continue
+                reason = options.rejects(notes, data_types)
+                if reason is not None:
+                    tried.append((index, reason))
+                    continue
+                plan_d = Descriptor.create("EXECUTION_PLAN")
+                plan_d.set("EXECUTION_PLAN_HANDLE", handle.ptr)
+                plan_d.set("EXECUTION_PLAN_ENGINE_CONFIG", config)
+                try:
+                    plan_d.finalize()
+                except lib.CudnnError as exc:
+                    plan_d.close()
+                    if _engine_refused(exc):
+                        tried.append((index, exc.name))
+                        continue
+                    raise
+                plan = Plan(plan_d, spec.io_uids(), index)
+                if options.workspace_limit is not None and \
+                        plan.workspace_size > options.workspace_limit:
+                    tried.append((index, f"needs {plan.workspace_size} bytes of workspace"))
+                    plan.close()
+                    continue
+                if index is not None:
+                    seen.add(index)
+                plans.append(plan)
+            finally:
+                config.close()
+        if plans and not options.autotune:
+            break
+    return plans, tried
+
+
+def _time(handle, plan: Plan, pointers, repeats: int = 3) -> float:
+    from cupric.runtime.device import Device
+    dev = Device(handle.device)
+    start = dev.create_event(timing=True)
+    end = dev.create_event(timing=True)
+    try:
+        plan.execute(handle, pointers)  # warm-up (loads kernels, compiles runtime fusion)
+        start.record(handle.stream)
+        for _ in range(repeats):
+            plan.execute(handle, pointers)
+        end.record(handle.stream)
+        end.synchronize()
+        return start.elapsed_time(end) / repeats
+    finally:
+        start.close()
+        end.close()
+
+
+_MAX_CACHED_PLANS = 1024
+
+
+def plan_for(handle, spec: GraphSpec, options: PlanOptions | None = None,
+             pointers=None) -> Plan:
+    """The cached plan of a graph on a handle, built (and autotuned) on first use.
+
+    Parameters
+    ----------
+    handle : Handle
+    spec : GraphSpec
+    options : PlanOptions, optional
+    pointers : sequence of int, optional
+        Device pointers in `spec.io_uids()` order; needed to autotune (the candidates run
+        on the caller's data, which is why graphs here never accumulate into outputs).
+
+    Raises
+    ------
+    NoEngineError
+        When no configuration finalizes.
+
+    Cost
+    ----
+    A cache hit is a dictionary lookup. A miss builds the graph, runs the heuristics and
+    finalizes plans (milliseconds; runtime-compiled fusion engines compile kernels, which
+    can take a second); autotuning adds a few executions of each candidate.
+
+    Thread safety
+    -------------
+    Safe: misses of one handle are serialized by its lock.
+    """
+    options = options or PlanOptions()
+    key = (spec.key(), options)
+    cache = handle.plans
+    plan = cache.get(key)
+    if plan is not None:
+        return plan
+    with handle.lock:
+        plan = cache.get(key)
+        if plan is not None:
+            return plan
+        graph = spec.build(handle)
+        try:
+            limit = options.candidates if options.autotune and pointers is not None else 1
+            plans, tried = _candidate_plans(handle, spec, graph, options, limit)
+        except BaseException:
+            graph.close()
+            raise
+        if not plans:
+            graph.close()
+            raise NoEngineError(spec.name, tried)
+        if len(plans) > 1:
+            timed = []
+            for p in plans:
+                try:
+                    timed.append((_time(handle, p, pointers), p))
+                except Exception as exc:  # a candidate failing to run is just skipped
+                    from . import lib
+                    if not isinstance(exc, lib.CudnnError):
+                        raise
+                    p.close()
+            if not timed:
+                graph.close()
+                raise NoEngineError(spec.name, tried + [(None, "every candidate failed "
+                                                        "to execute")])
+            timed.sort(key=lambda pair: pair[0])
+            best_time, best = timed[0]
+            best.time_ms = best_time
+            for _t, p in timed[1:]:
+                p.close()
+        else:
+            best = plans[0]
+        best._graph = graph
+        if len(cache) >= _MAX_CACHED_PLANS:
+            # Oldest first (dicts keep insertion order).
+            oldest = next(iter(cache))
+            cache.pop(oldest).close()
+        cache[key] = best
+        return best
+
+
+def execute(handle, spec: GraphSpec, pointers: dict, options: PlanOptions | None = None) -> Plan:
+    """Run a graph: find (or build) its plan and queue it on the handle's stream.
+
+    Parameters
+    ----------
+    pointers : dict uid -> int
+        A device address for every in-memory tensor of the graph.
+
+    Returns
+    -------
+    Plan
+        The plan that ran.
+    """
+    uids = spec.io_uids()
+    try:
+        ordered = [pointers[uid] for uid in uids]
+    except KeyError as exc:
+        raise ValueError(f"{spec.name}: no device pointer for tensor uid {exc}") from None
+    plan = plan_for(handle, spec, options, ordered)
+    plan.execute(handle, ordered)
+    return plan
+
+
+# --------------------------------------------------------------------------------------
+# Matmul with a fused epilogue (built directly on a graph)
+
+
+def matmul(a, b, *, bias=None, activation: str | None = None, out=None, handle=None,
+           stream=None, options: PlanOptions | None = None):
+    """Batched matrix product with an optional fused bias and activation (graph API).
+
+    ``out[i] = act(a[i] @ b[i] + bias)`` over 3-d tensors (batch, rows, cols); 2-d
+    operands are taken as one batch.
+
+    Parameters
+    ----------
+    a : device array (B, M, K) or (M, K)
+    b : device array (B, K, N) or (K, N)
+    bias : device array (N,), optional
+        Added to every row.
+    activation : {None, "relu", "sigmoid", "tanh", "gelu", "gelu_tanh", "swish"}
+    out : device array (B, M, N), optional
+    handle, stream, options
+        As for `cupric.cudnn.conv2d`.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For mismatched element types or shapes, naming the operand.
+    NoEngineError
+        When no engine fuses this combination of types and shapes.
+    """
+    from . import _validate as V
+    from .handle import resolve
+    op = "matmul"
+    h = resolve(handle, stream)
+    s = h.stream
+    ta = V.tensor(a, "a", op, stream=s, ndims=(2, 3), layouts=False)
+    tb = V.tensor(b, "b", op, stream=s, ndims=(2, 3), layouts=False)
+    etype = V.same_type(op, ("a", ta), ("b", tb))
+    if ta.ndim != tb.ndim:
+        raise ValueError(f"{op}: a has {ta.ndim} dimensions but b has {tb.ndim}")
+    a_dims, a_strides = _as_batched(ta)
+    b_dims, b_strides = _as_batched(tb)
+    if a_dims[0] != b_dims[0]:
+        raise ValueError(f"{op}: batch sizes differ: a {a_dims[0]}, b {b_dims[0]}")
+    if a_dims[2] != b_dims[1]:
+        raise ValueError(f"{op}: inner dimensions differ: a is {ta.shape}, b is {tb.shape}")
+    c_shape = (a_dims[0], a_dims[1], b_dims[2])
+    shape = c_shape if ta.ndim == 3 else c_shape[1:]
+    tc = V.output(out, shape, etype, None, "out", op, s, ndims=(ta.ndim,))
+    c_dims, c_strides = _as_batched(tc)
+    act = _activation_mode(activation, op)
+    spec = GraphSpec(op)
+    ua = spec.tensor(a_dims, a_strides, etype, alignment=V.alignment_of(ta.ptr))
+    ub = spec.tensor(b_dims, b_strides, etype, alignment=V.alignment_of(tb.ptr))
+    uc = spec.tensor(c_dims, c_strides, etype, alignment=V.alignment_of(tc.ptr))
+    pointers = {ua: ta.ptr, ub: tb.ptr, uc: tc.ptr}
+    compute = "f64" if etype == "f64" else "f32"
+    if bias is None and act is None:
+        spec.matmul(ua, ub, uc, compute)
+    else:
+        tmp = spec.virtual_like(uc, compute)
+        spec.matmul(ua, ub, tmp, compute)
+        if bias is not None:
+            tbias = V.tensor(bias, "bias", op, stream=s, ndims=(1,), layouts=False)
+            V.expect(tbias, (c_dims[2],), etype, "bias", op)
+            ubias = spec.tensor((1, 1, c_dims[2]), (c_dims[2], c_dims[2], tbias.strides[0]),
+                                etype, alignment=V.alignment_of(tbias.ptr))
+            pointers[ubias] = tbias.ptr
+            nxt = spec.virtual_like(uc, compute) if act is not None else uc
+            spec.pointwise("add", x=tmp, b=ubias, y=nxt, compute=compute)
+            tmp = nxt
+        if act is not None:
+            spec.pointwise(act, x=tmp, y=uc, compute=compute)
+    execute(h, spec, pointers, options)
+    return tc.buf
+
+
+def _as_batched(t):
+    if t.ndim == 3:
+        return t.shape, t.strides
+    rows, cols = t.shape
+    return (1,) + t.shape, (rows * cols,) + t.strides
+
+
+# Activation names of the public API -> forward pointwise mode.
+ACTIVATIONS = {"relu": "relu_fwd", "sigmoid": "sigmoid_fwd", "tanh": "tanh_fwd",
+               "gelu": "gelu_fwd", "gelu_tanh": "gelu_approx_tanh_fwd",
+               "swish": "swish_fwd", "elu": "elu_fwd", "softplus": "softplus_fwd"}
+
+
+def _activation_mode(activation, op: str) -> str | None:
+    if activation is None or activation == "identity":
+        return None
+    try:
+        return ACTIVATIONS[activation]
+    except KeyError:
+        raise ValueError(f"{op}: activation must be one of None, "
+                         f"{', '.join(ACTIVATIONS)}; got {activation!r}") from None

@@ -1,0 +1,364 @@
+"""cuDNN handles: the library context every call takes, bound to one device and stream.
+
+A ``cudnnHandle_t`` holds cuDNN's state on one device (made in the device's primary
+context, the one PyTorch and CuPy use) and the stream its work is queued on
+(``cudnnSetStream``). cupric's handle also owns the workspace that convolution plans
+need, allocated in stream order from the device's memory pool and grown on demand, and
+the per-shape cache of execution plans (`cupric.cudnn.graph`).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from cupric.runtime._lifetime import Resource
+from cupric.runtime.errors import ClosedError
+
+__all__ = ["Handle", "default_handle", "resolve", "invoke"]
+
+
+class _Owned:
+    """What a handle owns besides its cudnnHandle_t, for the finalizer (never `self`)."""
+
+    __slots__ = ("workspace", "plans", "device", "stream")
+
+    def __init__(self, device: int, stream: int):
+        self.workspace = None
+        self.plans = {}
+        self.device = device
+        self.stream = stream
+
+
+def _release_plans(owned: _Owned) -> None:
+    plans, owned.plans = owned.plans, {}
+    for plan in plans.values():
+        if plan is not None:
+            plan.close()
+
+
+def _destroy(raw: int, owned: _Owned) -> None:
+    from cupric.runtime.device import Device
+
+    from . import lib
+    Device(owned.device).make_current()
+    try:
+        # Plans reference the handle: they go first.
+        _release_plans(owned)
+        lib.check(lib.lib.cudnnDestroy(lib.ffi.cast("cudnnHandle_t", raw)))
+    finally:
+        workspace, owned.workspace = owned.workspace, None
+        if workspace is not None:
+            # Freed in the handle's stream order, after every plan that used it.
+            workspace.close(stream=owned.stream)
+
+
+def _stream_parts(stream):
+    """(raw handle, object kept alive or None) of a stream-like value."""
+    from cupric.runtime.memory import stream_handle
+    if stream is None:
+        return 0, None
+    return stream_handle(stream), (None if isinstance(stream, int) else stream)
+
+
+class Handle(Resource):
+    """A cuDNN handle bound to one device and one stream (no public constructor).
+
+    `Handle.get(device, stream)` returns the shared handle of a (device, stream) pair;
+    `Handle.create` a private one. The handle owns a workspace (grown on demand from the
+    device's stream-ordered memory pool) and the execution plans built for it;
+    `close()` or garbage collection releases all of them.
+
+    Thread safety
+    -------------
+    cuDNN allows one handle to be used from several threads as long as the calls are
+    ordered on its stream; cupric serializes workspace growth and the plan cache with a
+    lock. Work queued from several threads runs in stream order, which is why sharing
+    the workspace is safe.
+
+    Examples
+    --------
+    >>> from cupric import cudnn, runtime as rt                       # doctest: +SKIP
+    >>> stream = rt.Device(0).create_stream()
+    >>> with cudnn.Handle.create(stream=stream) as h:
+    ...     y = cudnn.conv2d(x, w, padding=1, handle=h)
+    """
+
+    __slots__ = ("_ptr", "_device", "_stream_ptr", "_stream_obj", "_owned", "_lock",
+                 "_key", "_ctx", "_multi")
+
+    _shared: dict[tuple[int, int], "Handle"] = {}
+    _shared_lock = threading.Lock()
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("Handle has no public constructor; use cudnn.Handle.get(device, "
+                        "stream) or cudnn.Handle.create(device, stream)")
+
+    @classmethod
+    def create(cls, device=None, stream=None) -> "Handle":
+        """A new handle owned by the caller.
+
+        Parameters
+        ----------
+        device : Device or int, optional
+            Defaults to the stream's device, else the calling thread's current device.
+        stream : Stream, int handle, or stream-like (PyTorch, CuPy), optional
+            Calls are queued there; None is the legacy default stream (PyTorch's
+            default stream too).
+
+        Raises
+        ------
+        CudnnError
+            If cuDNN cannot create the handle (no usable GPU, driver too old).
+        LibraryNotFoundError
+            If cuDNN is not installed (``pip install nvidia-cudnn-cu13``).
+
+        Cost
+        ----
+        ``cudnnCreate``: tens of milliseconds the first time in a process (it loads
+        cuDNN's sub-libraries), about a millisecond later.
+        """
+        from cupric.runtime.device import Device, device_count
+
+        from . import lib
+        if device is None:
+            device = getattr(stream, "device", None)
+        dev = Device(device) if device is not None else Device.current()
+        ctx = dev.make_current()
+        ffi = lib.ffi
+        out = ffi.new("cudnnHandle_t *")
+        lib.check(lib.lib.cudnnCreate(out))
+        raw = int(ffi.cast("uintptr_t", out[0]))
+        stream_ptr, stream_obj = _stream_parts(stream)
+        self = cls.__new__(cls)
+        self._ptr = raw
+        self._device = dev.ordinal
+        self._stream_ptr = stream_ptr
+        self._stream_obj = stream_obj
+        self._owned = _Owned(dev.ordinal, stream_ptr)
+        self._lock = threading.RLock()
+        self._key = None
+        self._ctx = int(ctx.ptr)
+        self._multi = device_count() > 1
+        self._init_resource(raw, _destroy, self._owned)
+        try:
+            lib.check(lib.lib.cudnnSetStream(ffi.cast("cudnnHandle_t", raw),
+                                             ffi.cast("cudaStream_t", stream_ptr)))
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    @classmethod
+    def get(cls, device=None, stream=None) -> "Handle":
+        """The shared handle of (device, stream), created once.
+
+        Reused by every caller asking for the same pair, together with its workspace and
+        plan cache; `close()` on it removes it from the sharing table.
+        """
+        from cupric.runtime.device import Device
+        if device is None:
+            device = getattr(stream, "device", None)
+        ordinal = Device(device).ordinal if device is not None else Device.current().ordinal
+        key = (ordinal, _stream_parts(stream)[0])
+        handle = cls._shared.get(key)
+        if handle is not None and not handle._closed:
+            return handle
+        with cls._shared_lock:
+            handle = cls._shared.get(key)
+            if handle is None or handle._closed:
+                handle = cls.create(ordinal, stream)
+                handle._key = key
+                cls._shared[key] = handle
+        return handle
+
+    # -- state ---------------------------------------------------------------------------
+
+    def _label(self) -> str:
+        return f"cuDNN handle (device {self._device})"
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"0x{self._ptr:x}"
+        return (f"<cupric.cudnn.Handle {state} device={self._device} "
+                f"stream=0x{self._stream_ptr:x}>")
+
+    @property
+    def device(self) -> int:
+        """Ordinal of the handle's device."""
+        return self._device
+
+    @property
+    def stream(self) -> int:
+        """The raw stream handle calls are queued on (0: legacy default stream)."""
+        return self._stream_ptr
+
+    @property
+    def stream_object(self):
+        """The stream object the handle was made with (None for raw handles)."""
+        return self._stream_obj
+
+    @property
+    def workspace_bytes(self) -> int:
+        """Bytes of workspace the handle currently owns."""
+        ws = self._owned.workspace
+        return 0 if ws is None else ws.nbytes
+
+    @property
+    def plans(self) -> dict:
+        """The handle's plan cache (key -> `graph.Plan`); see `graph.PlanCache`."""
+        return self._owned.plans
+
+    @property
+    def lock(self):
+        """The lock serializing workspace growth and plan-cache updates."""
+        return self._lock
+
+    def ready(self):
+        """The raw ``cudnnHandle_t`` (cffi), checked usable for a call now.
+
+        Raises `ClosedError` for a closed handle or a closed stream; with several GPUs,
+        makes the handle's device current in the calling thread when it is not.
+        """
+        if self._closed:
+            raise ClosedError("this cuDNN Handle is closed")
+        stream = self._stream_obj
+        if stream is not None and getattr(stream, "_closed", False):
+            raise ClosedError("the stream this cuDNN Handle is bound to was closed")
+        if self._multi:
+            self._make_current()
+        from . import lib
+        return lib.ffi.cast("cudnnHandle_t", self._ptr)
+
+    @property
+    def ptr(self) -> int:
+        """The raw ``cudnnHandle_t`` as an int."""
+        if self._closed:
+            raise ClosedError("this cuDNN Handle is closed")
+        return self._ptr
+
+    def _make_current(self) -> None:
+        from cupric.runtime._driver import check, driver
+        if int(check(driver().cuCtxGetCurrent())) != self._ctx:
+            from cupric.runtime.device import Device
+            Device(self._device).make_current()
+
+    def check_device(self, buf, name: str, op: str) -> None:
+        """Raise ValueError if `buf` lives on another device than the handle's (asked of
+        the driver only when the machine has several GPUs)."""
+        if self._multi and buf.ptr and buf.device != self._device:
+            raise ValueError(f"{op}: {name} lives on device {buf.device} but the cuDNN "
+                             f"handle is bound to device {self._device}")
+
+    def workspace(self, nbytes: int) -> int:
+        """Address of at least `nbytes` of workspace (0 when `nbytes` is 0).
+
+        The workspace grows to the largest request seen: a larger one frees the old
+        block in stream order and allocates a new one on the handle's stream from the
+        device's memory pool, so work already queued keeps its memory.
+
+        Safety
+        ------
+        The address is valid for work queued on the handle's stream until the next
+        larger request; never hand it to work on another stream.
+
+        Cost
+        ----
+        A dictionary-free attribute read when the workspace is large enough; otherwise
+        one ``cuMemFreeAsync`` and one ``cuMemAllocAsync``.
+        """
+        if nbytes <= 0:
+            return 0
+        owned = self._owned
+        ws = owned.workspace
+        if ws is not None and ws.nbytes >= nbytes:
+            return ws.ptr
+        with self._lock:
+            ws = owned.workspace
+            if ws is not None and ws.nbytes >= nbytes:
+                return ws.ptr
+            from cupric.runtime.memory import empty
+            self.ready()
+            # Round up so that a slowly growing sequence of requests does not reallocate
+            # each time.
+            size = max(nbytes, 1 << 20)
+            size = (size + (1 << 20) - 1) & ~((1 << 20) - 1)
+            new = empty(size, np.uint8, stream=self._stream_ptr)
+            owned.workspace = new
+            if ws is not None:
+                ws.close(stream=self._stream_ptr)
+            return new.ptr
+
+    def synchronize(self) -> None:
+        """Wait for the work queued on the handle's stream."""
+        from cupric.runtime._driver import check, driver
+        self.ready()
+        check(driver().cuStreamSynchronize(self._stream_ptr))
+
+    def clear_plans(self) -> None:
+        """Drop every cached execution plan (they are rebuilt on next use)."""
+        with self._lock:
+            _release_plans(self._owned)
+
+    def close(self) -> None:
+        """Destroy the plans and the cuDNN handle, and free the workspace in stream order.
+
+        Raises
+        ------
+        CudnnError
+            If ``cudnnDestroy`` fails (the handle is closed anyway).
+        """
+        if self._closed:
+            return
+        key = self._key
+        if key is not None:
+            with Handle._shared_lock:
+                if Handle._shared.get(key) is self:
+                    del Handle._shared[key]
+        super().close()
+
+
+_tls = threading.local()
+
+
+def default_handle(stream=None) -> Handle:
+    """The shared handle of the calling thread's current device and `stream` (the legacy
+    default stream when None, which PyTorch's default stream also is)."""
+    if stream is None:
+        handle = getattr(_tls, "handle", None)
+        if handle is None or handle._closed:
+            handle = Handle.get()
+            _tls.handle = handle
+        return handle
+    return Handle.get(stream=stream)
+
+
+def resolve(handle, stream=None) -> Handle:
+    """`handle`, or the shared handle of `stream` when None.
+
+    Raises
+    ------
+    TypeError
+        For something that is not a cupric.cudnn.Handle.
+    ValueError
+        When both a handle and a different stream are given.
+    """
+    if handle is None:
+        return default_handle(stream)
+    if not isinstance(handle, Handle):
+        raise TypeError(f"handle must be a cupric.cudnn.Handle, got {type(handle).__name__}")
+    if stream is not None:
+        ptr = _stream_parts(stream)[0]
+        if ptr != handle.stream:
+            raise ValueError(f"stream 0x{ptr:x} differs from the handle's stream "
+                             f"0x{handle.stream:x}; pass one of them")
+    return handle
+
+
+def invoke(name: str, *args) -> None:
+    """Call the cuDNN function `name`; raise the typed `CudnnError` on a failing status."""
+    from . import lib
+    status = getattr(lib.lib, name)(*args)
+    if status:
+        from .backend import check
+        check(status, name)
