@@ -1,0 +1,781 @@
+"""cupric.kernels beside their peers, all in one process on one stream: the same
+algorithm in CUDA C (CuPy RawKernel, NVRTC; written for this benchmark), in numba-cuda,
+and the routine users would otherwise call (CuPy, cuBLAS through PyTorch). Bandwidth is
+also given as a fraction of a device-to-device copy (cuMemcpyDtoDAsync) measured in the
+same run.
+
+Every implementation runs on the same CuPy-allocated arrays (cupric and numba take them
+through `__cuda_array_interface__`), is checked against a peer's result, and is timed
+with CUDA events: warm-up launches, then REPEATS rounds in which every implementation of
+a benchmark runs once in turn (interleaved), median reported.
+
+    python3 benchmarks/kernels.py [--json PATH] [--only NAME[,NAME...]]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import traceback
+
+import numpy as np
+
+WARMUP = 2
+REPEATS = 10
+N = 1 << 27                 # elements of the bandwidth-bound benchmarks (512 MiB of f32)
+IMAGE = (8192, 8192)        # rgba2gray
+MATRIX = (8192, 16384)      # transpose, f32
+SORT_N = 1 << 24
+GEMM_F32 = 8192
+GEMM_F64 = 4096
+
+#: Goals (the issue's): bandwidth-bound kernels >= 85 % of the copy rate and >= 1.0x
+#: CUDA C; reductions and scans >= 0.9x CuPy; SGEMM >= 60 % of cuBLAS FP32; bitonic
+#: >= 1.0x CUDA C.
+BANDWIDTH_GOAL = 0.85
+
+CUDA_C = r'''
+typedef long long i64;
+typedef unsigned int u32;
+
+extern "C" __global__ void vecadd(const float* __restrict__ a, const float* __restrict__ b,
+                                  float* __restrict__ out, i64 n) {
+  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  i64 step = (i64)blockDim.x * gridDim.x;
+  for (; i + 3 * step < n; i += 4 * step) {
+    float a0 = a[i], a1 = a[i + step], a2 = a[i + 2 * step], a3 = a[i + 3 * step];
+    float b0 = b[i], b1 = b[i + step], b2 = b[i + 2 * step], b3 = b[i + 3 * step];
+    out[i] = a0 + b0; out[i + step] = a1 + b1;
+    out[i + 2 * step] = a2 + b2; out[i + 3 * step] = a3 + b3;
+  }
+  for (; i < n; i += step) out[i] = a[i] + b[i];
+}
+
+extern "C" __global__ void saxpy(float alpha, const float* __restrict__ x,
+                                 const float* __restrict__ y, float* __restrict__ out, i64 n) {
+  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  i64 step = (i64)blockDim.x * gridDim.x;
+  for (; i + 3 * step < n; i += 4 * step) {
+    float x0 = x[i], x1 = x[i + step], x2 = x[i + 2 * step], x3 = x[i + 3 * step];
+    float y0 = y[i], y1 = y[i + step], y2 = y[i + 2 * step], y3 = y[i + 3 * step];
+    out[i] = alpha * x0 + y0; out[i + step] = alpha * x1 + y1;
+    out[i + 2 * step] = alpha * x2 + y2; out[i + 3 * step] = alpha * x3 + y3;
+  }
+  for (; i < n; i += step) out[i] = alpha * x[i] + y[i];
+}
+
+extern "C" __global__ void copy(const float* __restrict__ src, float* __restrict__ out, i64 n) {
+  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  i64 step = (i64)blockDim.x * gridDim.x;
+  for (; i + 3 * step < n; i += 4 * step) {
+    float v0 = src[i], v1 = src[i + step], v2 = src[i + 2 * step], v3 = src[i + 3 * step];
+    out[i] = v0; out[i + step] = v1; out[i + 2 * step] = v2; out[i + 3 * step] = v3;
+  }
+  for (; i < n; i += step) out[i] = src[i];
+}
+
+extern "C" __global__ void fill(float* __restrict__ out, float value, i64 n) {
+  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  i64 step = (i64)blockDim.x * gridDim.x;
+  for (; i < n; i += step) out[i] = value;
+}
+
+__device__ __forceinline__ unsigned char gray8(u32 p) {
+  float r = (float)(p & 0xFF), g = (float)((p >> 8) & 0xFF), b = (float)((p >> 16) & 0xFF);
+  return (unsigned char)(0.299f * r + 0.587f * g + 0.114f * b + 0.5f);
+}
+
+extern "C" __global__ void rgba2gray(const u32* __restrict__ pix, unsigned char* __restrict__ out,
+                                     i64 n) {
+  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  i64 step = (i64)blockDim.x * gridDim.x;
+  for (; i + 3 * step < n; i += 4 * step) {
+    u32 p0 = pix[i], p1 = pix[i + step], p2 = pix[i + 2 * step], p3 = pix[i + 3 * step];
+    out[i] = gray8(p0); out[i + step] = gray8(p1);
+    out[i + 2 * step] = gray8(p2); out[i + 3 * step] = gray8(p3);
+  }
+  for (; i < n; i += step) out[i] = gray8(pix[i]);
+}
+
+extern "C" __global__ void transpose(const float* __restrict__ a, float* __restrict__ out,
+                                     i64 rows, i64 cols) {
+  __shared__ float tile[32][33];
+  i64 col = (i64)blockIdx.x * 32 + threadIdx.x;
+  i64 row = (i64)blockIdx.y * 32 + threadIdx.y;
+  for (int k = 0; k < 32; k += 8)
+    if (col < cols && row + k < rows) tile[threadIdx.y + k][threadIdx.x] = a[(row + k) * cols + col];
+  __syncthreads();
+  i64 out_col = (i64)blockIdx.y * 32 + threadIdx.x;
+  i64 out_row = (i64)blockIdx.x * 32 + threadIdx.y;
+  for (int k = 0; k < 32; k += 8)
+    if (out_col < rows && out_row + k < cols)
+      out[(out_row + k) * rows + out_col] = tile[threadIdx.x][threadIdx.y + k];
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, d);
+  return v;
+}
+
+extern "C" __global__ void reduce_sum(const float* __restrict__ x, i64 n, float* out,
+                                      float* partials, u32* counter) {
+  __shared__ float slots[8];
+  __shared__ int is_last;
+  int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  i64 step = (i64)blockDim.x * gridDim.x;
+  float v0 = 0.f, v1 = 0.f, v2 = 0.f, v3 = 0.f;
+  for (; i + 3 * step < n; i += 4 * step) {
+    float a0 = x[i], a1 = x[i + step], a2 = x[i + 2 * step], a3 = x[i + 3 * step];
+    v0 += a0; v1 += a1; v2 += a2; v3 += a3;
+  }
+  for (; i < n; i += step) v0 += x[i];
+  float v = warp_sum((v0 + v1) + (v2 + v3));
+  if (lane == 0) slots[w] = v;
+  __syncthreads();
+  if (w == 0) {
+    v = warp_sum(lane < 8 ? slots[lane] : 0.f);
+    if (lane == 0) {
+      partials[blockIdx.x] = v;
+      __threadfence();
+      u32 ticket = atomicAdd(counter, 1u);
+      is_last = ticket == gridDim.x - 1;
+    }
+  }
+  __syncthreads();
+  if (is_last) {
+    __threadfence();
+    v = 0.f;
+    for (int j = threadIdx.x; j < gridDim.x; j += blockDim.x) v += partials[j];
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) slots[w] = v;
+    __syncthreads();
+    if (w == 0) {
+      v = warp_sum(lane < 8 ? slots[lane] : 0.f);
+      if (lane == 0) { *out = v; *counter = 0; }
+    }
+  }
+}
+
+#define CHUNK 2048
+#define HALF 1024
+
+extern "C" __global__ void to_keys(const u32* __restrict__ src, u32* __restrict__ keys,
+                                   i64 n, i64 total, u32 flip) {
+  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  i64 step = (i64)blockDim.x * gridDim.x;
+  for (; i < total; i += step) keys[i] = i < n ? (src[i] ^ flip) : 0xFFFFFFFFu;
+}
+
+extern "C" __global__ void from_keys(const u32* __restrict__ keys, u32* __restrict__ out,
+                                     i64 n, u32 flip) {
+  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  i64 step = (i64)blockDim.x * gridDim.x;
+  for (; i < n; i += step) out[i] = keys[i] ^ flip;
+}
+
+extern "C" __global__ void bitonic_sort_shared(u32* keys) {
+  __shared__ u32 s[CHUNK];
+  int t = threadIdx.x;
+  i64 base = (i64)blockIdx.x * CHUNK;
+  s[t] = keys[base + t];
+  s[t + HALF] = keys[base + t + HALF];
+  __syncthreads();
+  for (int k = 2; k <= CHUNK; k <<= 1) {
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      int lo = 2 * t - (t & (j - 1));
+      u32 a = s[lo], b = s[lo + j];
+      bool up = ((base + lo) & k) == 0;
+      if ((a > b) == up) { s[lo] = b; s[lo + j] = a; }
+      __syncthreads();
+    }
+  }
+  keys[base + t] = s[t];
+  keys[base + t + HALF] = s[t + HALF];
+}
+
+extern "C" __global__ void bitonic_merge_global(u32* keys, i64 n, i64 k, i64 j) {
+  i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t < (n >> 1)) {
+    i64 lo = 2 * t - (t & (j - 1));
+    u32 a = keys[lo], b = keys[lo + j];
+    bool up = (lo & k) == 0;
+    if ((a > b) == up) { keys[lo] = b; keys[lo + j] = a; }
+  }
+}
+
+extern "C" __global__ void bitonic_merge_shared(u32* keys, i64 k) {
+  __shared__ u32 s[CHUNK];
+  int t = threadIdx.x;
+  i64 base = (i64)blockIdx.x * CHUNK;
+  s[t] = keys[base + t];
+  s[t + HALF] = keys[base + t + HALF];
+  __syncthreads();
+  bool up = (base & k) == 0;
+  for (int j = HALF; j > 0; j >>= 1) {
+    int lo = 2 * t - (t & (j - 1));
+    u32 a = s[lo], b = s[lo + j];
+    if ((a > b) == up) { s[lo] = b; s[lo + j] = a; }
+    __syncthreads();
+  }
+  keys[base + t] = s[t];
+  keys[base + t + HALF] = s[t + HALF];
+}
+
+extern "C" __global__ void histogram_u8(const unsigned char* __restrict__ x, i64 n,
+                                        const double* __restrict__ edges, double lo, double hi,
+                                        double norm, long long* counts, i64 bins) {
+  __shared__ u32 hist[4096];
+  for (i64 j = threadIdx.x; j < bins; j += blockDim.x) hist[j] = 0;
+  __syncthreads();
+  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  i64 step = (i64)blockDim.x * gridDim.x;
+  for (; i < n; i += step) {
+    double v = (double)x[i];
+    if (!(v >= lo && v <= hi)) continue;
+    i64 b = (i64)((v - lo) * norm);
+    if (b == bins) b -= 1;
+    if (v < edges[b]) b -= 1;
+    else if (b != bins - 1 && v >= edges[b + 1]) b += 1;
+    atomicAdd(&hist[b], 1u);
+  }
+  __syncthreads();
+  for (i64 j = threadIdx.x; j < bins; j += blockDim.x)
+    if (hist[j]) atomicAdd((unsigned long long*)&counts[j], (unsigned long long)hist[j]);
+}
+'''
+
+
+class Timer:
+    """CUDA-event timing of callables on one CuPy stream."""
+
+    def __init__(self, cp, stream) -> None:
+        self.cp = cp
+        self.stream = stream
+
+    def once(self, fn) -> float:
+        cp = self.cp
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record(self.stream)
+        fn()
+        end.record(self.stream)
+        end.synchronize()
+        return cp.cuda.get_elapsed_time(start, end) / 1e3
+
+    def compare(self, impls: dict, repeats: int = REPEATS) -> dict:
+        """Median seconds of each implementation, interleaved round by round."""
+        for fn in impls.values():
+            for _ in range(WARMUP):
+                fn()
+        self.stream.synchronize()
+        times: dict = {name: [] for name in impls}
+        for _ in range(repeats):
+            for name, fn in impls.items():
+                times[name].append(self.once(fn))
+        return {name: statistics.median(t) for name, t in times.items()}
+
+
+def _numba(cp, stream):
+    """numba.cuda and an external stream over CuPy's, or (None, reason)."""
+    try:
+        if not hasattr(np, "row_stack"):
+            np.row_stack = np.vstack  # numba-cuda 0.30 with NumPy 2.5
+        from numba import cuda
+        return cuda, cuda.external_stream(stream.ptr)
+    except Exception as exc:  # reported in the results; other peers still run
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+class Suite:
+    """The benchmarks; each method returns its result entry."""
+
+    def __init__(self) -> None:
+        import cupy as cp
+        self.cp = cp
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        self.s = self.stream.ptr
+        self.timer = Timer(cp, self.stream)
+        self.module = cp.RawModule(code=CUDA_C, options=("-std=c++17",))
+        self.sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+        self.numba, self.numba_stream = _numba(cp, self.stream)
+        self.rs = cp.random.RandomState(7)
+        self.copy_GBps = None
+
+    def fn(self, name):
+        return self.module.get_function(name)
+
+    def grid_stride_blocks(self, n, per_thread=4, block=256):
+        # The geometry cupric.kernels._common.blocks_for picks, for the CUDA C twins.
+        return max(1, min(-(-n // (block * per_thread)), 8 * self.sms))
+
+    # -- the copy reference ------------------------------------------------------------
+
+    def copy_rate(self) -> dict:
+        cp = self.cp
+        a = self.rs.random_sample(N, dtype=cp.float32)
+        b = cp.empty_like(a)
+
+        def memcpy():
+            cp.cuda.runtime.memcpyAsync(b.data.ptr, a.data.ptr, a.nbytes,
+                                        cp.cuda.runtime.memcpyDeviceToDevice, self.s)
+        t = self.timer.compare({"d2d_copy": memcpy})["d2d_copy"]
+        self.copy_GBps = 2 * a.nbytes / t / 1e9
+        return {"GBps": self.copy_GBps, "bytes": 2 * a.nbytes}
+
+    def _bandwidth(self, times: dict, nbytes: int, check=None) -> dict:
+        entry: dict = {"bytes": nbytes}
+        for name, t in times.items():
+            entry[name] = {"ms": t * 1e3, "GBps": nbytes / t / 1e9,
+                           "of_copy": nbytes / t / 1e9 / self.copy_GBps}
+        if check is not None:
+            entry["checked_against"] = check
+        return entry
+
+    # -- elementwise -------------------------------------------------------------------
+
+    def elementwise(self) -> dict:
+        cp = self.cp
+        from cupric.kernels import elementwise as ew
+        x = self.rs.random_sample(N, dtype=cp.float32)
+        y = self.rs.random_sample(N, dtype=cp.float32)
+        out = cp.empty_like(x)
+        ref = cp.empty_like(x)
+        alpha = np.float32(2.5)
+        n64 = np.int64(N)
+        blocks = self.grid_stride_blocks(N)
+        c_vecadd, c_saxpy, c_copy, c_fill = (self.fn(k) for k in
+                                             ("vecadd", "saxpy", "copy", "fill"))
+        s, st = self.s, self.stream
+        results = {}
+
+        benches = {
+            "vecadd": ({
+                "cupric": lambda: ew.vecadd(x, y, out=out, stream=s),
+                "cuda_c": lambda: c_vecadd((blocks,), (256,), (x, y, ref, n64), stream=st),
+                "cupy": lambda: cp.add(x, y, out=ref),
+            }, 3 * 4 * N, lambda: cp.array_equal(out, x + y)),
+            "saxpy": ({
+                "cupric": lambda: ew.saxpy(alpha, x, y, out=out, stream=s),
+                "cuda_c": lambda: c_saxpy((blocks,), (256,), (alpha, x, y, ref, n64),
+                                          stream=st),
+            }, 3 * 4 * N, lambda: cp.allclose(out, alpha * x + y, rtol=1e-6)),
+            "memcpy": ({
+                "cupric": lambda: ew.memcpy(x, out=out, stream=s),
+                "cuda_c": lambda: c_copy((blocks,), (256,), (x, ref, n64), stream=st),
+                "cupy": lambda: cp.copyto(ref, x),
+            }, 2 * 4 * N, lambda: cp.array_equal(out, x)),
+            "fill": ({
+                "cupric": lambda: ew.fill(out, 1.5, stream=s),
+                "cuda_c": lambda: c_fill((self.grid_stride_blocks(N, 1),), (256,),
+                                         (ref, np.float32(1.5), n64), stream=st),
+                "cupy": lambda: ref.fill(1.5),
+            }, 4 * N, lambda: bool((out == 1.5).all())),
+        }
+        cuda, ns = self.numba, self.numba_stream
+        if cuda is not None:
+            @cuda.jit
+            def n_vecadd(a, b, o):
+                i = cuda.grid(1)
+                step = cuda.gridsize(1)
+                while i < o.size:
+                    o[i] = a[i] + b[i]
+                    i += step
+
+            @cuda.jit
+            def n_saxpy(al, a, b, o):
+                i = cuda.grid(1)
+                step = cuda.gridsize(1)
+                while i < o.size:
+                    o[i] = al * a[i] + b[i]
+                    i += step
+            nx, ny, nref = (cuda.as_cuda_array(v) for v in (x, y, ref))
+            nblocks = self.grid_stride_blocks(N, 1)
+            benches["vecadd"][0]["numba_cuda"] = \
+                lambda: n_vecadd[nblocks, 256, ns](nx, ny, nref)
+            benches["saxpy"][0]["numba_cuda"] = \
+                lambda: n_saxpy[nblocks, 256, ns](alpha, nx, ny, nref)
+        for name, (impls, nbytes, check) in benches.items():
+            impls["cupric"]()
+            self.stream.synchronize()
+            if not check():
+                raise AssertionError(f"cupric {name} gave a wrong result")
+            results[name] = self._bandwidth(self.timer.compare(impls), nbytes)
+        return results
+
+    def image(self) -> dict:
+        cp = self.cp
+        from cupric.kernels import image
+        h, w = IMAGE
+        img = self.rs.randint(0, 256, (h, w, 4), dtype=cp.uint8)
+        out = cp.empty((h, w), cp.uint8)
+        ref = cp.empty((h, w), cp.uint8)
+        pixels = img.view(cp.uint32).reshape(-1)
+        c_gray = self.fn("rgba2gray")
+        blocks = self.grid_stride_blocks(h * w)
+        impls = {
+            "cupric": lambda: image.rgba2gray(img, out=out, stream=self.s),
+            "cuda_c": lambda: c_gray((blocks,), (256,), (pixels, ref, np.int64(h * w)),
+                                     stream=self.stream),
+        }
+        impls["cupric"]()
+        impls["cuda_c"]()
+        self.stream.synchronize()
+        if not cp.array_equal(out, ref):
+            raise AssertionError("cupric rgba2gray differs from the CUDA C kernel")
+        entry = {"rgba2gray": self._bandwidth(self.timer.compare(impls), 5 * h * w)}
+        # Mandelbrot: compute-bound; timed alone (no peer), in Mpixel/s.
+        mw, mh = 4096, 4096
+        frame = cp.empty((mh, mw), cp.uint8)
+        t = self.timer.compare({"cupric": lambda: image.mandelbrot(
+            mw, mh, max_iter=256, out=frame, stream=self.s)}, repeats=3)["cupric"]
+        entry["mandelbrot_4096x4096_256"] = {"cupric": {"ms": t * 1e3,
+                                                        "Mpixel_s": mw * mh / t / 1e6}}
+        return entry
+
+    def transpose(self) -> dict:
+        cp = self.cp
+        from cupric.kernels import transpose
+        rows, cols = MATRIX
+        a = self.rs.random_sample((rows, cols), dtype=cp.float32)
+        out = cp.empty((cols, rows), cp.float32)
+        ref = cp.empty((cols, rows), cp.float32)
+        c_t = self.fn("transpose")
+        grid = ((cols + 31) // 32, (rows + 31) // 32)
+        impls = {
+            "cupric": lambda: transpose.transpose(a, out=out, stream=self.s),
+            "cuda_c": lambda: c_t(grid, (32, 8), (a, ref, np.int64(rows), np.int64(cols)),
+                                  stream=self.stream),
+            "cupy": lambda: cp.copyto(ref, a.T),
+        }
+        cuda, ns = self.numba, self.numba_stream
+        if cuda is not None:
+            from numba import float32
+
+            @cuda.jit
+            def n_transpose(src, dst):
+                tile = cuda.shared.array((32, 33), float32)
+                tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+                col = cuda.blockIdx.x * 32 + tx
+                row = cuda.blockIdx.y * 32 + ty
+                for k in range(0, 32, 8):
+                    if col < src.shape[1] and row + k < src.shape[0]:
+                        tile[ty + k, tx] = src[row + k, col]
+                cuda.syncthreads()
+                ocol = cuda.blockIdx.y * 32 + tx
+                orow = cuda.blockIdx.x * 32 + ty
+                for k in range(0, 32, 8):
+                    if ocol < src.shape[0] and orow + k < src.shape[1]:
+                        dst[orow + k, ocol] = tile[tx, ty + k]
+            na, nref = cuda.as_cuda_array(a), cuda.as_cuda_array(ref)
+            impls["numba_cuda"] = lambda: n_transpose[grid, (32, 8), ns](na, nref)
+        impls["cupric"]()
+        self.stream.synchronize()
+        if not cp.array_equal(out, a.T):
+            raise AssertionError("cupric transpose gave a wrong result")
+        return {"transpose": self._bandwidth(self.timer.compare(impls), 2 * 4 * rows * cols)}
+
+    # -- reductions and scans ----------------------------------------------------------
+
+    def reductions(self) -> dict:
+        cp = self.cp
+        from cupric.kernels import reduce
+        x = self.rs.standard_normal(N, dtype=cp.float32)
+        y = self.rs.standard_normal(N, dtype=cp.float32)
+        out_f = cp.empty((), cp.float32)
+        out_i = cp.empty((), cp.int64)
+        blocks = self.grid_stride_blocks(N)
+        partials = cp.empty(blocks, cp.float32)
+        counter = cp.zeros(1, cp.uint32)
+        ref = cp.empty((), cp.float32)
+        c_sum = self.fn("reduce_sum")
+        s = self.s
+        benches = {
+            "sum": ({"cupric": lambda: reduce.sum(x, out=out_f, stream=s),
+                     "cuda_c": lambda: c_sum((blocks,), (256,), (x, np.int64(N), ref, partials,
+                                                                 counter), stream=self.stream),
+                     "cupy": lambda: cp.sum(x, out=ref)},
+                    4 * N, lambda: abs(float(out_f) - float(cp.sum(x, dtype=cp.float64)))
+                    < 1e-3 * float(cp.abs(x).sum())),
+            "min": ({"cupric": lambda: reduce.min(x, out=out_f, stream=s),
+                     "cupy": lambda: cp.min(x, out=ref)},
+                    4 * N, lambda: float(out_f) == float(cp.min(x))),
+            "argmax": ({"cupric": lambda: reduce.argmax(x, out=out_i, stream=s),
+                        "cupy": lambda: cp.argmax(x)},
+                       4 * N, lambda: int(out_i) == int(cp.argmax(x))),
+            "dot": ({"cupric": lambda: reduce.dot(x, y, out=out_f, stream=s),
+                     "cupy": lambda: cp.dot(x, y, out=ref)},
+                    8 * N, lambda: abs(float(out_f) - float(cp.dot(x.astype(cp.float64),
+                                                                   y.astype(cp.float64))))
+                    < 1e-3 * float(cp.sqrt(cp.dot(x, x) * cp.dot(y, y)))),
+        }
+        cuda, ns = self.numba, self.numba_stream
+        if cuda is not None:
+            sum_reduce = cuda.reduce(lambda a, b: a + b)
+            nx = cuda.as_cuda_array(x)
+            nres = cuda.device_array(1, np.float32)
+            benches["sum"][0]["numba_cuda"] = lambda: sum_reduce(nx, res=nres, stream=ns)
+        results = {}
+        for name, (impls, nbytes, check) in benches.items():
+            impls["cupric"]()
+            self.stream.synchronize()
+            if not check():
+                raise AssertionError(f"cupric {name} gave a wrong result")
+            results[name] = self._bandwidth(self.timer.compare(impls), nbytes)
+        return results
+
+    def scans(self) -> dict:
+        cp = self.cp
+        from cupric.kernels import scan
+        results = {}
+        for label, x, dtype in (
+                ("cumsum_f32", self.rs.random_sample(N, dtype=cp.float32), cp.float32),
+                ("cumsum_i32", self.rs.randint(-100, 100, N, dtype=cp.int32), cp.int32)):
+            out = cp.empty(N, dtype)
+            ref = cp.empty(N, dtype)
+            impls = {
+                "cupric": lambda: scan.inclusive_scan(x, out=out, dtype=dtype, stream=self.s),
+                "cupy": lambda: cp.cumsum(x, dtype=dtype, out=ref),
+            }
+            impls["cupric"]()
+            impls["cupy"]()
+            self.stream.synchronize()
+            if dtype == cp.int32:
+                ok = cp.array_equal(out, ref)
+            else:
+                exact = cp.cumsum(x, dtype=cp.float64)
+                ok = bool(cp.allclose(out, exact, rtol=1e-4))
+            if not ok:
+                raise AssertionError(f"cupric inclusive_scan ({label}) gave a wrong result")
+            results[label] = self._bandwidth(self.timer.compare(impls), 2 * 4 * N)
+        return results
+
+    # -- GEMM --------------------------------------------------------------------------
+
+    def gemm(self) -> dict:
+        cp = self.cp
+        import torch
+        from cupric.kernels import gemm
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.set_float32_matmul_precision("highest")
+        ts = torch.cuda.ExternalStream(self.s)
+        results = {}
+        for label, size, dtype in (("sgemm", GEMM_F32, cp.float32),
+                                   ("dgemm", GEMM_F64, cp.float64)):
+            a = self.rs.standard_normal((size, size), dtype=dtype)
+            b = self.rs.standard_normal((size, size), dtype=dtype)
+            out = cp.empty((size, size), dtype)
+            ref = cp.empty((size, size), dtype)
+            ta, tb, tref = (torch.from_dlpack(v) for v in (a, b, ref))
+
+            def torch_mm():
+                with torch.cuda.stream(ts):
+                    torch.matmul(ta, tb, out=tref)
+            impls = {"cupric": lambda: gemm.gemm(a, b, out, stream=self.s),
+                     "cublas_torch": torch_mm}
+            impls["cupric"]()
+            torch_mm()
+            self.stream.synchronize()
+            err = float(cp.abs(out - ref).max() / cp.abs(ref).max())
+            if err > (1e-4 if dtype == cp.float32 else 1e-12):
+                raise AssertionError(f"cupric {label}: relative error {err:.2e} vs cuBLAS")
+            times = self.timer.compare(impls, repeats=5)
+            flops = 2 * size ** 3
+            results[label] = {"n": size, **{name: {"ms": t * 1e3, "TFLOPs": flops / t / 1e12}
+                                            for name, t in times.items()}}
+            if label == "sgemm":
+                tiled = self.timer.compare({"cupric_tiled": lambda: gemm.gemm(
+                    a, b, out, algorithm="tiled", stream=self.s)}, repeats=2)
+                results[label]["cupric_tiled"] = {"ms": tiled["cupric_tiled"] * 1e3,
+                                                  "TFLOPs": flops / tiled["cupric_tiled"] / 1e12}
+        return results
+
+    # -- sorts and histogram -------------------------------------------------------------
+
+    def sorts(self) -> dict:
+        cp = self.cp
+        from cupric.kernels import sort
+        n = SORT_N
+        # Full 32-bit keys: every radix digit matters.
+        x = (self.rs.random_sample(n, dtype=cp.float64) * 2.0 ** 32).astype(cp.uint64) \
+            .astype(cp.uint32)
+        out = cp.empty_like(x)
+        ref = cp.empty_like(x)
+        keys = cp.empty(n, cp.uint32)  # n is a power of two >= CHUNK: no padding
+        to_keys, from_keys = self.fn("to_keys"), self.fn("from_keys")
+        sort_shared, merge_global, merge_shared = (self.fn(k) for k in (
+            "bitonic_sort_shared", "bitonic_merge_global", "bitonic_merge_shared"))
+        st = self.stream
+        zero = np.uint32(0)
+        n64 = np.int64(n)
+        tblocks = self.grid_stride_blocks(n, 1)
+
+        def c_bitonic():
+            # The same network and launches as cupric.kernels.sort.bitonic_sort.
+            to_keys((tblocks,), (256,), (x, keys, n64, n64, zero), stream=st)
+            chunks = n // 2048
+            sort_shared((chunks,), (1024,), (keys,), stream=st)
+            k = 4096
+            while k <= n:
+                j = k >> 1
+                while j >= 2048:
+                    merge_global(((n // 2 + 255) // 256,), (256,),
+                                 (keys, n64, np.int64(k), np.int64(j)), stream=st)
+                    j >>= 1
+                merge_shared((chunks,), (1024,), (keys, np.int64(k)), stream=st)
+                k <<= 1
+            from_keys((tblocks,), (256,), (keys, ref, n64, zero), stream=st)
+
+        expect = cp.sort(x)
+        results = {}
+        for label, fn in (("bitonic_u32", lambda: sort.bitonic_sort(x, out, stream=self.s)),
+                          ("radix_u32", lambda: sort.radix_sort(x, out, stream=self.s))):
+            fn()
+            self.stream.synchronize()
+            if not cp.array_equal(out, expect):
+                raise AssertionError(f"cupric {label} gave a wrong result")
+            impls = {"cupric": fn, "cupy_sort": lambda: cp.sort(x)}
+            if label == "bitonic_u32":
+                impls["cuda_c"] = c_bitonic
+            times = self.timer.compare(impls, repeats=5)
+            results[label] = {"n": n, **{name: {"ms": t * 1e3, "Gkeys_s": n / t / 1e9}
+                                         for name, t in times.items()}}
+        c_bitonic()
+        self.stream.synchronize()
+        if not cp.array_equal(ref, expect):
+            raise AssertionError("the CUDA C bitonic peer gave a wrong result")
+        return results
+
+    def histogram(self) -> dict:
+        cp = self.cp
+        from cupric.kernels import histogram
+        x = self.rs.randint(0, 256, N, dtype=cp.uint8)
+        counts = cp.empty(256, cp.int64)
+        ref = cp.empty(256, cp.int64)
+        edges = cp.asarray(np.linspace(0.0, 256.0, 257))
+        c_hist = self.fn("histogram_u8")
+        blocks = self.grid_stride_blocks(N)
+
+        def c_histogram():
+            ref.fill(0)
+            c_hist((blocks,), (256,), (x, np.int64(N), edges, np.float64(0), np.float64(256),
+                                       np.float64(1.0), ref, np.int64(256)),
+                   stream=self.stream)
+        impls = {
+            "cupric": lambda: histogram.histogram(x, 256, (0, 256), out=counts, stream=self.s),
+            "cuda_c": c_histogram,
+            "cupy": lambda: cp.histogram(x, 256, (0, 256)),
+        }
+        impls["cupric"]()
+        self.stream.synchronize()
+        expect, _ = cp.histogram(x, 256, (0, 256))
+        if not cp.array_equal(counts, expect):
+            raise AssertionError("cupric histogram gave a wrong result")
+        return {"histogram_u8_256": self._bandwidth(self.timer.compare(impls), N)}
+
+
+BENCHMARKS = ("elementwise", "image", "transpose", "reductions", "scans", "gemm", "sorts",
+              "histogram")
+
+
+def summarize(results: dict) -> list[dict]:
+    """One row per benchmark: cupric's rate, ratios against each peer (peer time over
+    cupric time: > 1 means cupric is faster), fraction of the copy rate, the goal."""
+    rows = []
+    groups = {"elementwise": "bandwidth", "image": "bandwidth", "transpose": "bandwidth",
+              "reductions": "reduction", "scans": "reduction", "gemm": "gemm",
+              "sorts": "sort", "histogram": "bandwidth"}
+    for group, kind in groups.items():
+        for name, entry in (results.get(group) or {}).items():
+            if not isinstance(entry, dict) or "cupric" not in entry:
+                continue
+            cup = entry["cupric"]
+            peers = {}
+            for peer, timing in entry.items():
+                if peer != "cupric" and isinstance(timing, dict) and "ms" in timing:
+                    peers[peer] = timing["ms"] / cup["ms"]
+            row = {"name": name, "kind": kind, "cupric_ms": cup["ms"], "vs": peers,
+                   "of_copy": cup.get("of_copy")}
+            if "TFLOPs" in cup:
+                row["rate"] = f"{cup['TFLOPs']:.1f} TFLOP/s"
+            elif "GBps" in cup:
+                row["rate"] = f"{cup['GBps']:.0f} GB/s"
+            elif "Gkeys_s" in cup:
+                row["rate"] = f"{cup['Gkeys_s']:.2f} Gkey/s"
+            elif "Mpixel_s" in cup:
+                row["rate"] = f"{cup['Mpixel_s']:.0f} Mpix/s"
+            row["goal"] = _goal(name, kind, row)
+            rows.append(row)
+    return rows
+
+
+def _goal(name: str, kind: str, row: dict) -> str:
+    vs = row["vs"]
+    if kind == "bandwidth" and "cuda_c" in vs:
+        ok = (row["of_copy"] or 0) >= BANDWIDTH_GOAL and vs["cuda_c"] >= 1.0
+        return ("met" if ok else "MISSED") + " (>=85% copy, >=1.0x C)"
+    if kind == "reduction":
+        lib = vs.get("cupy")
+        return ("met" if lib and lib >= 0.9 else "MISSED") + " (>=0.9x CuPy)"
+    if name == "sgemm":
+        return ("met" if vs.get("cublas_torch", 0) >= 0.6 else "MISSED") + \
+            " (>=0.6x cuBLAS FP32)"
+    if name.startswith("bitonic"):
+        return ("met" if vs.get("cuda_c", 0) >= 1.0 else "MISSED") + " (>=1.0x CUDA C)"
+    return "-"
+
+
+def print_table(results: dict) -> None:
+    print(f"cupric.kernels on {results.get('device')}; d2d copy "
+          f"{results.get('copy', {}).get('GBps', float('nan')):.0f} GB/s (read+write)")
+    print("ratios are peer time / cupric time (>1: cupric faster)")
+    header = f"{'benchmark':26s} {'cupric':>9s} {'rate':>15s} {'%copy':>6s}  {'vs peers':44s} goal"
+    print(header)
+    print("-" * len(header))
+    for row in summarize(results):
+        peers = "  ".join(f"{k} {v:.2f}x" for k, v in row["vs"].items())
+        frac = f"{100 * row['of_copy']:5.1f}" if row.get("of_copy") else "    -"
+        print(f"{row['name']:26s} {row['cupric_ms']:7.3f}ms {row.get('rate', ''):>15s} "
+              f"{frac:>6s}  {peers:44s} {row['goal']}")
+    for name in BENCHMARKS:
+        entry = results.get(name)
+        if isinstance(entry, dict) and "error" in entry:
+            print(f"{name}: FAILED {entry['error']}")
+
+
+def run(json_path: str | None = None, only=None) -> dict:
+    """Run the benchmarks (all, or those named in `only`); print the table; return (and
+    optionally write as JSON) the results."""
+    suite = Suite()
+    cp = suite.cp
+    results: dict = {"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+                     "n": N}
+    results["copy"] = suite.copy_rate()
+    if suite.numba is None:
+        results["numba_cuda"] = suite.numba_stream
+    for name in (only or BENCHMARKS):
+        try:
+            results[name] = getattr(suite, name)()
+        except Exception as exc:  # reported in the table and the JSON; others still run
+            traceback.print_exc()
+            results[name] = {"error": f"{type(exc).__name__}: {exc}"[:400]}
+        cp.get_default_memory_pool().free_all_blocks()
+    results["summary"] = summarize(results)
+    print_table(results)
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump(results, fh, indent=1, default=str)
+    return results
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json")
+    parser.add_argument("--only", help="comma-separated: " + ",".join(BENCHMARKS))
+    args = parser.parse_args()
+    result = run(args.json, args.only.split(",") if args.only else None)
+    failed = [n for n in BENCHMARKS if isinstance(result.get(n), dict) and "error" in result[n]]
+    sys.exit(1 if failed else 0)
