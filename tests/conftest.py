@@ -7,8 +7,17 @@ skipped with the reason found here (no driver library, cuInit failing, no device
 from __future__ import annotations
 
 import functools
+import pathlib
+import sys
 
 import pytest
+
+# Tests import with --import-mode=importlib (so test files in different folders may share
+# a name); the helper modules beside them (bindings_helpers, kernels_helpers, ...) are
+# found through these folders, so helper module names must be unique across tests/.
+for _folder in sorted(pathlib.Path(__file__).parent.iterdir()):
+    if _folder.is_dir() and not _folder.name.startswith((".", "_")):
+        sys.path.insert(0, str(_folder))
 
 
 @functools.cache
