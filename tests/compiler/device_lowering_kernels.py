@@ -16,12 +16,12 @@ import numpy as np
 
 import cupric
 import cupric.device.math as dmath
-from cupric.device import (FULL_MASK, atomic, bits, blockDim, blockIdx, clock, clock64,
-                           constant, globaltimer, grid, grid_stride, grid_sync, half, laneid,
-                           local, nanosleep, shared, syncthreads, syncthreads_and,
+from cupric.device import (FULL_MASK, atomic, bits, blockIdx, clock, clock64, constant,
+                           float3, globaltimer, grid, grid_stride, grid_sync, half, int2,
+                           laneid, local, nanosleep, shared, syncthreads, syncthreads_and,
                            syncthreads_count, syncthreads_or, syncwarp, threadfence,
-                           threadfence_block, threadfence_system, threadIdx, warp)
-from cupric.types import Array, f16, f32, f64, i32, i64, u16, u32, u64
+                           threadfence_block, threadfence_system, threadIdx, vector, warp)
+from cupric.types import f16, f32, f64, i32, i64, u32, u64
 
 CASES: list = []
 
@@ -813,6 +813,64 @@ def check_half_and_bits(run, rng):
     np.testing.assert_array_equal(gc[:, 1], [32 - int(v).bit_length() for v in u])
     np.testing.assert_array_equal(gc[:, 2], [(int(v) & -int(v)).bit_length() for v in u])
     np.testing.assert_array_equal(gc[:, 3], popc)
+
+
+# -- vector types --------------------------------------------------------------------------
+
+
+@cupric.kernel
+def vectors(x, out, ints):
+    i = grid(1)
+    v = float3(x[i, 0], x[i, 1], x[i, 2])
+    w = float3(1.0)
+    u = v * 2.0 + w - v / 4
+    u += w
+    n = vector.normalize(u)
+    c = vector.cross(v, w)
+    m = vector.max(v, w)
+    lo = vector.min(v, w)
+    a, b, z = v
+    out[i, 0] = u.x
+    out[i, 1] = u.y
+    out[i, 2] = u.z
+    out[i, 3] = vector.dot(v, w)
+    out[i, 4] = vector.length(u)
+    out[i, 5] = n.x
+    out[i, 6] = c.y
+    out[i, 7] = m.z + lo.x
+    out[i, 8] = (-v).x
+    out[i, 9] = a + b + z + v[1]
+    p = int2(i, -7)
+    q = (p * 3 + 1) // 2 % 5
+    ints[i, 0] = q.x
+    ints[i, 1] = q.y
+    ints[i, 2] = (p << 2 ^ int2(5)).y
+
+
+@case(vectors, "Array[f32, 2, 'C'], Array[f32, 2, 'C'], Array[i32, 2, 'C']",
+      [r"__nv_sqrtf|sqrt\.rn\.f32"])
+def check_vectors(run, rng):
+    n = 64
+    x = rng.standard_normal((n, 3)).astype(np.float32)
+    out = poisoned((n, 10), np.float32)
+    ints = poisoned((n, 3), np.int32)
+    (_, got, gi) = run(vectors, 2, 32, x, out, ints)
+    v = x.astype(np.float64)
+    u = v * 2 + 1 - v / 4 + 1
+    np.testing.assert_allclose(got[:, 0:3], u, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got[:, 3], v.sum(1), rtol=1e-5, atol=1e-5)
+    norm = np.sqrt((u * u).sum(1))
+    np.testing.assert_allclose(got[:, 4], norm, rtol=1e-5)
+    np.testing.assert_allclose(got[:, 5], u[:, 0] / norm, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[:, 6], v[:, 2] - v[:, 0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[:, 7], np.maximum(v[:, 2], 1) + np.minimum(v[:, 0], 1),
+                               rtol=1e-6)
+    np.testing.assert_array_equal(got[:, 8], -x[:, 0])
+    np.testing.assert_allclose(got[:, 9], v.sum(1) + v[:, 1], rtol=1e-5, atol=1e-5)
+    i = np.arange(n)
+    np.testing.assert_array_equal(gi[:, 0], (i * 3 + 1) // 2 % 5)
+    np.testing.assert_array_equal(gi[:, 1], np.full(n, (-7 * 3 + 1) // 2 % 5))
+    np.testing.assert_array_equal(gi[:, 2], np.full(n, (-7 << 2) ^ 5))
 
 
 # -- print, assert, trap, bounds checks (run in their own process on a GPU) ----------------

@@ -12,8 +12,8 @@ from cupric.compiler.codegen.values import (KValue, abi_lltypes, element_pointer
 from cupric.compiler.ir import types as ll
 from cupric.compiler.ir.builder import Builder
 from cupric.compiler.ir.values import Value, const_float, const_int, undef, zero
-from cupric.compiler.typing.ktypes import (NONE, ObjectType, StructType, TupleType, WeakType,
-                                           materialize)
+from cupric.compiler.typing.ktypes import (NONE, ObjectType, StructType, TupleType, VectorType,
+                                           WeakType, materialize)
 from cupric.types import ArrayType, ScalarType, Type, bool_, f32, i64
 
 __all__ = ["FunctionCodegen"]
@@ -439,6 +439,9 @@ class FunctionCodegen:
                                   for k in range(bt.ndim)])
             if node.attr == "size":
                 return KValue(i64, [self.array_size(base)])
+        if isinstance(bt, VectorType):
+            from cupric.compiler.lowering.vector import field_index
+            return base.element(field_index(bt, node.attr))
         if isinstance(bt, StructType):
             ft = bt.fields[node.attr][0]
             v = self.b.extractvalue(base.value, struct_field_index(bt, node.attr))
@@ -527,6 +530,9 @@ class FunctionCodegen:
     def arith(self, node, op, left: KValue, right: KValue, rt: Type, lnode, rnode) -> KValue:
         """`left op right` computed in type `rt` (the typer's promoted type)."""
         kind = type(op)
+        if isinstance(rt, VectorType):  # elementwise (cupric.compiler.lowering.vector)
+            from cupric.compiler.lowering.vector import vector_arith
+            return vector_arith(self, node, op, left, right, rt, lnode, rnode)
         if kind is ast.Pow:
             return self.power(node, left, right, rt, lnode, rnode)
         a = self._weak_to(left, rt, lnode).value

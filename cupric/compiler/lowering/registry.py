@@ -96,3 +96,4 @@ def _load_builtin_rules() -> None:
     from cupric.compiler.lowering import mathx  # noqa: F401
     from cupric.compiler.lowering import half  # noqa: F401
     from cupric.compiler.lowering import bits  # noqa: F401
+    from cupric.compiler.lowering import vector  # noqa: F401

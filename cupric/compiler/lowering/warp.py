@@ -261,8 +261,10 @@ def _redux_infer(op: str):
             raise TypeError(f"{what}(mask, value) takes two arguments")
         check_mask(call, 0, what)
         t = _value_type(call, 1, what)
-        if t.kind == "b" or (op in ("and", "or", "xor") and t.kind == "f"):
-            raise TypeError(f"{what}: value must be {'an integer' if op in ('and', 'or', 'xor') else 'a number'}, got {t!r}")
+        bitwise = op in ("and", "or", "xor")
+        if t.kind == "b" or (bitwise and t.kind == "f"):
+            want = "an integer" if bitwise else "a number"
+            raise TypeError(f"{what}: value must be {want}, got {t!r}")
         return t
     return infer
 

@@ -22,10 +22,11 @@ from cupric.compiler.frontend.source import FunctionSource
 from cupric.compiler.lowering.mathlib import MATH, MATH_CONSTANTS
 from cupric.compiler.lowering.registry import Call, rule_for
 from cupric.compiler.typing.ktypes import (NONE, WEAK_FLOAT, WEAK_INT, ObjectType, StructType,
-                                           TupleType, WeakType, is_numeric, is_scalar,
-                                           materialize)
+                                           TupleType, VectorType, WeakType, is_numeric,
+                                           is_scalar, materialize)
 from cupric.compiler.typing.promote import PromotionError, promote, unify
 from cupric.device._intrinsic import Dim3, Intrinsic, Namespace
+from cupric.device.vector import Vector
 from cupric.types import ArrayType, ScalarType, Type, bool_, f64, i64, scalar_from_dtype
 
 __all__ = ["TypedFunction", "Typer", "UNKNOWN", "ALLOWED_STATEMENTS", "ALLOWED_EXPRESSIONS"]
@@ -538,6 +539,12 @@ class Typer:
             if value is MISSING:
                 raise self.error(node, f"{_describe(base)} has no attribute '{attr}'")
             return self._object(node, value, attr)
+        if isinstance(base, VectorType):  # v.x, v.y, v.z, v.w
+            from cupric.compiler.lowering.vector import field_index
+            k = field_index(base, attr)
+            if k is None:
+                raise self.error(node, f"{base!r} has no field '{attr}'")
+            return base.elements[k]
         if isinstance(base, ArrayType):
             if attr == "shape":
                 return TupleType([i64] * base.ndim)
@@ -604,6 +611,9 @@ class Typer:
     def _binop_type(self, node, op, lt: Type, rt: Type, lnode, rnode) -> Type:
         if lt is UNKNOWN or rt is UNKNOWN:
             return UNKNOWN
+        if isinstance(lt, VectorType) or isinstance(rt, VectorType):
+            from cupric.compiler.lowering.vector import vector_binop_type
+            return vector_binop_type(self, node, op, lt, rt, lnode, rnode)
         sym = _BINOP_SYMBOL.get(type(op), "?")
         if type(op) is ast.MatMult:
             raise self.error(node, "the @ operator is not supported in kernels")
@@ -650,6 +660,10 @@ class Typer:
         if t is UNKNOWN:
             return UNKNOWN
         kind = type(node.op)
+        if isinstance(t, VectorType) and kind in (ast.USub, ast.UAdd, ast.Invert):
+            if kind is ast.Invert and t.elements[0].kind == "f":
+                raise self.error(node, f"~ needs an integer vector, not {t!r}")
+            return t
         if kind is ast.Not:
             if not is_scalar(t):
                 raise self.error(node, f"'not' needs a bool or a number, not {_describe(t)}")
@@ -738,6 +752,9 @@ class Typer:
                 return self._cast(node, scalar_from_dtype(obj), arg_types)
             except TypeError:
                 pass
+        if isinstance(obj, type) and issubclass(obj, Vector):  # float3(x, y, z)
+            from cupric.compiler.lowering.vector import type_vector
+            return type_vector(self, node, obj, arg_types)
         if obj in MATH:
             return self._math(node, MATH[obj], arg_types)
         if isinstance(obj, Intrinsic):

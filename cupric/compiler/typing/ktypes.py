@@ -10,7 +10,7 @@ from cupric.types import ArrayType, ScalarType, Type, f64, i64, scalar_from_dtyp
 
 __all__ = ["WeakType", "WEAK_INT", "WEAK_FLOAT", "TupleType", "StructType", "NoneType",
            "NONE", "ObjectType", "materialize", "is_numeric", "is_scalar", "struct_type",
-           "SpaceArrayType"]
+           "SpaceArrayType", "VectorType"]
 
 
 class WeakType(Type):
@@ -145,7 +145,7 @@ def materialize(t: Type) -> Type:
     """The concrete type a value of type `t` takes when stored: weak -> default width."""
     if isinstance(t, WeakType):
         return t.default
-    if isinstance(t, TupleType):
+    if isinstance(t, TupleType) and not isinstance(t, VectorType):  # vectors are concrete
         return TupleType(materialize(e) for e in t.elements)
     return t
 
@@ -184,3 +184,20 @@ class SpaceArrayType(ArrayType):
     def with_layout(self, layout: str) -> "SpaceArrayType":
         return self
 
+
+class VectorType(TupleType):
+    """A CUDA vector value (`float3`, `int2`, ...: a `cupric.device.Vector` class): a tuple
+    of `size` scalars of one type with fields x, y, z, w and elementwise arithmetic.
+    Flattened, unpacked and indexed like any tuple."""
+
+    __slots__ = ("cls",)
+
+    def __init__(self, cls) -> None:
+        super().__init__([cls.scalar] * cls.size)
+        self.cls = cls
+
+    def _key(self) -> tuple:
+        return (self.cls.__name__, self.elements)
+
+    def __repr__(self) -> str:
+        return self.cls.__name__
