@@ -6,12 +6,12 @@ inline PTX (prmt.b32, shf.l/r.wrap.b32).
 
 from __future__ import annotations
 
-from cupric.compiler.codegen.values import KValue
+from cupric.compiler.codegen.values import KValue, scalar_lltype
 from cupric.compiler.ir import types as ll
 from cupric.compiler.ir.values import const_int
 from cupric.compiler.lowering.registry import register
-from cupric.compiler.typing.ktypes import WeakType, materialize
-from cupric.types import ScalarType, i32, u32
+from cupric.compiler.typing.ktypes import ObjectType, WeakType, materialize
+from cupric.types import ScalarType, i32, scalar_from_dtype, u32
 
 __all__ = []
 
@@ -120,3 +120,33 @@ def _u32_asm(name: str, text: str) -> None:
 _u32_asm("byte_perm", "prmt.b32 $0, $1, $2, $3;")
 _u32_asm("funnelshift_l", "shf.l.wrap.b32 $0, $1, $2, $3;")
 _u32_asm("funnelshift_r", "shf.r.wrap.b32 $0, $1, $2, $3;")
+
+
+def _bitcast_infer(call):
+    if len(call.arg_types) != 2 or call.keywords:
+        raise TypeError("bits.bitcast(x, type) takes a value and a scalar type")
+    src = materialize(call.arg_types[0])
+    target = call.arg_types[1]
+    target = target.obj if isinstance(target, ObjectType) else None
+    if not isinstance(target, ScalarType):
+        try:
+            target = scalar_from_dtype(target)
+        except TypeError:
+            raise TypeError("bits.bitcast: the second argument must be a cupric scalar type "
+                            "(f32, i32, u64, ...)") from None
+    if not isinstance(src, ScalarType) or src.kind == "b" or target.kind == "b":
+        raise TypeError(f"bits.bitcast works on numbers, got {src!r} to {target!r}")
+    if src.bits != target.bits:
+        raise TypeError(f"bits.bitcast: {src!r} and {target!r} differ in width")
+    return target
+
+
+def _bitcast_lower(cg, call, args):
+    t = call.result_type
+    src = materialize(args[0].type)
+    v = cg.convert(args[0], src, call.node).value
+    lt = scalar_lltype(t)
+    return KValue(t, [v if v.type == lt else cg.b.cast("bitcast", v, lt)])
+
+
+register("bits.bitcast", _bitcast_infer, _bitcast_lower)

@@ -37,7 +37,11 @@ LIBDEVICE = {
     "round": ("round", 1), "fabs": ("fabs", 1), "fmod": ("fmod", 2),
     "remainder": ("remainder", 2), "copysign": ("copysign", 2),
     "nextafter": ("nextafter", 2), "fmin": ("fmin", 2), "fmax": ("fmax", 2),
-    "fdim": ("fdim", 2), "fma": ("fma", 3),
+    "fdim": ("fdim", 2), "fma": ("fma", 3), "rhypot": ("rhypot", 2),
+    "norm3d": ("norm3d", 3), "rnorm3d": ("rnorm3d", 3), "norm4d": ("norm4d", 4),
+    "rnorm4d": ("rnorm4d", 4), "j0": ("j0", 1), "j1": ("j1", 1), "y0": ("y0", 1),
+    "y1": ("y1", 1), "cyl_bessel_i0": ("cyl_bessel_i0", 1),
+    "cyl_bessel_i1": ("cyl_bessel_i1", 1),
 }
 _CLASSIFY = {"isnan": ("__nv_isnanf", "__nv_isnand"), "isinf": ("__nv_isinff", "__nv_isinfd"),
              "isfinite": ("__nv_finitef", "__nv_isfinited"),
@@ -182,6 +186,32 @@ def _ldexp(name: str, base: str) -> None:
 
 _ldexp("ldexp", "ldexp")
 _ldexp("scalbn", "scalbn")
+
+
+def _bessel_n(name: str) -> None:
+    """jn(n, x) / yn(n, x): an integer order first (libdevice `__nv_jnf(int, float)`)."""
+    what = f"math.{name}"
+
+    def infer(call):
+        if len(call.arg_types) != 2 or call.keywords:
+            raise TypeError(f"{what}(n, x) takes two arguments")
+        n = call.arg_types[0]
+        if not ((isinstance(n, WeakType) and n.kind == "int")
+                or (isinstance(n, ScalarType) and n.is_integer)):
+            raise TypeError(f"{what}: the order n must be an integer, got {n!r}")
+        return _float_type(call, what, 1, call.arg_types[1:])
+
+    def lower(cg, call, args):
+        ft = call.result_type
+        n = cg.convert(args[0], i32, call.node).value
+        x = _args(cg, call, args[1:], ft)[0]
+        return KValue(ft, [cg.mcg.call_external(cg.b, _name(name, ft), x.type, [n, x])])
+
+    register(what, infer, lower)
+
+
+_bessel_n("jn")
+_bessel_n("yn")
 
 
 def _pair(name: str, base: str, second) -> None:
