@@ -299,7 +299,12 @@ class Specialization:
                     kind, image = artifact.image(device_arch)
                     module = Module.from_data(image)
                     function = module.get_function(self.kernel.symbol)
-                    self._prepared = function.prepare(param_types(self.arg_types))
+                    # A kernel that can reach grid_sync launches cooperatively: the driver
+                    # then guarantees (or refuses) that all its blocks are resident at once.
+                    from cupric.simulator._scan import needs
+                    cooperative = "grid" in needs(self.kernel.py_func)
+                    self._prepared = function.prepare(param_types(self.arg_types),
+                                                      cooperative=cooperative)
         return self._prepared
 
 
