@@ -528,7 +528,11 @@ class FunctionCodegen:
         return self.convert(kv, t, node)  # a weak non-constant (`0 if c else 1`) converts
 
     def arith(self, node, op, left: KValue, right: KValue, rt: Type, lnode, rnode) -> KValue:
-        """`left op right` computed in type `rt` (the typer's promoted type)."""
+        """`left op right` computed in type `rt` (the typer's promoted type); a weak
+        `rt` computes in its default type and labels the result weak."""
+        if isinstance(rt, WeakType):
+            result = self.arith(node, op, left, right, rt.default, lnode, rnode)
+            return KValue(rt, result.vals)
         kind = type(op)
         if isinstance(rt, VectorType):  # elementwise (cupric.compiler.lowering.vector)
             from cupric.compiler.lowering.vector import vector_arith
@@ -698,12 +702,18 @@ class FunctionCodegen:
         if kind is ast.Not:
             return KValue(bool_, [b.binop("xor", self.truth(operand),
                                           const_int(ll.i1, 1))])
-        v = self.convert(operand, t, node).value
+        if isinstance(t, VectorType):
+            from cupric.compiler.lowering.vector import vector_unary
+            return vector_unary(self, node, operand, t)
+        # A weak (literal-typed) operand that is not a constant, e.g. -(0 if c else 1),
+        # computes in its default type and stays weak for the consumer.
+        ct = materialize(t)
+        v = self.convert(operand, ct, node).value
         if kind is ast.UAdd:
             return KValue(t, [v])
         if kind is ast.Invert:
             return KValue(t, [b.binop("xor", v, const_int(v.type, -1))])
-        if t.kind == "f":
+        if ct.kind == "f":
             return KValue(t, [b.binop("fsub", const_float(v.type, -0.0), v)])
         return KValue(t, [b.binop("sub", const_int(v.type, 0), v)])
 
@@ -822,19 +832,21 @@ class FunctionCodegen:
             if name == "len":
                 return KValue(i64, [args[0].shape(0)])
             t = target[2]
-            vals = [self._weak_to(a, t, n).value for a, n in zip(args, arg_nodes)]
+            ct = materialize(t)  # weak results compute in their default type
+            vals = [self._weak_to(a, ct, n).value for a, n in zip(args, arg_nodes)]
             if name == "abs":
                 v = vals[0]
-                if t.kind == "f":
+                if ct.kind == "f":
                     return KValue(t, [self.libdevice("fabs", v.type, [v])])
-                if t.kind == "u":
+                if ct.kind == "u":
                     return KValue(t, [v])
                 neg = b.icmp("slt", v, const_int(v.type, 0))
                 return KValue(t, [b.select(neg, b.binop("sub", const_int(v.type, 0), v), v)])
             result = vals[0]
             op = ast.Lt() if name == "min" else ast.Gt()
             for v in vals[1:]:
-                better = self.compare(op, KValue(t, [v]), KValue(t, [result]), None, None, node)
+                better = self.compare(op, KValue(ct, [v]), KValue(ct, [result]), None, None,
+                                      node)
                 result = b.select(better, v, result)
             return KValue(t, [result])
         raise self.error(node, f"internal error: call target {kind}")

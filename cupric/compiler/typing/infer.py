@@ -646,6 +646,10 @@ class Typer:
             return materialize(t)
         if t == bool_:
             t = i64  # True + True == 2, as in Python
+        if isinstance(t, WeakType):
+            # Literal-typed but not constant (`0 if c else 1`): the result stays weak, as
+            # the same expression on Python numbers would be a plain int or float.
+            return WEAK_FLOAT if kind is ast.Div else t
         if kind is ast.Div and not _is_float(t):
             return f64
         return materialize(t)
@@ -882,7 +886,7 @@ class Typer:
                     t = promote(t, other)
                 except PromotionError as exc:
                     raise self.error(node, f"{name}(): {exc}") from None
-            t = materialize(t)
+            # All-literal operands (not constant, e.g. `0 if c else 1`) stay weak.
             self.fn.targets[node] = ("builtin", name, t)
             return t
         if name == "abs":
@@ -891,7 +895,7 @@ class Typer:
             t = arg_types[0]
             if isinstance(t, WeakType) and consts[0] is not None:
                 return self._const(node, abs(consts[0]))
-            t = i64 if t == bool_ else materialize(t)
+            t = i64 if t == bool_ else t  # a weak operand stays weak, as Python's abs(0)
             self.fn.targets[node] = ("builtin", "abs", t)
             return t
         # int(), float(), bool()
