@@ -737,10 +737,9 @@ def matmul(a, b, *, bias=None, activation: str | None = None, out=None, handle=N
         When no engine fuses this combination of types and shapes.
     """
     from . import _validate as V
-    from .handle import resolve
+    from .handle import resolve, stream_of
     op = "matmul"
-    h = resolve(handle, stream)
-    s = h.stream
+    s = stream_of(handle, stream)
     ta = V.tensor(a, "a", op, stream=s, ndims=(2, 3), layouts=False)
     tb = V.tensor(b, "b", op, stream=s, ndims=(2, 3), layouts=False)
     etype = V.same_type(op, ("a", ta), ("b", tb))
@@ -754,9 +753,13 @@ def matmul(a, b, *, bias=None, activation: str | None = None, out=None, handle=N
         raise ValueError(f"{op}: inner dimensions differ: a is {ta.shape}, b is {tb.shape}")
     c_shape = (a_dims[0], a_dims[1], b_dims[2])
     shape = c_shape if ta.ndim == 3 else c_shape[1:]
+    act = _activation_mode(activation, op)
+    tbias = None
+    if bias is not None:
+        tbias = V.tensor(bias, "bias", op, stream=s, ndims=(1,), layouts=False)
+        V.expect(tbias, (c_shape[2],), etype, "bias", op)
     tc = V.output(out, shape, etype, None, "out", op, s, ndims=(ta.ndim,))
     c_dims, c_strides = _as_batched(tc)
-    act = _activation_mode(activation, op)
     spec = GraphSpec(op)
     ua = spec.tensor(a_dims, a_strides, etype, alignment=V.alignment_of(ta.ptr))
     ub = spec.tensor(b_dims, b_strides, etype, alignment=V.alignment_of(tb.ptr))
@@ -768,9 +771,7 @@ def matmul(a, b, *, bias=None, activation: str | None = None, out=None, handle=N
     else:
         tmp = spec.virtual_like(uc, compute)
         spec.matmul(ua, ub, tmp, compute)
-        if bias is not None:
-            tbias = V.tensor(bias, "bias", op, stream=s, ndims=(1,), layouts=False)
-            V.expect(tbias, (c_dims[2],), etype, "bias", op)
+        if tbias is not None:
             ubias = spec.tensor((1, 1, c_dims[2]), (c_dims[2], c_dims[2], tbias.strides[0]),
                                 etype, alignment=V.alignment_of(tbias.ptr))
             pointers[ubias] = tbias.ptr
@@ -779,6 +780,7 @@ def matmul(a, b, *, bias=None, activation: str | None = None, out=None, handle=N
             tmp = nxt
         if act is not None:
             spec.pointwise(act, x=tmp, y=uc, compute=compute)
+    h = resolve(handle, stream)
     execute(h, spec, pointers, options)
     return tc.buf
 
@@ -787,13 +789,14 @@ def _as_batched(t):
     if t.ndim == 3:
         return t.shape, t.strides
     rows, cols = t.shape
-    return (1,) + t.shape, (rows * cols,) + t.strides
+    # The batch stride of a single batch is never stepped over: past the data.
+    return (1,) + t.shape, (max(rows * t.strides[0], cols * t.strides[1], 1),) + t.strides
 
 
 # Activation names of the public API -> forward pointwise mode.
 ACTIVATIONS = {"relu": "relu_fwd", "sigmoid": "sigmoid_fwd", "tanh": "tanh_fwd",
                "gelu": "gelu_fwd", "gelu_tanh": "gelu_approx_tanh_fwd",
-               "swish": "swish_fwd", "elu": "elu_fwd", "softplus": "softplus_fwd"}
+               "swish": "swish_fwd", "elu": "elu_fwd"}
 
 
 def _activation_mode(activation, op: str) -> str | None:

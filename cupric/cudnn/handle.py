@@ -16,7 +16,7 @@ import numpy as np
 from cupric.runtime._lifetime import Resource
 from cupric.runtime.errors import ClosedError
 
-__all__ = ["Handle", "default_handle", "resolve", "invoke"]
+__all__ = ["Handle", "default_handle", "resolve", "stream_of", "invoke"]
 
 
 class _Owned:
@@ -173,6 +173,38 @@ class Handle(Resource):
                 cls._shared[key] = handle
         return handle
 
+    @classmethod
+    def from_handle(cls, raw, *, device: int = 0, stream=None) -> "Handle":
+        """Borrow a ``cudnnHandle_t`` made elsewhere; cupric never destroys it.
+
+        Parameters
+        ----------
+        raw : int
+            The handle's address.
+        device : int
+            Ordinal of the device it was created on.
+        stream : stream-like, optional
+            The stream it is bound to (cupric does not change it).
+
+        Safety
+        ------
+        The owner must keep the handle alive while cupric uses it, and must not change
+        its stream behind cupric's back.
+        """
+        stream_ptr, stream_obj = _stream_parts(stream)
+        self = cls.__new__(cls)
+        self._ptr = int(raw)
+        self._device = int(device)
+        self._stream_ptr = stream_ptr
+        self._stream_obj = stream_obj
+        self._owned = _Owned(int(device), stream_ptr)
+        self._lock = threading.RLock()
+        self._key = None
+        self._ctx = 0
+        self._multi = False
+        self._init_resource(int(raw), None)
+        return self
+
     # -- state ---------------------------------------------------------------------------
 
     def _label(self) -> str:
@@ -303,6 +335,8 @@ class Handle(Resource):
     def close(self) -> None:
         """Destroy the plans and the cuDNN handle, and free the workspace in stream order.
 
+        A borrowed handle (`from_handle`) releases its plans and workspace only.
+
         Raises
         ------
         CudnnError
@@ -315,7 +349,14 @@ class Handle(Resource):
             with Handle._shared_lock:
                 if Handle._shared.get(key) is self:
                     del Handle._shared[key]
+        borrowed = not self.owns_handle
         super().close()
+        if borrowed:
+            owned = self._owned
+            _release_plans(owned)
+            workspace, owned.workspace = owned.workspace, None
+            if workspace is not None:
+                workspace.close(stream=owned.stream)
 
 
 _tls = threading.local()
@@ -353,6 +394,14 @@ def resolve(handle, stream=None) -> Handle:
             raise ValueError(f"stream 0x{ptr:x} differs from the handle's stream "
                              f"0x{handle.stream:x}; pass one of them")
     return handle
+
+
+def stream_of(handle, stream) -> int:
+    """The raw stream an operation will run on, known without creating a handle (so that
+    arguments are validated before anything touches the GPU)."""
+    if handle is not None and isinstance(handle, Handle):
+        return handle.stream
+    return _stream_parts(stream)[0]
 
 
 def invoke(name: str, *args) -> None:

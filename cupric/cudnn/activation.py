@@ -1,0 +1,362 @@
+"""Activation functions and their gradients: ReLU, sigmoid, tanh, ELU, swish, GELU.
+
+An activation is applied elementwise, ``y = f(x)``; its backward pass gives
+``dx = f'(x) * dy``. cuDNN's legacy ``cudnnActivationForward/Backward`` cover ReLU,
+sigmoid, tanh, clipped ReLU, ELU and swish; GELU exists only as a pointwise operation of
+the graph API, used here as a one-operation graph, with a cupric kernel as the fallback
+when no cuDNN engine takes a standalone pointwise graph (see docs/cudnn.md).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+from . import _validate as V
+from .descriptors import LegacyDescriptor, describe, legacy_dims, scalars
+
+__all__ = ["activation_forward", "activation_backward", "relu", "sigmoid", "tanh", "elu",
+           "swish", "gelu", "LEGACY_MODES", "MODES"]
+
+# cudnnActivationMode_t values (fixed by the C API; a CPU test compares them).
+LEGACY_MODES = {"sigmoid": 0, "relu": 1, "tanh": 2, "clipped_relu": 3, "elu": 4,
+                "identity": 5, "swish": 6}
+# Modes served by the graph API (pointwise forward/backward mode names).
+GRAPH_MODES = {"gelu": ("gelu_fwd", "gelu_bwd"),
+               "gelu_tanh": ("gelu_approx_tanh_fwd", "gelu_approx_tanh_bwd")}
+MODES = tuple(m for m in LEGACY_MODES if m != "identity") + tuple(GRAPH_MODES)
+_PROPAGATE_NAN = 1  # cudnnNanPropagation_t: a NaN input gives NaN, as PyTorch does
+_ANY_NDIM = (1, 2, 3, 4, 5, 6, 7, 8)
+
+
+def _coef(mode: str, alpha: float | None, clip: float | None, op: str) -> float:
+    if mode == "clipped_relu":
+        if clip is None:
+            raise ValueError(f"{op}: clipped_relu needs clip= (the upper bound)")
+        return float(clip)
+    if mode == "elu":
+        return 1.0 if alpha is None else float(alpha)
+    return 0.0
+
+
+_descriptors: dict[tuple, LegacyDescriptor] = {}
+_descriptors_lock = threading.Lock()
+
+
+def _activation_descriptor(mode: str, coef: float, beta: float) -> LegacyDescriptor:
+    key = (mode, coef, beta)
+    d = _descriptors.get(key)
+    if d is not None:
+        return d
+    from . import lib
+    d = LegacyDescriptor.create("Activation")
+    lib.check(lib.lib.cudnnSetActivationDescriptor(d.raw, LEGACY_MODES[mode],
+                                                   _PROPAGATE_NAN, coef))
+    if mode == "swish":
+        lib.check(lib.lib.cudnnSetActivationDescriptorSwishBeta(d.raw, beta))
+    with _descriptors_lock:
+        existing = _descriptors.get(key)
+        if existing is not None:
+            d.close()
+            return existing
+        _descriptors[key] = d
+    return d
+
+
+def _check_mode(mode: str, op: str) -> None:
+    if mode not in MODES:
+        raise ValueError(f"{op}: mode must be one of {', '.join(MODES)}; got {mode!r}")
+
+
+def _same_layout(a: V.Tensor, b: V.Tensor, names, op: str) -> None:
+    if a.shape != b.shape:
+        raise ValueError(f"{op}: {names[1]} has shape {b.shape} but {names[0]} has "
+                         f"{a.shape}")
+
+
+def activation_forward(x, mode: str = "relu", *, out=None, alpha: float | None = None,
+                       clip: float | None = None, beta: float = 1.0, handle=None,
+                       stream=None):
+    """``y = f(x)`` elementwise.
+
+    Parameters
+    ----------
+    x : device array (1 to 8 dimensions; float32, float16, bfloat16 or float64)
+    mode : {"relu", "sigmoid", "tanh", "elu", "swish", "clipped_relu", "gelu", "gelu_tanh"}
+        "gelu" is the exact (erf) GELU; "gelu_tanh" its tanh approximation.
+    out : device array, optional
+        Same shape and element type as `x` (may be `x` itself: in place).
+    alpha : float, optional
+        ELU's alpha (default 1).
+    clip : float, optional
+        Upper bound of clipped ReLU.
+    beta : float
+        Swish's beta: ``x * sigmoid(beta * x)`` (1 gives SiLU).
+    handle : Handle, optional
+        Defaults to the shared handle of `stream`.
+    stream : stream-like, optional
+
+    Returns
+    -------
+    The output array (`out`, or a new `DeviceBuffer` laid out as `x`).
+
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the argument and the mismatch.
+
+    Examples
+    --------
+    >>> y = cupric.cudnn.activation_forward(x, "gelu")               # doctest: +SKIP
+    """
+    op = f"activation_forward({mode!r})"
+    _check_mode(mode, op)
+    from .handle import resolve, stream_of
+    s = stream_of(handle, stream)
+    tx = V.tensor(x, "x", op, stream=s, ndims=_ANY_NDIM, layouts=False)
+    ty = V.output(out, tx.shape, tx.etype, tx.layout, "out", op, s, ndims=(tx.ndim,))
+    h = resolve(handle, stream)
+    h.check_device(tx.buf, "x", op)
+    if mode in GRAPH_MODES:
+        _gelu_forward(h, tx, ty, mode, op)
+        return ty.buf
+    from . import lib
+    d = _activation_descriptor(mode, _coef(mode, alpha, clip, op), float(beta))
+    one, zero = scalars(tx.etype)
+    lib.check(lib.lib.cudnnActivationForward(
+        h.ready(), d.raw, one, describe(tx).raw, _ptr(tx), zero, describe(ty).raw, _ptr(ty)))
+    return ty.buf
+
+
+def activation_backward(dy, x, y=None, mode: str = "relu", *, out=None,
+                        alpha: float | None = None, clip: float | None = None,
+                        beta: float = 1.0, handle=None, stream=None):
+    """``dx = f'(x) * dy``.
+
+    Parameters
+    ----------
+    dy : device array
+        Gradient of the output.
+    x : device array
+        The forward input.
+    y : device array, optional
+        The forward output (computed again when None; cuDNN's legacy routines read it).
+    mode, alpha, clip, beta, handle, stream
+        As in `activation_forward`.
+    out : device array, optional
+        Receives dx.
+
+    Returns
+    -------
+    dx
+    """
+    op = f"activation_backward({mode!r})"
+    _check_mode(mode, op)
+    from .handle import resolve, stream_of
+    s = stream_of(handle, stream)
+    tdy = V.tensor(dy, "dy", op, stream=s, ndims=_ANY_NDIM, layouts=False)
+    tx = V.tensor(x, "x", op, stream=s, ndims=_ANY_NDIM, layouts=False)
+    _same_layout(tdy, tx, ("dy", "x"), op)
+    V.same_type(op, ("dy", tdy), ("x", tx))
+    tdx = V.output(out, tx.shape, tx.etype, tx.layout, "out", op, s, ndims=(tx.ndim,))
+    h = resolve(handle, stream)
+    if mode in GRAPH_MODES:
+        _gelu_backward(h, tx, tdy, tdx, mode, op)
+        return tdx.buf
+    if y is None:
+        y = activation_forward(x, mode, alpha=alpha, clip=clip, beta=beta, handle=h)
+    ty = V.tensor(y, "y", op, stream=s, ndims=_ANY_NDIM, layouts=False)
+    _same_layout(tx, ty, ("x", "y"), op)
+    V.same_type(op, ("x", tx), ("y", ty))
+    from . import lib
+    d = _activation_descriptor(mode, _coef(mode, alpha, clip, op), float(beta))
+    one, zero = scalars(tx.etype)
+    lib.check(lib.lib.cudnnActivationBackward(
+        h.ready(), d.raw, one, describe(ty).raw, _ptr(ty), describe(tdy).raw, _ptr(tdy),
+        describe(tx).raw, _ptr(tx), zero, describe(tdx).raw, _ptr(tdx)))
+    return tdx.buf
+
+
+def _ptr(t: V.Tensor):
+    from . import lib
+    return lib.ffi.cast("void *", t.ptr)
+
+
+# --------------------------------------------------------------------------------------
+# GELU through the graph API, with a kernel fallback
+
+
+# Graph keys that no engine accepted: asked once per shape, then the fallback runs.
+_unsupported: set = set()
+
+
+def _gelu_spec(mode_name: str, tensors, roles, op: str):
+    from .graph import GraphSpec
+    spec = GraphSpec(op)
+    uids = {}
+    for role, t in zip(roles, tensors):
+        dims, strides = legacy_dims(t.shape, t.strides)
+        uids[role] = spec.tensor(dims, strides, t.etype, alignment=V.alignment_of(t.ptr))
+    compute = "f64" if tensors[0].etype == "f64" else "f32"
+    spec.pointwise(mode_name, compute=compute, **uids)
+    return spec, {uids[r]: t.ptr for r, t in zip(roles, tensors)}
+
+
+def _run_graph(h, spec, pointers) -> bool:
+    from .graph import NoEngineError, execute
+    key = spec.key()
+    if key in _unsupported:
+        return False
+    try:
+        execute(h, spec, pointers)
+    except NoEngineError:
+        _unsupported.add(key)
+        return False
+    return True
+
+
+def _gelu_forward(h, tx, ty, mode, op) -> None:
+    spec, pointers = _gelu_spec(GRAPH_MODES[mode][0], (tx, ty), ("x", "y"), op)
+    if not _run_graph(h, spec, pointers):
+        _gelu_kernel(h, mode, op, ty, tx)
+
+
+def _gelu_backward(h, tx, tdy, tdx, mode, op) -> None:
+    spec, pointers = _gelu_spec(GRAPH_MODES[mode][1], (tx, tdy, tdx), ("x", "dy", "dx"), op)
+    if not _run_graph(h, spec, pointers):
+        _gelu_kernel(h, mode, op, tdx, tx, tdy)
+
+
+def _physical(t: V.Tensor):
+    """A 1-d view of a dense tensor's memory in storage order, or None."""
+    order = sorted(range(t.ndim), key=lambda a: -t.strides[a])
+    view = t.buf.transpose(*order) if t.ndim > 1 else t.buf
+    if not view.is_c_contiguous:
+        return None, order
+    return view.reshape(view.size), order
+
+
+_device_functions: dict = {}
+
+
+def _gelu_functions():
+    """Device functions of GELU and its derivative (exact and tanh forms), computed in
+    float32 (float64 for float64 data)."""
+    if _device_functions:
+        return _device_functions
+    from cupric.compiler.kernel import device_function
+    from cupric.types import f32, f64
+
+    def gelu32(x):
+        v = f32(x)
+        return f32(0.5) * v * (f32(1.0) + math.erf(v * f32(0.7071067811865476)))
+
+    def gelu_grad32(x, dy):
+        v = f32(x)
+        cdf = f32(0.5) * (f32(1.0) + math.erf(v * f32(0.7071067811865476)))
+        pdf = f32(0.3989422804014327) * math.exp(f32(-0.5) * v * v)
+        return f32(dy) * (cdf + v * pdf)
+
+    def gelu_tanh32(x):
+        v = f32(x)
+        u = f32(0.7978845608028654) * (v + f32(0.044715) * v * v * v)
+        return f32(0.5) * v * (f32(1.0) + math.tanh(u))
+
+    def gelu_tanh_grad32(x, dy):
+        v = f32(x)
+        u = f32(0.7978845608028654) * (v + f32(0.044715) * v * v * v)
+        t = math.tanh(u)
+        du = f32(0.7978845608028654) * (f32(1.0) + f32(0.134145) * v * v)
+        return f32(dy) * (f32(0.5) * (f32(1.0) + t) + f32(0.5) * v * (f32(1.0) - t * t) * du)
+
+    def gelu64(x):
+        v = f64(x)
+        return 0.5 * v * (1.0 + math.erf(v * 0.7071067811865476))
+
+    def gelu_grad64(x, dy):
+        v = f64(x)
+        cdf = 0.5 * (1.0 + math.erf(v * 0.7071067811865476))
+        pdf = 0.3989422804014327 * math.exp(-0.5 * v * v)
+        return f64(dy) * (cdf + v * pdf)
+
+    def gelu_tanh64(x):
+        v = f64(x)
+        u = 0.7978845608028654 * (v + 0.044715 * v * v * v)
+        return 0.5 * v * (1.0 + math.tanh(u))
+
+    def gelu_tanh_grad64(x, dy):
+        v = f64(x)
+        u = 0.7978845608028654 * (v + 0.044715 * v * v * v)
+        t = math.tanh(u)
+        du = 0.7978845608028654 * (1.0 + 0.134145 * v * v)
+        return f64(dy) * (0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * du)
+
+    table = {
+        ("gelu", False, 32): gelu32, ("gelu", True, 32): gelu_grad32,
+        ("gelu_tanh", False, 32): gelu_tanh32, ("gelu_tanh", True, 32): gelu_tanh_grad32,
+        ("gelu", False, 64): gelu64, ("gelu", True, 64): gelu_grad64,
+        ("gelu_tanh", False, 64): gelu_tanh64, ("gelu_tanh", True, 64): gelu_tanh_grad64,
+    }
+    for key, fn in table.items():
+        _device_functions[key] = device_function(fn)
+    return _device_functions
+
+
+def _gelu_kernel(h, mode: str, op: str, out: V.Tensor, x: V.Tensor, dy: V.Tensor | None = None):
+    """GELU (or its gradient when `dy` is given) with a cupric elementwise kernel."""
+    from .graph import NoEngineError
+    if x.etype == "bf16":
+        raise NoEngineError(op, [(None, "no cuDNN engine runs a standalone GELU graph "
+                                  "here, and cupric's kernel fallback has no bfloat16")])
+    arrays = [x] + ([dy] if dy is not None else [])
+    flat_out, order = _physical(out)
+    flats = []
+    for t in arrays:
+        flat, t_order = _physical(t)
+        if flat is None or t_order != order:
+            flat = None
+        flats.append(flat)
+    if flat_out is None or any(f is None for f in flats):
+        raise ValueError(f"{op}: the fallback kernel needs x, dy and the output dense and "
+                         f"in one layout")
+    from cupric.kernels.elementwise import map as elementwise_map
+    fn = _gelu_functions()[(mode, dy is not None, 64 if x.etype == "f64" else 32)]
+    elementwise_map(fn, *flats, out=flat_out, stream=h.stream)
+
+
+# --------------------------------------------------------------------------------------
+# Shorthands
+
+
+def relu(x, *, out=None, handle=None, stream=None):
+    """``max(x, 0)`` (see `activation_forward`)."""
+    return activation_forward(x, "relu", out=out, handle=handle, stream=stream)
+
+
+def sigmoid(x, *, out=None, handle=None, stream=None):
+    """``1 / (1 + exp(-x))`` (see `activation_forward`)."""
+    return activation_forward(x, "sigmoid", out=out, handle=handle, stream=stream)
+
+
+def tanh(x, *, out=None, handle=None, stream=None):
+    """Hyperbolic tangent (see `activation_forward`)."""
+    return activation_forward(x, "tanh", out=out, handle=handle, stream=stream)
+
+
+def elu(x, alpha: float = 1.0, *, out=None, handle=None, stream=None):
+    """``x if x > 0 else alpha * (exp(x) - 1)`` (see `activation_forward`)."""
+    return activation_forward(x, "elu", alpha=alpha, out=out, handle=handle, stream=stream)
+
+
+def swish(x, beta: float = 1.0, *, out=None, handle=None, stream=None):
+    """``x * sigmoid(beta * x)``; SiLU for beta = 1 (see `activation_forward`)."""
+    return activation_forward(x, "swish", beta=beta, out=out, handle=handle, stream=stream)
+
+
+def gelu(x, approximate: str = "none", *, out=None, handle=None, stream=None):
+    """GELU: ``x * Phi(x)`` (``approximate="tanh"`` for the tanh form), as PyTorch's
+    ``torch.nn.functional.gelu``."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    mode = "gelu" if approximate == "none" else "gelu_tanh"
+    return activation_forward(x, mode, out=out, handle=handle, stream=stream)

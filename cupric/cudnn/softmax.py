@@ -1,0 +1,167 @@
+"""Softmax and log-softmax, forward and backward, through cuDNN's legacy routines.
+
+``softmax(x)[i] = exp(x[i]) / sum_j exp(x[j])`` along one axis; log-softmax is its
+logarithm, computed without forming the quotient. cuDNN reduces either over all of C, H, W
+of each sample ("instance") or over C at each spatial position ("channel"); cupric maps
+an axis of an N-d array onto the second. The graph API's softmax operation arrived in
+cuDNN 9.20, after the 9.19 of the GPU machines (see docs/cudnn.md).
+"""
+
+from __future__ import annotations
+
+from . import _validate as V
+from .descriptors import scalars, tensor_descriptor
+
+__all__ = ["softmax_forward", "softmax_backward", "softmax", "log_softmax",
+           "softmax_layout", "ALGORITHMS"]
+
+# cudnnSoftmaxAlgorithm_t and cudnnSoftmaxMode_t values (a CPU test compares them).
+ALGORITHMS = {"fast": 0, "accurate": 1, "log": 2}
+_CHANNEL = 1
+_ANY_NDIM = (1, 2, 3, 4, 5, 6, 7, 8)
+
+
+def softmax_layout(shape, strides, axis: int, op: str = "softmax"):
+    """How cuDNN reduces along `axis` of a tensor: (mode, dims, strides) of a 4-d view.
+
+    The axis becomes the C dimension of an (outer, C, inner, 1) view with the reduction
+    over C at each (outer, inner) position ("channel" mode). Such a view needs the
+    elements before the axis and those after it to each form one stride progression.
+
+    Raises
+    ------
+    ValueError
+        For an axis out of range, or strides that no such view describes.
+    """
+    ndim = len(shape)
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{op}: axis {axis} is out of range for {ndim} dimensions")
+    axis %= ndim
+    c = shape[axis]
+    c_stride = strides[axis]
+    outer_dims = [(n, s) for n, s in zip(shape[:axis], strides[:axis]) if n != 1]
+    inner_dims = [(n, s) for n, s in zip(shape[axis + 1:], strides[axis + 1:]) if n != 1]
+    outer, outer_stride = _merge(outer_dims, shape, strides, op)
+    inner, inner_stride = _merge(inner_dims, shape, strides, op)
+    # Extents of 1 are never stepped over; give them strides past the data so that the
+    # descriptor reads as a plain dense layout.
+    if inner == 1:
+        inner_stride = 1
+    if c == 1:
+        c_stride = inner * inner_stride
+    if outer == 1:
+        outer_stride = max(c * c_stride, inner * inner_stride)
+    return _CHANNEL, (outer, c, inner, 1), (outer_stride, c_stride, inner_stride, 1)
+
+
+def _merge(dims, shape, strides, op):
+    """(extent, stride) of consecutive dimensions that step as one, or ValueError."""
+    if not dims:
+        return 1, 1
+    total = 1
+    for (n, s), (n_next, s_next) in zip(dims, dims[1:]):
+        if s != s_next * n_next:
+            raise ValueError(f"{op}: a tensor of shape {tuple(shape)} with element "
+                             f"strides {tuple(strides)} cannot be viewed as (outer, axis, "
+                             f"inner); make it contiguous first")
+    for n, _s in dims:
+        total *= n
+    return total, dims[-1][1]
+
+
+def _ptr(t: V.Tensor):
+    from . import lib
+    return lib.ffi.cast("void *", t.ptr)
+
+
+def softmax_forward(x, axis: int = -1, *, log: bool = False, out=None, handle=None,
+                    stream=None):
+    """Softmax (or log-softmax) of `x` along `axis`.
+
+    Parameters
+    ----------
+    x : device array (1 to 8 dimensions; float32, float16, bfloat16, float64)
+    axis : int
+        The axis normalized over (default: the last, as ``torch.softmax(x, -1)``).
+    log : bool
+        Log-softmax.
+    out : device array, optional
+        Same shape and element type; allocated C-contiguous (or in `x`'s layout) when None.
+    handle, stream
+        As in `cupric.cudnn.conv_forward`.
+
+    Returns
+    -------
+    y
+
+    Raises
+    ------
+    ValueError
+        For an axis out of range or strides that cuDNN cannot address along it.
+    """
+    op = "log_softmax" if log else "softmax"
+    from .handle import resolve, stream_of
+    s = stream_of(handle, stream)
+    tx = V.tensor(x, "x", op, stream=s, ndims=_ANY_NDIM, layouts=False)
+    ty = V.output(out, tx.shape, tx.etype, tx.layout, "out", op, s, ndims=(tx.ndim,))
+    _mode, xd, xs = softmax_layout(tx.shape, tx.strides, axis, op)
+    _mode, yd, ys = softmax_layout(ty.shape, ty.strides, axis, op)
+    one, zero = scalars(tx.etype)
+    from . import lib
+    h = resolve(handle, stream)
+    lib.check(lib.lib.cudnnSoftmaxForward(
+        h.ready(), ALGORITHMS["log" if log else "accurate"], _CHANNEL, one,
+        tensor_descriptor(tx.etype, xd, xs).raw, _ptr(tx), zero,
+        tensor_descriptor(ty.etype, yd, ys).raw, _ptr(ty)))
+    return ty.buf
+
+
+def softmax_backward(y, dy, axis: int = -1, *, log: bool = False, out=None, handle=None,
+                     stream=None):
+    """Gradient of `softmax_forward` with respect to its input.
+
+    Parameters
+    ----------
+    y : device array
+        The forward output (softmax, or log-softmax when `log`).
+    dy : device array
+        Gradient of the output, same shape.
+    axis, log
+        As in the forward call.
+    out : device array, optional
+        Receives dx.
+
+    Returns
+    -------
+    dx
+    """
+    op = "log_softmax_backward" if log else "softmax_backward"
+    from .handle import resolve, stream_of
+    s = stream_of(handle, stream)
+    ty = V.tensor(y, "y", op, stream=s, ndims=_ANY_NDIM, layouts=False)
+    tdy = V.tensor(dy, "dy", op, stream=s, ndims=(ty.ndim,), layouts=False)
+    V.same_type(op, ("y", ty), ("dy", tdy))
+    if tdy.shape != ty.shape:
+        raise ValueError(f"{op}: dy has shape {tdy.shape} but y has {ty.shape}")
+    tdx = V.output(out, ty.shape, ty.etype, ty.layout, "out", op, s, ndims=(ty.ndim,))
+    descs = []
+    for t in (ty, tdy, tdx):
+        _mode, d, st = softmax_layout(t.shape, t.strides, axis, op)
+        descs.append(tensor_descriptor(t.etype, d, st))
+    one, zero = scalars(ty.etype)
+    from . import lib
+    h = resolve(handle, stream)
+    lib.check(lib.lib.cudnnSoftmaxBackward(
+        h.ready(), ALGORITHMS["log" if log else "accurate"], _CHANNEL, one,
+        descs[0].raw, _ptr(ty), descs[1].raw, _ptr(tdy), zero, descs[2].raw, _ptr(tdx)))
+    return tdx.buf
+
+
+def softmax(x, axis: int = -1, *, out=None, handle=None, stream=None):
+    """As ``torch.softmax(x, axis)`` (see `softmax_forward`)."""
+    return softmax_forward(x, axis, out=out, handle=handle, stream=stream)
+
+
+def log_softmax(x, axis: int = -1, *, out=None, handle=None, stream=None):
+    """As ``torch.log_softmax(x, axis)`` (see `softmax_forward`)."""
+    return softmax_forward(x, axis, log=True, out=out, handle=handle, stream=stream)
