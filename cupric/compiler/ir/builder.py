@@ -144,6 +144,24 @@ class Builder:
         return self._emit(f"getelementptr {ib}{ptr.type.pointee}, {ptr.typed()}{idx}",
                           result_type, hint)
 
+    def atomicrmw(self, op: str, ptr: Value, value: Value, ordering: str = "monotonic",
+                  hint: str = "old") -> Value:
+        """`atomicrmw op ptr, value ordering`: the old value (`op` is xchg, add, sub, and,
+        or, xor, max, min, umax, umin)."""
+        if not isinstance(ptr.type, PointerType) or ptr.type.pointee != value.type:
+            raise IRTypeError(f"atomicrmw of {value.type} through {ptr.type}")
+        return self._emit(f"atomicrmw {op} {ptr.typed()}, {value.typed()} {ordering}",
+                          value.type, hint)
+
+    def cmpxchg(self, ptr: Value, expected: Value, desired: Value,
+                ordering: str = "monotonic") -> Value:
+        """`cmpxchg`: the `{old, success}` pair."""
+        _same(expected, desired, "cmpxchg")
+        if not isinstance(ptr.type, PointerType) or ptr.type.pointee != expected.type:
+            raise IRTypeError(f"cmpxchg of {expected.type} through {ptr.type}")
+        return self._emit(f"cmpxchg {ptr.typed()}, {expected.typed()}, {desired.typed()} "
+                          f"{ordering} {ordering}", StructType([expected.type, i1]), "cas")
+
     # -- aggregates ----------------------------------------------------------------------
 
     def extractvalue(self, agg: Value, index: int) -> Value:

@@ -218,34 +218,26 @@ def atomic_cas(cg, t: ScalarType, ptr: Value, expected: Value, desired: Value,
     if scope != "device" or order != "relaxed":
         return _ptx_atom(cg, t, "cas", ptr, [expected, desired], scope, order)
     iptr = _as_int_pointer(cg, ptr) if t.kind == "f" else ptr
-    pair = cg.b._emit(f"cmpxchg {iptr.typed()}, {_bits(cg, expected).typed()}, "
-                      f"{_bits(cg, desired).typed()} monotonic monotonic",
-                      ll.StructType([iptr.type.pointee, ll.i1]), "cas")
+    pair = cg.b.cmpxchg(iptr, _bits(cg, expected), _bits(cg, desired))
     return _from_bits(cg, cg.b.extractvalue(pair, 0), lt)
 
 
 def _cas_loop(cg, t: ScalarType, ptr: Value, update, scope: str, order: str) -> Value:
     """old = *ptr; repeat: new = update(old); until CAS(ptr, old, new) succeeds."""
     b = cg.b
-    lt = scalar_lltype(t)
-    first = b.load(ptr, align=t.itemsize)
-    start = b.block
+    # The value last seen lives in a local slot (promoted to a phi by the optimizer).
+    slot = cg.entry_builder.alloca(scalar_lltype(t), hint="atomic.old")
+    b.store(b.load(ptr, align=t.itemsize), slot)
     loop = cg.fn.append_block("atomic.loop")
     done = cg.fn.append_block("atomic.done")
     b.br(loop)
     b.position_at_end(loop)
-    # The phi's second incoming value is known only after the loop body is emitted.
-    phi_name = "%" + cg.fn.new_name("old")
-    old = Value(lt, phi_name)
-    new = update(old)
-    prev = atomic_cas(cg, t, ptr, old, new, scope, order)
-    same = b.icmp("eq", _bits(cg, prev), _bits(cg, old))
-    tail = b.block
-    b.cbranch(same, done, loop)
-    loop.lines.insert(0, f"{phi_name} = phi {lt} [ {first.ref}, {start.ref} ], "
-                         f"[ {prev.ref}, {tail.ref} ]")
+    old = b.load(slot)
+    prev = atomic_cas(cg, t, ptr, old, update(old), scope, order)
+    b.store(prev, slot)
+    b.cbranch(b.icmp("eq", _bits(cg, prev), _bits(cg, old)), done, loop)
     b.position_at_end(done)
-    return old
+    return b.load(slot)
 
 
 def atomic_rmw(cg, t: ScalarType, op: str, ptr: Value, val: Value, scope="device",
@@ -266,9 +258,7 @@ def atomic_rmw(cg, t: ScalarType, op: str, ptr: Value, val: Value, scope="device
             op = "add"
         if op == "exch":
             if default:
-                iptr = _as_int_pointer(cg, ptr)
-                r = b._emit(f"atomicrmw xchg {iptr.typed()}, {_bits(cg, val).typed()} "
-                            f"monotonic", iptr.type.pointee, "old")
+                r = b.atomicrmw("xchg", _as_int_pointer(cg, ptr), _bits(cg, val))
                 return _from_bits(cg, r, val.type)
             return _ptx_atom(cg, t, "exch", ptr, [val], scope, order)
         # add
@@ -298,8 +288,7 @@ def atomic_rmw(cg, t: ScalarType, op: str, ptr: Value, val: Value, scope="device
             kind = op if signed else f"u{op}"
         else:
             kind = _RMW[op]
-        return b._emit(f"atomicrmw {kind} {ptr.typed()}, {val.typed()} monotonic", val.type,
-                       "old")
+        return b.atomicrmw(kind, ptr, val)
     if op == "sub":
         val = b.binop("sub", const_int(val.type, 0), val)
         op = "add"

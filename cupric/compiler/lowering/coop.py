@@ -89,7 +89,12 @@ def _grid_stride_infer(call):
                     "for i in grid_stride(n): ...")
 
 
-register("grid_stride", _grid_stride_infer, lambda cg, call, args: None)
+def _grid_stride_lower(cg, call, args):
+    # Unreachable: the typer refuses every use of grid_stride outside a for statement.
+    raise cg.error(call.node, "grid_stride(n) is used only as the iterable of a for loop")
+
+
+register("grid_stride", _grid_stride_infer, _grid_stride_lower)
 
 
 def type_grid_stride(typer, s: ast.For) -> bool:

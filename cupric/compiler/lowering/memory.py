@@ -14,6 +14,7 @@ import numpy as np
 
 from cupric.compiler.codegen.values import KValue, memory_lltype
 from cupric.compiler.ir import types as ll
+from cupric.compiler.ir.builder import is_constant
 from cupric.compiler.ir.module import GlobalVariable, symbol
 from cupric.compiler.ir.values import Value, const_int
 from cupric.compiler.lowering.registry import register
@@ -106,8 +107,8 @@ def array_value(cg, at: ArrayType, data: Value, shape) -> KValue:
 
 
 def _mul(cg, a: Value, b: Value) -> Value:
-    if a.ref.lstrip("-").isdigit() and b.ref.lstrip("-").isdigit():
-        return const_int(ll.i64, int(a.ref) * int(b.ref))
+    if is_constant(a) and is_constant(b):  # static shapes: strides are constants too
+        return const_int(ll.i64, a.value * b.value)
     return cg.b.binop("mul", a, b)
 
 
