@@ -84,26 +84,29 @@ def _make_reduce(acc, combine, load):
         lane = t & 31
         w = t >> 5
         n = len(x)
+        quads = n >> 2
         i = grid(1)
         step = gridsize(1)
-        # Four independent accumulators keep four loads in flight per thread.
+        # Four neighbouring elements per trip (one 128-bit load of 32-bit values when
+        # the arrays are 16-byte aligned) into four independent accumulators.
         v0 = init
         v1 = init
         v2 = init
         v3 = init
-        while i + 3 * step < n:
-            a0 = acc(load(x, y, i))
-            a1 = acc(load(x, y, i + step))
-            a2 = acc(load(x, y, i + 2 * step))
-            a3 = acc(load(x, y, i + 3 * step))
+        while i < quads:
+            j = i * 4
+            a0 = acc(load(x, y, j))
+            a1 = acc(load(x, y, j + 1))
+            a2 = acc(load(x, y, j + 2))
+            a3 = acc(load(x, y, j + 3))
             v0 = combine(v0, a0)
             v1 = combine(v1, a1)
             v2 = combine(v2, a2)
             v3 = combine(v3, a3)
-            i += 4 * step
-        while i < n:
-            v0 = combine(v0, acc(load(x, y, i)))
             i += step
+        k = quads * 4 + grid(1)
+        if k < n:
+            v0 = combine(v0, acc(load(x, y, k)))
         v = combine(combine(v0, v1), combine(v2, v3))
         # Block: warps reduce by butterfly, then warp 0 reduces the warps' results.
         d = 16

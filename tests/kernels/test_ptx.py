@@ -1,7 +1,8 @@
 """CPU lane: every ready kernel compiles through libNVVM for sm_90, with the code shape
 its performance depends on: no local-memory spills, read-only inputs through the
-non-coherent cache (ld.global.nc), shuffles in reductions, vector shared-memory loads in
-the GEMM inner loop. Kernels whose intrinsics have no lowering yet are skipped."""
+non-coherent cache (ld.global.nc), 128-bit global accesses in the bandwidth-bound
+kernels (for 16-byte aligned arrays), shuffles in reductions, vector shared-memory loads
+in the GEMM inner loop. Kernels whose intrinsics have no lowering yet are skipped."""
 
 from __future__ import annotations
 
@@ -28,15 +29,19 @@ def _cases():
     f4, u4, i4 = A1.format("f32"), A1.format("u32"), A1.format("i32")
     return [
         # module, kernel, signature, loads that must go through ld.global.nc, extra checks
-        ("elementwise", elementwise.vecadd_kernel, f"{f4}, {f4}, {f4}", 8, ()),
-        ("elementwise", elementwise.saxpy_kernel, f"f32, {f4}, {f4}, {f4}", 8, ("fma.rn",)),
+        ("elementwise", elementwise.vecadd_kernel, f"{f4}, {f4}, {f4}", 4,
+         ("ld.global.nc.v4.f32", "st.global.v4.f32")),
+        ("elementwise", elementwise.saxpy_kernel, f"f32, {f4}, {f4}, {f4}", 4,
+         ("fma.rn", "ld.global.nc.v4.f32")),
         ("elementwise", elementwise.copy_kernel, f"{A1.format('f64')}, {A1.format('f64')}",
-         4, ()),
-        ("image", image.rgba2gray_kernel, f"{u4}, {A1.format('u8')}", 4, ()),
+         2, ("ld.global.nc.v2.f64",)),
+        ("image", image.rgba2gray_kernel, f"{u4}, {A1.format('u8')}", 2,
+         ("ld.global.nc.v4.u32",)),
         ("image", image.mandelbrot_kernel, f"{A2.format('u8')}, f64, f64, f64, f64, i32", 0,
          ()),
         ("reduce", reduce.reduce_kernel("sum", np.float32),
-         f"{f4}, {f4}, f32, {f4}, {f4}, {u4}", 4, ("shfl.sync.bfly", "atom.global.add")),
+         f"{f4}, {f4}, f32, {f4}, {f4}, {u4}", 2,
+         ("ld.global.nc.v4.f32", "shfl.sync.bfly", "atom.global.add")),
         ("reduce", reduce.arg_reduce_kernel("argmax", np.float64),
          f"{A1.format('f64')}, f64, {A1.format('i64')}, {A1.format('f64')}, "
          f"{A1.format('i64')}, {u4}", 1, ("shfl.sync.bfly",)),
