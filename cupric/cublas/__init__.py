@@ -1,15 +1,29 @@
 """cupric.cublas: NVIDIA's BLAS on the GPU.
 
-`cupric.cublas.lib` holds the low-level bindings of ``cublas_v2.h`` and
-`cupric.cublas.lt` those of cuBLASLt, both generated from the installed headers by
-`cupric.bindings_gen` on first use; importing this package loads nothing.
+Handles bound to a device and stream, BLAS levels 1-3 for s/d/c/z, mixed-precision GEMM
+(`gemm_ex`), cuBLASLt matmul with epilogues, and a NumPy-like layer (`matmul`, `dot`, ...)
+over any device array. `cupric.cublas.lib` and `cupric.cublas.lt` hold the low-level
+bindings, generated from the installed headers by `cupric.bindings_gen` on first use.
+Importing this package loads nothing.
 """
 
 from __future__ import annotations
 
 import importlib
 
-__all__ = ["lib", "lt", "is_available"]
+_API = (
+    "Handle", "HandleOptions", "default_handle",
+    "axpy", "blas_dot", "dotu", "dotc", "nrm2", "asum", "iamax", "iamin", "scal", "copy",
+    "swap", "rot", "rotg", "rotm", "rotmg",
+    "gemv", "gbmv", "ger", "geru", "gerc", "symv", "hemv", "trmv", "trsv", "syr", "her",
+    "gemm", "gemm_batched", "gemm_strided_batched", "symm", "syrk", "herk", "trmm", "trsm",
+    "geam", "dgmm",
+    "gemm_ex", "gemm_batched_ex", "gemm_strided_batched_ex", "lt_matmul", "EPILOGUES",
+    "aux_layout", "plan_cache_info",
+    "matmul", "dot", "vdot", "outer", "norm", "solve_triangular", "linear",
+)
+
+__all__ = ["lib", "lt", "is_available", "CublasError", *_API]
 
 
 def is_available() -> bool:
@@ -20,4 +34,14 @@ def is_available() -> bool:
 def __getattr__(name: str):
     if name in ("lib", "lt"):
         return importlib.import_module(f"cupric.cublas.{name}")
+    if name == "CublasError":
+        return importlib.import_module("cupric.cublas.lib").CublasError
+    if name in _API:
+        value = getattr(importlib.import_module("cupric.cublas.api"), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'cupric.cublas' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -438,12 +438,23 @@ class _Allocation(_lifetime.Resource):
         release(handle, *args)
 
 
+def _context_for_free(ptr) -> None:
+    # A deferred free runs in whichever thread drains the queue next, which may have no
+    # context current (CUDA_ERROR_INVALID_CONTEXT): make the owning device's current.
+    d = driver()
+    if int(check(d.cuCtxGetCurrent())) == 0:
+        from .device import Device
+        Device(pointer_device(ptr)).make_current()
+
+
 def _free_sync(ptr) -> None:
     # cuMemFree waits for the device to finish work that may use the memory.
+    _context_for_free(ptr)
     check(driver().cuMemFree(ptr))
 
 
 def _free_async(ptr, stream) -> None:
+    _context_for_free(ptr)
     closed = getattr(stream, "closed", False)
     if closed:
         # The stream the memory was ordered on is gone: wait for the device, then free

@@ -132,6 +132,7 @@ class FakeDriver:
     def _cuStreamWaitEvent(self, stream, event, flags): return (0,)
     def _cuPointerGetAttribute(self, attribute, ptr): return (0, self.pointer_device)
     def _cuDeviceGetCount(self): return (0, self.device_count)
+    def _cuCtxGetCurrent(self): return (0, 0xC0)  # a context is current
 
 
 @pytest.fixture
