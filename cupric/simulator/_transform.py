@@ -195,9 +195,11 @@ class _Rewriter(ast.NodeTransformer):
         try:
             result = _transform(target)
         except _Unsupported:
-            if reaches(target):
+            if reaches(target) - {"pause"}:
                 raise
-            return None  # e.g. a lambda helper: it needs no rewrite, so call it as it is
+            # e.g. a lambda helper: it reaches no collective, so it can run as it is (its
+            # atomics just do not let other threads run, which only spin loops need).
+            return None
         return ("device", result) if result.yields else None
 
     def visit_Call(self, node: ast.Call):
