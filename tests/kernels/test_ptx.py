@@ -1,5 +1,5 @@
 """CPU lane: every ready kernel compiles through libNVVM for sm_90, with the code shape
-its performance depends on: no local-memory spills, read-only inputs through the
+its performance depends on: no local memory, no register spills in the cubin, read-only inputs through the
 non-coherent cache (ld.global.nc), 128-bit global accesses in the bandwidth-bound
 kernels (for 16-byte aligned arrays), shuffles in reductions, vector shared-memory loads
 in the GEMM inner loop. Kernels whose intrinsics have no lowering yet are skipped."""
@@ -75,3 +75,8 @@ def test_kernel_ptx(index):
         f"{kern.__name__}: read-only inputs should load through ld.global.nc"
     for needle in needles:
         assert needle in ptx, f"{kern.__name__}: expected {needle!r} in the PTX"
+    # The assembler's report: no register spills (they would cost local-memory traffic).
+    usage = kern.compile(signature, arch="sm_90").resource_usage
+    for name, resources in usage.items():
+        assert resources.spill_stores == 0 and resources.spill_loads == 0, \
+            f"{name} spills registers: {resources}"
