@@ -228,6 +228,8 @@ def test_expressions_on_gpu(case):
     from cupric import runtime as rt
     from cupric.runtime.memory import to_device
 
+    rt.Device(0).make_current()  # see test_lang_gpu._primary_context
+
     def on_gpu(kern, sig, args):
         dev = [to_device(a) for a in args]
         kern[1, N](*dev)

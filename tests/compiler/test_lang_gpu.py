@@ -18,6 +18,14 @@ import lang_kernels  # noqa: E402
 pytestmark = pytest.mark.gpu
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _primary_context():
+    """Make device 0's primary context current: an earlier test module that released a
+    primary context it had made current leaves the thread pointing at a destroyed one."""
+    from cupric import runtime as rt
+    rt.Device(0).make_current()
+
+
 def on_gpu(kern, grid, block, *args):
     from cupric import runtime as rt
     from cupric.runtime.memory import to_device
