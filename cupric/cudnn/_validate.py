@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+import weakref
 
 import numpy as np
 
@@ -58,7 +59,8 @@ def alloc_dtype(etype: str) -> np.dtype:
     """The NumPy dtype cupric allocates for an element type.
 
     bfloat16 is ml_dtypes' bfloat16 when that package is installed, otherwise uint16
-    (the same bytes; PyTorch reads them with ``tensor.view(torch.bfloat16)``).
+    (the same bytes; PyTorch reads them with ``tensor.view(torch.bfloat16)``). Such a
+    uint16 buffer made by cupric.cudnn is remembered as bfloat16 when passed back.
     """
     dtype = _ALLOC_DTYPE.get(etype)
     if dtype is not None:
@@ -168,10 +170,17 @@ class Tensor:
         return (self.etype, self.shape, self.strides, alignment_of(self.buf.ptr))
 
 
+# bfloat16 outputs cupric allocated as uint16 (no ml_dtypes): recognized when they come
+# back as inputs, so that a chain of calls keeps the element type.
+_BF16_BUFFERS: "weakref.WeakSet[DeviceBuffer]" = weakref.WeakSet()
+
+
 def _borrow(obj, name: str, stream) -> tuple[DeviceBuffer, str | None]:
     if isinstance(obj, DeviceBuffer):
         if obj._alloc._closed:
             raise ClosedError(f"{name} is a closed DeviceBuffer (its memory was freed)")
+        if obj.dtype == np.uint16 and obj in _BF16_BUFFERS:
+            return obj, "bf16"
         return obj, None
     from cupric.runtime.interop import as_device_array
     foreign = _FOREIGN.get(str(getattr(obj, "dtype", "")))
@@ -221,7 +230,14 @@ def tensor(obj, name: str, op: str, *, stream=None, ndims=(4,), types=FLOAT_TYPE
         For a wrong number of dimensions, a read-only output, strides that are not whole
         elements, or a layout other than channels-first/channels-last dense.
     """
-    buf, override = _borrow(obj, f"{op}: {name}", stream)
+    if isinstance(obj, Tensor):
+        # Already described (an internal call passing on a caller's array): keep its
+        # element type, which the bytes alone may not tell (bfloat16).
+        buf, override = obj.buf, obj.etype
+        if buf.closed:
+            raise ClosedError(f"{op}: {name} was closed (its memory was freed)")
+    else:
+        buf, override = _borrow(obj, f"{op}: {name}", stream)
     etype = override or element_type(buf.dtype)
     if etype is None or etype not in types:
         shown = etype or str(buf.dtype)
@@ -283,17 +299,23 @@ def new_output(shape, etype: str, layout: str | None, stream) -> DeviceBuffer:
     dtype = alloc_dtype(etype)
     if channels_last(layout) and len(shape) >= 3:
         physical = (shape[0],) + tuple(shape[2:]) + (shape[1],)
-        buf = empty(physical, dtype, stream=stream)
         ndim = len(shape)
-        return buf.transpose(0, ndim - 1, *range(1, ndim - 1))
-    return empty(tuple(shape), dtype, stream=stream)
+        buf = empty(physical, dtype, stream=stream).transpose(0, ndim - 1, *range(1, ndim - 1))
+    else:
+        buf = empty(tuple(shape), dtype, stream=stream)
+    if etype == "bf16" and dtype == np.uint16:
+        _BF16_BUFFERS.add(buf)
+    return buf
 
 
 def output(out, shape, etype: str, layout: str | None, name: str, op: str,
            stream, ndims=(4,)) -> Tensor:
     """Validate a caller's output array, or allocate one (same layout as the inputs)."""
     if out is None:
-        out = new_output(shape, etype, layout, stream)
+        buf = new_output(shape, etype, layout, stream)
+        strides = tuple(st // buf.itemsize for st in buf.strides)
+        return Tensor(buf, etype, tuple(buf.shape), strides,
+                      layout_of(buf.shape, strides) if buf.ndim in (3, 4, 5) else None)
     t = tensor(out, name, op, stream=stream, ndims=ndims, types=(etype,), writable=True,
                layouts=layout is not None)
     if t.shape != tuple(shape):

@@ -114,18 +114,23 @@ def activation_forward(x, mode: str = "relu", *, out=None, alpha: float | None =
     from .handle import resolve, stream_of
     s = stream_of(handle, stream)
     tx = V.tensor(x, "x", op, stream=s, ndims=_ANY_NDIM, layouts=False)
+    coef = _coef(mode, alpha, clip, op)
     ty = V.output(out, tx.shape, tx.etype, tx.layout, "out", op, s, ndims=(tx.ndim,))
     h = resolve(handle, stream)
     h.check_device(tx.buf, "x", op)
+    _forward(h, tx, ty, mode, coef, float(beta), op)
+    return ty.buf
+
+
+def _forward(h, tx: V.Tensor, ty: V.Tensor, mode: str, coef: float, beta: float, op: str):
     if mode in GRAPH_MODES:
         _gelu_forward(h, tx, ty, mode, op)
-        return ty.buf
+        return
     from . import lib
-    d = _activation_descriptor(mode, _coef(mode, alpha, clip, op), float(beta))
+    d = _activation_descriptor(mode, coef, beta)
     one, zero = scalars(tx.etype)
     lib.check(lib.lib.cudnnActivationForward(
         h.ready(), d.raw, one, describe(tx).raw, _ptr(tx), zero, describe(ty).raw, _ptr(ty)))
-    return ty.buf
 
 
 def activation_backward(dy, x, y=None, mode: str = "relu", *, out=None,
@@ -158,18 +163,21 @@ def activation_backward(dy, x, y=None, mode: str = "relu", *, out=None,
     tx = V.tensor(x, "x", op, stream=s, ndims=_ANY_NDIM, layouts=False)
     _same_layout(tdy, tx, ("dy", "x"), op)
     V.same_type(op, ("dy", tdy), ("x", tx))
+    coef = _coef(mode, alpha, clip, op)
     tdx = V.output(out, tx.shape, tx.etype, tx.layout, "out", op, s, ndims=(tx.ndim,))
     h = resolve(handle, stream)
     if mode in GRAPH_MODES:
         _gelu_backward(h, tx, tdy, tdx, mode, op)
         return tdx.buf
     if y is None:
-        y = activation_forward(x, mode, alpha=alpha, clip=clip, beta=beta, handle=h)
-    ty = V.tensor(y, "y", op, stream=s, ndims=_ANY_NDIM, layouts=False)
-    _same_layout(tx, ty, ("x", "y"), op)
-    V.same_type(op, ("x", tx), ("y", ty))
+        ty = V.output(None, tx.shape, tx.etype, tx.layout, "y", op, s, ndims=(tx.ndim,))
+        _forward(h, tx, ty, mode, coef, float(beta), op)
+    else:
+        ty = V.tensor(y, "y", op, stream=s, ndims=_ANY_NDIM, layouts=False)
+        _same_layout(tx, ty, ("x", "y"), op)
+        V.same_type(op, ("x", tx), ("y", ty))
     from . import lib
-    d = _activation_descriptor(mode, _coef(mode, alpha, clip, op), float(beta))
+    d = _activation_descriptor(mode, coef, float(beta))
     one, zero = scalars(tx.etype)
     lib.check(lib.lib.cudnnActivationBackward(
         h.ready(), d.raw, one, describe(ty).raw, _ptr(ty), describe(tdy).raw, _ptr(tdy),

@@ -21,8 +21,8 @@ __all__ = ["BatchNormResult", "batch_norm_training", "batch_norm_inference",
 # cudnnBatchNormMode_t values (a CPU test compares them).
 _SPATIAL = 1
 _SPATIAL_PERSISTENT = 2
-# cuDNN refuses smaller epsilons (CUDNN_BN_MIN_EPSILON).
-MIN_EPSILON = 1e-5
+# cuDNN refuses smaller epsilons (CUDNN_BN_MIN_EPSILON, 0.0 since cuDNN 7.5).
+MIN_EPSILON = 0.0
 
 
 @dataclasses.dataclass
@@ -103,7 +103,7 @@ def batch_norm_training(x, weight, bias, running_mean=None, running_var=None, *,
         (unbiased batch variance), as ``torch.nn.functional.batch_norm``.
     momentum : float
     eps : float
-        At least 1e-5 (cuDNN's minimum).
+        Added to the variance; not negative.
     out : device array, optional
     persistent : bool
         Use cuDNN's persistent kernels (faster for NHWC half precision).

@@ -183,9 +183,9 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1,
     ``act(conv(x, w) + bias)``; without `bias` and `activation` it is `conv_forward`,
     otherwise `conv_bias_activation`. See those for the parameters.
     """
-    tx_ndim = getattr(x, "ndim", None)
-    if tx_ndim is not None and tx_ndim != 4:
-        raise ValueError(f"conv2d: x has {tx_ndim} dimensions; conv2d takes (N, C, H, W) "
+    tx = V.tensor(x, "x", "conv2d", stream=_stream_of(handle, stream), ndims=(3, 4, 5))
+    if tx.ndim != 4:
+        raise ValueError(f"conv2d: x has {tx.ndim} dimensions; conv2d takes (N, C, H, W) "
                          f"(use conv_forward for 1-d and 3-d convolutions)")
     if bias is None and activation is None:
         return conv_forward(x, w, stride=stride, padding=padding, dilation=dilation,
@@ -354,8 +354,8 @@ def conv_bias_activation(x, w, bias=None, activation: str | None = "relu", *, st
     ty = V.output(out, y_shape, etype, tx.layout, "out", op, s, ndims=(tx.ndim,))
     h = _handle(handle, stream)
     if act is None and tb is None:
-        return conv_forward(tx.buf, tw.buf, stride=geo.stride, padding=geo.padding,
-                            dilation=geo.dilation, groups=geo.groups, out=ty.buf, handle=h,
+        return conv_forward(tx, tw, stride=geo.stride, padding=geo.padding,
+                            dilation=geo.dilation, groups=geo.groups, out=ty, handle=h,
                             options=options)
     compute = _compute(etype)
     spec = GraphSpec(op)
@@ -385,14 +385,13 @@ def conv_bias_activation(x, w, bias=None, activation: str | None = "relu", *, st
             # The unfused steps below give the same result; remember, so that the
             # heuristics are not asked again for this shape.
             _unfusable.add(key)
-    conv_forward(tx.buf, tw.buf, stride=geo.stride, padding=geo.padding,
-                 dilation=geo.dilation, groups=geo.groups, out=ty.buf, handle=h,
-                 options=options)
+    conv_forward(tx, tw, stride=geo.stride, padding=geo.padding, dilation=geo.dilation,
+                 groups=geo.groups, out=ty, handle=h, options=options)
     if tb is not None:
         _add_bias(h, ty, tb, k)
     if activation is not None and activation != "identity":
-        from .activation import activation_forward
-        activation_forward(ty.buf, activation, out=ty.buf, handle=h)
+        from . import activation as act_mod
+        act_mod.activation_forward(ty, activation, out=ty, handle=h)
     return ty.buf
 
 

@@ -103,8 +103,8 @@ def softmax_forward(x, axis: int = -1, *, log: bool = False, out=None, handle=No
     from .handle import resolve, stream_of
     s = stream_of(handle, stream)
     tx = V.tensor(x, "x", op, stream=s, ndims=_ANY_NDIM, layouts=False)
-    ty = V.output(out, tx.shape, tx.etype, tx.layout, "out", op, s, ndims=(tx.ndim,))
     _mode, xd, xs = softmax_layout(tx.shape, tx.strides, axis, op)
+    ty = V.output(out, tx.shape, tx.etype, tx.layout, "out", op, s, ndims=(tx.ndim,))
     _mode, yd, ys = softmax_layout(ty.shape, ty.strides, axis, op)
     one, zero = scalars(tx.etype)
     from . import lib
@@ -143,6 +143,7 @@ def softmax_backward(y, dy, axis: int = -1, *, log: bool = False, out=None, hand
     V.same_type(op, ("y", ty), ("dy", tdy))
     if tdy.shape != ty.shape:
         raise ValueError(f"{op}: dy has shape {tdy.shape} but y has {ty.shape}")
+    softmax_layout(ty.shape, ty.strides, axis, op)  # refuses a bad axis before allocating
     tdx = V.output(out, ty.shape, ty.etype, ty.layout, "out", op, s, ndims=(ty.ndim,))
     descs = []
     for t in (ty, tdy, tdx):
