@@ -37,6 +37,9 @@ def context():
     ctx = _check(driver.cuDevicePrimaryCtxRetain(device))
     _check(driver.cuCtxSetCurrent(ctx))
     yield device
+    # Leave no stale handle current: once released, the primary context may be destroyed,
+    # and later tests (cupric.runtime) would find the dead context current on this thread.
+    _check(driver.cuCtxPopCurrent())
     _check(driver.cuDevicePrimaryCtxRelease(device))
 
 
