@@ -8,7 +8,7 @@ import numpy as np
 import cupric
 from cupric.device import grid, gridsize
 from cupric.kernels._common import Call, blocks_for
-from cupric.types import Array, f32, u8, u32
+from cupric.types import Array, f32, f64, i32, u8, u32
 
 __all__ = ["rgba2gray", "mandelbrot", "rgba2gray_kernel", "rgba2gray_float_kernel",
            "mandelbrot_kernel", "GRAY_WEIGHTS"]
@@ -66,7 +66,7 @@ def rgba2gray_float_kernel(rgba, out):
 
 
 @cupric.kernel
-def mandelbrot_kernel(out: Array[u8, 2], x0, y0, dx, dy, max_iter):
+def mandelbrot_kernel(out: Array[u8, 2], x0: f64, y0: f64, dx: f64, dy: f64, max_iter: i32):
     """out[row, col]: 0 for points of the set (no escape within `max_iter` iterations),
     else 1 + 254 * k // max_iter for a point escaping (|z| > 2) after k iterations.
     Pixel (row, col) is the point x0 + col*dx + i*(y0 + row*dy)."""
@@ -74,9 +74,9 @@ def mandelbrot_kernel(out: Array[u8, 2], x0, y0, dx, dy, max_iter):
     if row < out.shape[0] and col < out.shape[1]:
         cx = x0 + col * dx
         cy = y0 + row * dy
-        zx = cx * 0.0
-        zy = cy * 0.0
-        k = max_iter * 0
+        zx = 0.0
+        zy = 0.0
+        k: i32 = 0
         while k < max_iter:
             zx2 = zx * zx
             zy2 = zy * zy
