@@ -308,6 +308,56 @@ class Specialization:
         return self._prepared
 
 
+def _make_fast_path(kern, key, args, written, prepared):
+    """A launcher specialized to one signature of scalars and contiguous 1-D arrays (an
+    inline cache, generated as Python source): it checks the argument classes, dtypes,
+    contiguity, 16-byte alignment and non-overlap of written arrays, and packs the ABI
+    values straight into `prepared.launch`; anything else falls back to the general path,
+    so its result is always the general path's. Returns None for other signatures."""
+    names = [f"a{i}" for i in range(len(args))]
+    env = {"_slow": kern._launch, "_launch": prepared.launch}
+    checks, setup, flat, arrays = [], [], [], []
+    for i, (name, value, part) in enumerate(zip(names, args, key)):
+        cls = value.__class__
+        env[f"C{i}"] = cls
+        checks.append(f"{name}.__class__ is C{i}")
+        if isinstance(part, tuple) and len(part) == 3 and part[1:] == (1, "C") and \
+                cls in _ARRAY_CLASSES:
+            env[f"D{i}"] = value.dtype
+            size = value.itemsize
+            setup.append(f"s{i} = {name}.shape")
+            setup.append(f"if len(s{i}) != 1 or {name}.dtype is not D{i} or "
+                         f"{name}.strides[0] != {size}: return _slow(g, b, st, sh, args)")
+            setup.append(f"p{i} = {name}.ptr; n{i} = s{i}[0]")
+            flat += [f"p{i}", f"n{i}", "1"]
+            arrays.append((i, size))
+        elif part is cls and (cls in (int, float, bool) or cls in _NUMPY_SCALARS):
+            flat.append(name)
+        else:
+            return None
+    if arrays:
+        setup.append("if (" + " | ".join(f"p{i}" for i, _ in arrays) +
+                     ") & 15: return _slow(g, b, st, sh, args)")
+    for w, wsize in arrays:
+        if w not in written:
+            continue
+        for o, osize in arrays:
+            if o == w:
+                continue
+            setup.append(f"if n{w} and n{o} and p{w} < p{o} + n{o} * {osize} and "
+                         f"p{o} < p{w} + n{w} * {wsize}: return _slow(g, b, st, sh, args)")
+    body = [f"def fast(g, b, st, sh, args):",
+            f"    if len(args) != {len(args)}: return _slow(g, b, st, sh, args)",
+            f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args" if names else "",
+            f"    if not ({' and '.join(checks) or 'True'}): return _slow(g, b, st, sh, args)"]
+    body += [f"    {line}" for line in setup]
+    body.append(f"    _launch(g, b, st, sh, {', '.join(flat)})")
+    source = "\n".join(line for line in body if line)
+    namespace = dict(env)
+    exec(compile(source, f"<cupric fast launch of {kern.__name__}>", "exec"), namespace)
+    return namespace["fast"]
+
+
 def _load_toolchain() -> None:
     """Load libNVVM and nvJitLink (cached by the toolchain module); errors surface later,
     from the compile itself, with their full message."""
@@ -366,6 +416,9 @@ class _Launcher:
         self.simulate = simulate
 
     def __call__(self, *args):
+        fast = self.kernel._fast
+        if fast is not None and not self.simulate:
+            return fast(self.grid, self.block, self.stream, self.shared_bytes, args)
         if self.simulate:
             return self.kernel._simulate(self.grid, self.block, self.shared_bytes, args)
         return self.kernel._launch(self.grid, self.block, self.stream, self.shared_bytes, args)
@@ -429,6 +482,8 @@ class Kernel:
         self._specs: dict = {}       # launch key -> (arg_types, written)
         self._variants: dict = {}    # (arg_types, noalias, aligned) -> Specialization
         self._writes: dict = {}      # arg_types -> written array parameters
+        self._fast = None            # guarded launcher for the first common signature
+        self._no_fast: set = set()
         self._lock = threading.RLock()
         self._param_specs = None
         _preload_cache_path()
@@ -517,6 +572,10 @@ class Kernel:
             spec = variants[choice] = self._variant(arg_types, *choice)
         prepared = spec._prepared or spec.prepared()
         prepared.launch(grid, block, stream, shared_bytes, *flat)
+        if self._fast is None and choice == (True, True) and key not in self._no_fast:
+            self._fast = _make_fast_path(self, key, args, written, prepared)
+            if self._fast is None:
+                self._no_fast.add(key)
 
     def _fallback(self, grid, block, shared_bytes, args):
         if not _SIM_NOTICE[0]:

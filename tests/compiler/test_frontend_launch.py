@@ -176,3 +176,52 @@ def test_device_function_runs_as_python():
     def twice(v):
         return 2 * v
     assert twice(21) == 42
+
+
+def test_fast_path_matches_the_general_path(monkeypatch):
+    """After a first launch, a generated launcher handles the same signature; it must pass
+    exactly what the general path would, and defer to it whenever a guard fails."""
+    monkeypatch.setattr(kmod, "_SIMULATOR", [False])
+    kmod._ARRAY_CLASSES.add(FakeBuffer)
+
+    @cupric.kernel
+    def axpy(a: f32, n: i64, x: Array[f32, 1], y: Array[f32, 1], flag: bool_):
+        i = cupric.device.grid(1)
+        if flag and i < n:
+            y[i] = a * x[i] + y[i]
+
+    def run(use_fast, calls):
+        log = []
+        monkeypatch.setattr(kmod.Specialization, "prepared",
+                            lambda self: _Prepared(log, self))
+        axpy._specs.clear()
+        axpy._variants.clear()
+        axpy._fast = None
+        axpy._no_fast.clear()
+        for args in calls:
+            if not use_fast:
+                axpy._fast = None
+            axpy[3, 64](*args)
+        return log, axpy._fast
+
+    x = FakeBuffer(0x1000, (256,))
+    y = FakeBuffer(0x2000, (256,))
+    calls = [
+        (np.float32(2), 256, x, y, True),
+        (np.float32(3), 10, x, y, False),                       # fast path
+        (1.5, 256, x, y, True),                                 # other class: general
+        (np.float32(2), 256, x, FakeBuffer(0x1000 + 512, (256,)), True),  # overlap
+        (np.float32(2), 256, FakeBuffer(0x1008, (256,)), y, True),        # misaligned
+        (np.float32(2), 256, x, FakeBuffer(0x3000, (0,)), True),          # empty
+        (np.float32(2), 256, x, y),                             # wrong count
+    ]
+    general, _ = run(False, calls[:-1])
+    fast, fn = run(True, calls[:-1])
+    assert fn is not None
+    assert fast == general
+    assert [entry[:2] for entry in fast] == [(True, True), (True, True), (True, True),
+                                             (False, True), (True, False), (True, True)]
+    with pytest.raises(TypeError, match="takes 5 arguments"):
+        axpy[1, 1](*calls[-1])
+    with pytest.raises(TypeError, match="expects Array\\[f32"):  # dtype guard, then refused
+        axpy[1, 1](np.float32(2), 256, FakeBuffer(0x1000, (64,), np.float64), y, True)
