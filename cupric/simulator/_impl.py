@@ -36,33 +36,38 @@ def _user_site(depth: int = 3) -> tuple[str, int]:
 
 # -- indices ---------------------------------------------------------------------------
 
+# Coordinates come typed as compiled code types them (the PTX special registers are
+# 32-bit; grid() and gridsize() widen to 64 bits), so that arithmetic on them promotes
+# and wraps the same way in both.
+_I32 = np.int32
+_I64 = np.int64
 for _axis, _i in (("x", 0), ("y", 1), ("z", 2)):
-    implements(f"threadIdx.{_axis}")(lambda s, _i=_i: s.tid[_i])
-    implements(f"blockIdx.{_axis}")(lambda s, _i=_i: s.bid[_i])
-    implements(f"blockDim.{_axis}")(lambda s, _i=_i: s.launch.block[_i])
-    implements(f"gridDim.{_axis}")(lambda s, _i=_i: s.launch.grid[_i])
+    implements(f"threadIdx.{_axis}")(lambda s, _i=_i: _I32(s.tid[_i]))
+    implements(f"blockIdx.{_axis}")(lambda s, _i=_i: _I32(s.bid[_i]))
+    implements(f"blockDim.{_axis}")(lambda s, _i=_i: _I32(s.launch.block[_i]))
+    implements(f"gridDim.{_axis}")(lambda s, _i=_i: _I32(s.launch.grid[_i]))
 del _axis, _i
 
 
 @implements("warpsize")
 def _warpsize(s):
-    return WARP
+    return _I32(WARP)
 
 
 @implements("laneid")
 def _laneid(s):
-    return s.lin & 31
+    return _I32(s.lin & 31)
 
 
 @implements("grid")
 def _grid(s, ndim=1):
     b, d, t = s.bid, s.launch.block, s.tid
     if ndim == 1:
-        return b[0] * d[0] + t[0]
+        return _I64(b[0] * d[0] + t[0])
     if ndim == 2:
-        return b[0] * d[0] + t[0], b[1] * d[1] + t[1]
+        return _I64(b[0] * d[0] + t[0]), _I64(b[1] * d[1] + t[1])
     if ndim == 3:
-        return b[0] * d[0] + t[0], b[1] * d[1] + t[1], b[2] * d[2] + t[2]
+        return _I64(b[0] * d[0] + t[0]), _I64(b[1] * d[1] + t[1]), _I64(b[2] * d[2] + t[2])
     raise ValueError(f"grid(ndim) takes ndim 1, 2 or 3, got {ndim!r}")
 
 
@@ -70,17 +75,19 @@ def _grid(s, ndim=1):
 def _gridsize(s, ndim=1):
     g, d = s.launch.grid, s.launch.block
     if ndim == 1:
-        return g[0] * d[0]
+        return _I64(g[0] * d[0])
     if ndim == 2:
-        return g[0] * d[0], g[1] * d[1]
+        return _I64(g[0] * d[0]), _I64(g[1] * d[1])
     if ndim == 3:
-        return g[0] * d[0], g[1] * d[1], g[2] * d[2]
+        return _I64(g[0] * d[0]), _I64(g[1] * d[1]), _I64(g[2] * d[2])
     raise ValueError(f"gridsize(ndim) takes ndim 1, 2 or 3, got {ndim!r}")
 
 
 @implements("grid_stride")
 def _grid_stride(s, n):
-    return range(_grid(s), n, _gridsize(s))
+    start, step = _grid(s), _gridsize(s)
+    # Indices of a grid-stride loop are i64, like grid(1)'s.
+    return (_I64(i) for i in range(int(start), int(n), int(step)))
 
 
 # -- barriers and warp collectives ----------------------------------------------------

@@ -88,10 +88,10 @@ def barrier_result(op: str, values) -> int | None:
     if op == "syncthreads":
         return None
     if op == "syncthreads_count":
-        return sum(1 for v in values if v)
+        return np.int32(sum(1 for v in values if v))
     if op == "syncthreads_and":
-        return int(all(values))
-    return int(any(values))
+        return np.int32(all(values))
+    return np.int32(any(values))
 
 
 _LANES: dict = {}

@@ -84,3 +84,15 @@ def test_launch_configuration_is_validated():
         sim.launch(stride_fill, 0, 1, (out, 0))
     with pytest.raises(TypeError, match="stride_fill"):
         sim.launch(stride_fill, 1, 1, (out,))
+
+
+def index_types(out):
+    out[0] = type(threadIdx.x) is np.int32 and type(blockDim.y) is np.int32
+    out[1] = type(grid(1)) is np.int64 and type(gridsize(2)[1]) is np.int64
+    out[2] = all(type(i) is np.int64 for i in grid_stride(3))
+
+
+def test_indices_are_typed_like_compiled_code():
+    out = np.zeros(3, np.int8)
+    sim.launch(index_types, 1, 1, (out,))
+    assert out.all()
