@@ -550,6 +550,7 @@ def _candidate_plans(handle, spec: GraphSpec, graph: Descriptor, options: PlanOp
             if len(plans) >= limit:
                 config.close()
                 continue
+            used = False
             try:
                 index, notes = _engine_facts(config)
                 if index is not None and index in seen:
@@ -578,8 +579,11 @@ def _candidate_plans(handle, spec: GraphSpec, graph: Descriptor, options: PlanOp
                 if index is not None:
                     seen.add(index)
                 plans.append(plan)
+                # The plan keeps its configuration alive (Descriptor.set holds it).
+                used = True
             finally:
-                config.close()
+                if not used:
+                    config.close()
         if plans and not options.autotune:
             break
     return plans, tried

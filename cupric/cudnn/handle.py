@@ -62,6 +62,19 @@ def _stream_parts(stream):
     return stream_handle(stream), (None if isinstance(stream, int) else stream)
 
 
+def _stream_device(stream):
+    """The device of a stream object when it says (cupric Stream: a Device; PyTorch: a
+    torch.device with an index), else None (the current device is used)."""
+    device = getattr(stream, "device", None)
+    if device is None or isinstance(device, int):
+        return device
+    from cupric.runtime.device import Device
+    if isinstance(device, Device):
+        return device
+    index = getattr(device, "index", None)  # torch.device
+    return index if isinstance(index, int) else None
+
+
 class Handle(Resource):
     """A cuDNN handle bound to one device and one stream (no public constructor).
 
@@ -123,7 +136,7 @@ class Handle(Resource):
 
         from . import lib
         if device is None:
-            device = getattr(stream, "device", None)
+            device = _stream_device(stream)
         dev = Device(device) if device is not None else Device.current()
         ctx = dev.make_current()
         ffi = lib.ffi
@@ -159,7 +172,7 @@ class Handle(Resource):
         """
         from cupric.runtime.device import Device
         if device is None:
-            device = getattr(stream, "device", None)
+            device = _stream_device(stream)
         ordinal = Device(device).ordinal if device is not None else Device.current().ordinal
         key = (ordinal, _stream_parts(stream)[0])
         handle = cls._shared.get(key)

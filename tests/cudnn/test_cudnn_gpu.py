@@ -1,0 +1,510 @@
+"""cupric.cudnn on the GPU lane: every operation against PyTorch (forward and gradients,
+references in float64 where PyTorch has them), fresh random inputs, poisoned outputs,
+and finite-difference gradient checks on small float64 cases.
+
+Run on a GPU machine with ``python3 -m pytest -q -m gpu tests/cudnn``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from cupric import runtime as rt  # noqa: E402
+from cupric.cudnn import api as dnn  # noqa: E402
+
+EXACT = dnn.PlanOptions(allow_tf32=False)
+TYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
+         "f64": torch.float64}
+# Relative tolerances against a float64 reference, scaled by the reference's magnitude.
+TOL = {"f32": 2e-5, "f16": 4e-3, "bf16": 3e-2, "f64": 1e-12}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch sees no CUDA device")
+    from cupric.cudnn import lib
+    if not lib.is_available():
+        pytest.skip(f"cuDNN not loadable: {lib.binding.unavailable_reason}")
+    # PyTorch's own TF32 switches would make the references less exact than cupric's
+    # allow_tf32=False runs.
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+
+
+@pytest.fixture
+def gen(rng):
+    g = torch.Generator(device="cuda")
+    g.manual_seed(int(rng.integers(2**31)))
+    return g
+
+
+def randn(shape, etype="f32", gen=None, channels_last=False, scale=1.0):
+    x = torch.randn(shape, device="cuda", dtype=torch.float64, generator=gen) * scale
+    x = x.to(TYPES[etype])
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last if x.dim() == 4
+                         else torch.channels_last_3d)
+    return x
+
+
+def poisoned(shape, etype="f32", channels_last=False):
+    """An output buffer full of NaN: any element an operation forgets to write shows."""
+    y = torch.full(shape, float("nan"), device="cuda", dtype=TYPES[etype])
+    if channels_last:
+        y = y.contiguous(memory_format=torch.channels_last if y.dim() == 4
+                         else torch.channels_last_3d)
+    return y
+
+
+def as_torch(buf, etype=None):
+    """A torch view of what a cupric call returned (a DeviceBuffer or the `out` tensor)."""
+    if isinstance(buf, torch.Tensor):
+        return buf
+    t = torch.from_dlpack(buf)
+    if etype == "bf16" and t.dtype == torch.uint16:
+        t = t.view(torch.bfloat16)
+    return t
+
+
+def check_close(actual, reference, etype, what=""):
+    actual = as_torch(actual, etype).double()
+    reference = reference.double()
+    assert actual.shape == reference.shape, what
+    assert torch.isfinite(actual).all(), f"{what}: non-finite values (unwritten output?)"
+    scale = max(reference.abs().max().item(), 1e-30)
+    err = (actual - reference).abs().max().item() / scale
+    assert err <= TOL[etype], f"{what}: max error {err:.3g} x max|ref| > {TOL[etype]}"
+
+
+# --------------------------------------------------------------------------------------
+# Handles
+
+
+def test_handle_lifetime_and_workspace():
+    stream = rt.Device(0).create_stream()
+    h = dnn.Handle.create(stream=stream)
+    from cupric.runtime.memory import stream_handle
+    assert h.stream == stream_handle(stream) != 0
+    p1 = h.workspace(1000)
+    assert p1 and h.workspace_bytes >= 1000
+    assert h.workspace(10) == p1                    # large enough: no reallocation
+    h.workspace(5 << 20)
+    assert h.workspace_bytes >= 5 << 20
+    x = randn((2, 3, 8, 8))
+    w = randn((4, 3, 3, 3))
+    torch.cuda.synchronize()
+    y = dnn.conv_forward(x, w, padding=1, handle=h, options=EXACT)
+    assert len(h.plans) == 1
+    h.synchronize()
+    check_close(y, F.conv2d(x.double(), w.double(), padding=1), "f32", "conv on own stream")
+    h.close()
+    h.close()
+    with pytest.raises(rt.ClosedError):
+        h.ready()
+    stream.close()
+    shared = dnn.Handle.get()
+    assert dnn.Handle.get() is shared
+
+
+# --------------------------------------------------------------------------------------
+# Convolution
+
+
+CONV_CASES = [
+    # x shape, w shape, stride, padding, dilation, groups
+    ((2, 8, 12, 12), (16, 8, 3, 3), 1, 1, 1, 1),
+    ((3, 6, 11, 9), (4, 3, 3, 5), (2, 1), (1, 2), 1, 2),
+    ((2, 8, 10, 10), (8, 1, 3, 3), 1, 1, 1, 8),              # depthwise
+    ((1, 4, 16, 16), (8, 4, 3, 3), 2, 2, 2, 1),              # dilated, strided
+    ((4, 16, 7, 7), (32, 16, 1, 1), 1, 0, 1, 1),             # 1x1
+]
+
+
+@pytest.mark.parametrize("etype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_conv_forward_and_gradients(case, etype, channels_last, gen):
+    x_shape, w_shape, stride, padding, dilation, groups = case
+    x = randn(x_shape, etype, gen, channels_last)
+    w = randn(w_shape, etype, gen, channels_last, scale=0.3)
+    args = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    xd = x.double().requires_grad_()
+    wd = w.double().requires_grad_()
+    ref = F.conv2d(xd, wd, **args)
+    out = poisoned(ref.shape, etype, channels_last)
+    y = dnn.conv_forward(x, w, out=out, options=EXACT, **args)
+    assert y.ptr == out.data_ptr()
+    check_close(out, ref, etype, "forward")
+    # Allocated output keeps x's layout.
+    y2 = dnn.conv_forward(x, w, options=EXACT, **args)
+    check_close(y2, ref, etype, "forward, allocated output")
+    dy = randn(ref.shape, etype, gen, channels_last)
+    ref.backward(dy.double())
+    dx = poisoned(x_shape, etype, channels_last)
+    dnn.conv_backward_data(dy, w, x_shape, out=dx, options=EXACT, **args)
+    check_close(dx, xd.grad, etype, "backward data")
+    dw = poisoned(w_shape, etype, channels_last)
+    dnn.conv_backward_filter(x, dy, w_shape, out=dw, options=EXACT, **args)
+    # The filter gradient sums over N*H*W products: half precision loses more there.
+    tol = {"f32": 1e-4, "f16": 1e-2, "bf16": 5e-2}[etype]
+    err = (dw.double() - wd.grad).abs().max().item() / wd.grad.abs().max().item()
+    assert err < tol, f"backward filter error {err}"
+
+
+@pytest.mark.parametrize("dims", [1, 3])
+def test_conv_1d_and_3d(dims, gen):
+    if dims == 1:
+        x, w, fn = randn((2, 4, 20), gen=gen), randn((6, 4, 5), gen=gen), F.conv1d
+    else:
+        x, w, fn = randn((2, 4, 6, 7, 8), gen=gen), randn((6, 4, 3, 3, 3), gen=gen), F.conv3d
+    ref = fn(x.double(), w.double(), padding=1, stride=2)
+    y = dnn.conv_forward(x, w, padding=1, stride=2, options=EXACT)
+    check_close(y, ref, "f32", f"conv{dims}d")
+
+
+def test_conv_float64_and_numerical_gradients(gen):
+    """Finite differences of the float64 forward against both backward passes."""
+    x = randn((1, 2, 5, 5), "f64", gen)
+    w = randn((3, 2, 3, 3), "f64", gen)
+    y = as_torch(dnn.conv_forward(x, w, padding=1))
+    check_close(y, F.conv2d(x, w, padding=1), "f64", "float64 forward")
+    dy = randn(y.shape, "f64", gen)
+    dx = as_torch(dnn.conv_backward_data(dy, w, x.shape, padding=1))
+    dw = as_torch(dnn.conv_backward_filter(x, dy, w.shape, padding=1))
+
+    def loss(xv, wv):
+        return float((as_torch(dnn.conv_forward(xv, wv, padding=1)) * dy).sum())
+
+    eps = 1e-6
+    for tensor, grad in ((x, dx), (w, dw)):
+        flat = tensor.view(-1)
+        for i in torch.randint(0, flat.numel(), (6,), generator=torch.Generator().manual_seed(0)):
+            i = int(i)
+            keep = flat[i].item()
+            flat[i] = keep + eps
+            up = loss(x, w)
+            flat[i] = keep - eps
+            down = loss(x, w)
+            flat[i] = keep
+            numeric = (up - down) / (2 * eps)
+            assert abs(numeric - grad.view(-1)[i].item()) < 1e-6 * max(1.0, abs(numeric))
+
+
+def test_conv_backward_bias(gen):
+    dy = randn((4, 16, 7, 7), gen=gen)
+    db = dnn.conv_backward_bias(dy)
+    check_close(db, dy.double().sum(dim=(0, 2, 3)), "f32", "bias gradient")
+
+
+ACTS = {None: lambda t: t, "relu": F.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
+        "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "swish": F.silu,
+        "elu": F.elu}
+
+
+@pytest.mark.parametrize("activation", list(ACTS))
+@pytest.mark.parametrize("etype,channels_last", [("f16", True), ("bf16", True),
+                                                  ("f32", False)])
+def test_conv_bias_activation(activation, etype, channels_last, gen):
+    x = randn((2, 16, 10, 10), etype, gen, channels_last)
+    w = randn((32, 16, 3, 3), etype, gen, channels_last, scale=0.2)
+    b = randn((32,), etype, gen)
+    ref = ACTS[activation](F.conv2d(x.double(), w.double(), b.double(), padding=1))
+    out = poisoned(ref.shape, etype, channels_last)
+    dnn.conv2d(x, w, b, padding=1, activation=activation, out=out, options=EXACT)
+    check_close(out, ref, etype, f"fused conv+bias+{activation}")
+    unfused = poisoned(ref.shape, etype, channels_last)
+    if activation is not None:
+        dnn.conv_bias_activation(x, w, b, activation, padding=1, out=unfused, options=EXACT,
+                                 fuse=False)
+        check_close(unfused, ref, etype, f"unfused conv+bias+{activation}")
+
+
+def test_autotune(gen):
+    x = randn((8, 32, 28, 28), "f16", gen, channels_last=True)
+    w = randn((32, 32, 3, 3), "f16", gen, channels_last=True, scale=0.2)
+    h = dnn.Handle.create()
+    options = dnn.PlanOptions(autotune=True, candidates=4)
+    y = dnn.conv_forward(x, w, padding=1, handle=h, options=options)
+    (plan,) = h.plans.values()
+    assert plan.time_ms is not None and plan.time_ms > 0
+    h.synchronize()
+    check_close(y, F.conv2d(x.double(), w.double(), padding=1), "f16", "autotuned")
+    h.close()
+
+
+def test_inputs_from_cupric_buffers(rng):
+    x = rng.standard_normal((2, 3, 9, 9)).astype(np.float32)
+    w = rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
+    y = dnn.conv_forward(rt.to_device(x), rt.to_device(w), options=EXACT)
+    ref = F.conv2d(torch.from_numpy(x).double(), torch.from_numpy(w).double())
+    got = torch.from_numpy(y.to_numpy()).double()
+    assert (got - ref).abs().max() / ref.abs().max() < TOL["f32"]
+
+
+def test_bfloat16_results_chain(gen):
+    x = randn((2, 8, 6, 6), "bf16", gen)
+    w = randn((8, 8, 3, 3), "bf16", gen, scale=0.3)
+    y = dnn.conv_forward(x, w, padding=1)
+    z = dnn.relu(y)      # a cupric bf16 result is recognized as bf16 when passed back
+    ref = F.relu(F.conv2d(x.double(), w.double(), padding=1))
+    check_close(z, ref, "bf16", "bf16 chain")
+
+
+# --------------------------------------------------------------------------------------
+# Matmul
+
+
+@pytest.mark.parametrize("etype", ["f16", "bf16", "f32"])
+@pytest.mark.parametrize("activation", [None, "relu", "gelu"])
+def test_matmul(etype, activation, gen):
+    a = randn((3, 64, 32), etype, gen)
+    b = randn((3, 32, 48), etype, gen)
+    bias = randn((48,), etype, gen)
+    ref = ACTS[activation](a.double() @ b.double() + bias.double())
+    out = poisoned(ref.shape, etype)
+    try:
+        dnn.matmul(a, b, bias=bias, activation=activation, out=out, options=EXACT)
+    except dnn.NoEngineError as exc:
+        if etype == "f32":
+            pytest.xfail(f"no float32 matmul engine with this epilogue here: {exc}")
+        raise
+    check_close(out, ref, etype, "matmul")
+
+
+# --------------------------------------------------------------------------------------
+# Pooling
+
+
+@pytest.mark.parametrize("mode", ["max", "avg_include_pad", "avg_exclude_pad"])
+@pytest.mark.parametrize("etype,channels_last", [("f32", False), ("f32", True), ("f16", True)])
+def test_pooling(mode, etype, channels_last, gen):
+    x = randn((2, 6, 11, 13), etype, gen, channels_last)
+    xd = x.double().requires_grad_()
+    if mode == "max":
+        ref = F.max_pool2d(xd, 3, 2, 1)
+    else:
+        ref = F.avg_pool2d(xd, 3, 2, 1, count_include_pad=mode == "avg_include_pad")
+    out = poisoned(ref.shape, etype, channels_last)
+    dnn.pool_forward(x, mode, window=3, stride=2, padding=1, out=out)
+    check_close(out, ref, etype, f"{mode} forward")
+    dy = randn(ref.shape, etype, gen, channels_last)
+    ref.backward(dy.double())
+    dx = poisoned(x.shape, etype, channels_last)
+    dnn.pool_backward(dy, x, out, mode, window=3, stride=2, padding=1, out=dx)
+    check_close(dx, xd.grad, etype, f"{mode} backward")
+
+
+def test_pool_shorthands(gen):
+    x = randn((2, 3, 8, 8), gen=gen)
+    check_close(dnn.max_pool2d(x, 2), F.max_pool2d(x.double(), 2), "f32", "max_pool2d")
+    check_close(dnn.avg_pool2d(x, 2), F.avg_pool2d(x.double(), 2), "f32", "avg_pool2d")
+
+
+# --------------------------------------------------------------------------------------
+# Activations
+
+
+ACT_CASES = {
+    "relu": (F.relu, {}), "sigmoid": (torch.sigmoid, {}), "tanh": (torch.tanh, {}),
+    "elu": (lambda t: F.elu(t, alpha=0.7), {"alpha": 0.7}),
+    "swish": (F.silu, {}), "gelu": (F.gelu, {}),
+    "gelu_tanh": (lambda t: F.gelu(t, approximate="tanh"), {}),
+    "clipped_relu": (lambda t: F.hardtanh(t, 0.0, 1.5), {"clip": 1.5}),
+}
+
+
+@pytest.mark.parametrize("mode", list(ACT_CASES))
+@pytest.mark.parametrize("etype,shape,channels_last",
+                         [("f32", (3, 5, 7, 9), False), ("f16", (4, 8, 6, 6), True),
+                          ("bf16", (1000,), False), ("f64", (17, 3), False)])
+def test_activation(mode, etype, shape, channels_last, gen):
+    fn, kw = ACT_CASES[mode]
+    x = randn(shape, etype, gen, channels_last, scale=2.0)
+    xd = x.double().requires_grad_()
+    ref = fn(xd)
+    out = poisoned(shape, etype, channels_last)
+    try:
+        dnn.activation_forward(x, mode, out=out, **kw)
+    except dnn.NoEngineError as exc:
+        if etype == "bf16" and mode.startswith("gelu"):
+            pytest.xfail(f"no standalone GELU engine, and the kernel fallback has no "
+                         f"bfloat16: {exc}")
+        raise
+    check_close(out, ref, etype, f"{mode} forward")
+    dy = randn(shape, etype, gen, channels_last)
+    ref.backward(dy.double())
+    dx = poisoned(shape, etype, channels_last)
+    dnn.activation_backward(dy, x, out, mode, out=dx, **kw)
+    check_close(dx, xd.grad, etype, f"{mode} backward")
+    dx2 = dnn.activation_backward(dy, x, mode=mode, **kw)       # y recomputed
+    check_close(dx2, xd.grad, etype, f"{mode} backward without y")
+
+
+def test_activation_in_place_and_shorthands(gen):
+    x = randn((4, 100), gen=gen)
+    ref = F.gelu(x.double())
+    check_close(dnn.gelu(x), ref, "f32", "gelu shorthand")
+    check_close(dnn.swish(x, 1.0), F.silu(x.double()), "f32", "swish shorthand")
+    dnn.relu(x, out=x)
+    assert (x >= 0).all()
+
+
+def test_activation_numerical_gradient(gen):
+    x = randn((64,), "f64", gen, scale=2.0)
+    dy = randn((64,), "f64", gen)
+    eps = 1e-6
+    for mode in ("gelu", "swish", "tanh", "sigmoid", "elu"):
+        dx = as_torch(dnn.activation_backward(dy, x, mode=mode))
+        up = as_torch(dnn.activation_forward(x + eps, mode))
+        down = as_torch(dnn.activation_forward(x - eps, mode))
+        numeric = (up - down) / (2 * eps) * dy
+        assert (numeric - dx).abs().max() < 1e-6, mode
+
+
+# --------------------------------------------------------------------------------------
+# Softmax
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("etype", ["f32", "f16", "bf16", "f64"])
+@pytest.mark.parametrize("shape,axis,channels_last",
+                         [((8, 100), -1, False), ((4, 10, 5, 6), 1, False),
+                          ((4, 10, 5, 6), 1, True), ((2, 3, 4, 33), -1, False),
+                          ((6, 7, 9), 1, False)])
+def test_softmax(shape, axis, channels_last, etype, log, gen):
+    x = randn(shape, etype, gen, channels_last, scale=3.0)
+    xd = x.double().requires_grad_()
+    ref = (F.log_softmax if log else F.softmax)(xd, dim=axis)
+    out = poisoned(shape, etype, channels_last)
+    dnn.softmax_forward(x, axis, log=log, out=out)
+    check_close(out, ref, etype, "softmax forward")
+    dy = randn(shape, etype, gen, channels_last)
+    ref.backward(dy.double())
+    dx = poisoned(shape, etype, channels_last)
+    # The reference gradient is taken at the exact output; feed cuDNN the same.
+    dnn.softmax_backward(ref.detach().to(TYPES[etype]), dy, axis, log=log, out=dx)
+    check_close(dx, xd.grad, etype, "softmax backward")
+
+
+def test_softmax_numerical_gradient(gen):
+    x = randn((3, 7), "f64", gen)
+    dy = randn((3, 7), "f64", gen)
+    y = as_torch(dnn.softmax(x))
+    dx = as_torch(dnn.softmax_backward(y, dy))
+    eps = 1e-6
+    numeric = torch.zeros_like(x)
+    for i in range(x.numel()):
+        e = torch.zeros_like(x).view(-1)
+        e[i] = eps
+        e = e.view_as(x)
+        up = (as_torch(dnn.softmax(x + e)) * dy).sum()
+        down = (as_torch(dnn.softmax(x - e)) * dy).sum()
+        numeric.view(-1)[i] = (up - down) / (2 * eps)
+    assert (numeric - dx).abs().max() < 1e-7
+
+
+# --------------------------------------------------------------------------------------
+# Batch normalization
+
+
+@pytest.mark.parametrize("etype,channels_last", [("f32", False), ("f32", True),
+                                                  ("f16", True), ("bf16", False)])
+def test_batch_norm_training_and_backward(etype, channels_last, gen):
+    n, c, h, w = 8, 12, 7, 5
+    x = randn((n, c, h, w), etype, gen, channels_last, scale=2.0) + 0.5
+    weight = randn((c,), "f32", gen)
+    bias = randn((c,), "f32", gen)
+    rm = randn((c,), "f32", gen)
+    rv = torch.rand(c, device="cuda", generator=gen) + 0.5
+    rm_ref, rv_ref = rm.double().clone(), rv.double().clone()
+    xd = x.double().requires_grad_()
+    wd = weight.double().requires_grad_()
+    bd = bias.double().requires_grad_()
+    ref = F.batch_norm(xd, rm_ref, rv_ref, wd, bd, training=True, momentum=0.1, eps=1e-5)
+    out = poisoned((n, c, h, w), etype, channels_last)
+    res = dnn.batch_norm_training(x, weight, bias, rm, rv, momentum=0.1, eps=1e-5, out=out)
+    check_close(out, ref, etype, "batch norm forward")
+    check_close(rm, rm_ref, "f32" if etype == "f32" else etype, "running mean")
+    check_close(rv, rv_ref, "f32" if etype == "f32" else etype, "running var")
+    mean = xd.detach().mean(dim=(0, 2, 3))
+    inv = 1.0 / torch.sqrt(xd.detach().var(dim=(0, 2, 3), unbiased=False) + 1e-5)
+    check_close(res.save_mean, mean, "f32" if etype == "f32" else etype, "saved mean")
+    check_close(res.save_inv_std, inv, "f32" if etype == "f32" else etype, "saved inv std")
+    dy = randn((n, c, h, w), etype, gen, channels_last)
+    ref.backward(dy.double())
+    dx = poisoned((n, c, h, w), etype, channels_last)
+    got_dx, dweight, dbias = dnn.batch_norm_backward(dy, x, weight, res.save_mean,
+                                                     res.save_inv_std, eps=1e-5, out=dx)
+    check_close(dx, xd.grad, etype, "batch norm dx")
+    check_close(dweight, wd.grad, "f32" if etype == "f32" else etype, "dweight")
+    check_close(dbias, bd.grad, "f32" if etype == "f32" else etype, "dbias")
+
+
+def test_batch_norm_inference(gen):
+    x = randn((4, 6, 5, 5), gen=gen)
+    weight, bias, rm = (randn((6,), gen=gen) for _ in range(3))
+    rv = torch.rand(6, device="cuda", generator=gen) + 0.5
+    ref = F.batch_norm(x.double(), rm.double(), rv.double(), weight.double(), bias.double(),
+                       training=False, eps=1e-3)
+    out = poisoned(x.shape)
+    dnn.batch_norm(x, rm, rv, weight, bias, training=False, eps=1e-3, out=out)
+    check_close(out, ref, "f32", "batch norm inference")
+
+
+def test_batch_norm_numerical_gradient(gen):
+    x = randn((3, 2, 2, 2), "f64", gen)
+    weight = randn((2,), "f64", gen)
+    bias = randn((2,), "f64", gen)
+    dy = randn(x.shape, "f64", gen)
+    res = dnn.batch_norm_training(x, weight, bias)
+    dx, dw, db = dnn.batch_norm_backward(dy, x, weight, res.save_mean, res.save_inv_std)
+    dx = as_torch(dx)
+
+    def loss(xv):
+        return float((as_torch(dnn.batch_norm_training(xv, weight, bias).y) * dy).sum())
+
+    eps = 1e-6
+    flat = x.view(-1)
+    for i in range(0, flat.numel(), 3):
+        keep = flat[i].item()
+        flat[i] = keep + eps
+        up = loss(x)
+        flat[i] = keep - eps
+        down = loss(x)
+        flat[i] = keep
+        assert abs((up - down) / (2 * eps) - dx.view(-1)[i].item()) < 1e-5
+
+
+# --------------------------------------------------------------------------------------
+# Dropout
+
+
+@pytest.mark.parametrize("etype", ["f32", "f16"])
+def test_dropout(etype, gen):
+    p = 0.3
+    x = randn((64, 1024), etype, gen) + 3.0        # no zeros in x
+    with dnn.Dropout(p, seed=1234) as layer:
+        out = poisoned(x.shape, etype)
+        y, reserve = layer.forward(x, out=out)
+        dropped = out == 0
+        fraction = dropped.double().mean().item()
+        assert abs(fraction - p) < 0.02
+        kept = ~dropped
+        check_close(out[kept], x.double()[kept] / (1 - p), etype, "kept elements")
+        dy = randn(x.shape, etype, gen)
+        dx = poisoned(x.shape, etype)
+        layer.backward(dy, reserve, out=dx)
+        assert (dx[dropped] == 0).all()
+        check_close(dx[kept], dy.double()[kept] / (1 - p), etype, "dropout backward")
+        _, reserve2 = layer.forward(x)      # the states advance: another mask
+    with dnn.Dropout(p, seed=1234) as again:
+        y3, _ = again.forward(x)
+        assert torch.equal(as_torch(y3), out)      # same seed: same first mask
