@@ -17,7 +17,14 @@ import numpy as np
 
 from cupric.compiler.errors import CompileError
 
-__all__ = ["kernel", "device_function", "Kernel", "DeviceFunction", "Specialization"]
+__all__ = ["kernel", "device_function", "Kernel", "DeviceFunction", "Specialization",
+           "KernelArgumentError"]
+
+
+class KernelArgumentError(CompileError, TypeError):
+    """Launch arguments that do not fit the kernel: a wrong count (located at the `def`)
+    or an argument whose type does not fit its parameter (located at that parameter,
+    with a caret under it). Also a `TypeError`."""
 
 
 class DeviceFunction:
@@ -626,16 +633,34 @@ class Kernel:
         TypeError
             Wrong argument count or an argument that does not fit its annotation.
         """
-        from cupric.compiler.signature import bind, param_specs, type_of_value
+        from cupric.compiler.signature import BindError, bind, param_specs, type_of_value
         if self._param_specs is None:
             self._check_parameters()
             self._param_specs = param_specs(self.py_func)
         names = list(self.py_func.__code__.co_varnames[:self.py_func.__code__.co_argcount])
+        actual = []
+        for index, value in enumerate(args):
+            try:
+                actual.append(type_of_value(value))
+            except TypeError as exc:
+                raise self._argument_error(f"argument {index} of {self.__name__}(): {exc}",
+                                           index if index < len(names) else None) from None
         try:
-            actual = [type_of_value(a) for a in args]
-        except TypeError as exc:
-            raise TypeError(f"{self.__name__}: {exc}") from None
-        return bind(self.__name__, names, self._param_specs, actual)
+            return bind(self.__name__, names, self._param_specs, actual)
+        except BindError as exc:
+            raise self._argument_error(str(exc), exc.index) from None
+
+    def _argument_error(self, message: str, index) -> KernelArgumentError:
+        """A launch-argument error pointing at parameter `index` (or the `def`)."""
+        from cupric.compiler.frontend.source import get_source
+        src = get_source(self.py_func)
+        params = src.tree.args.args
+        node = params[index] if index is not None and index < len(params) else src.tree
+        located = src.error(node, message, hint="launch arguments must fit the parameter "
+                            "annotations; device arrays for Array parameters")
+        return KernelArgumentError(located.message, filename=located.filename,
+                                   line=located.line, col=located.col,
+                                   source_line=located.source_line, hint=located.hint)
 
     def _check_parameters(self) -> None:
         """Kernel parameters are plain positional names (a CompileError at the `def`)."""
@@ -672,7 +697,8 @@ class Kernel:
         TypeError, ValueError
             The signature does not fit the kernel's parameters.
         """
-        from cupric.compiler.signature import Generic, bind, param_specs, parse_signature
+        from cupric.compiler.signature import (BindError, Generic, bind, param_specs,
+                                               parse_signature)
         self._check_parameters()
         specs = param_specs(self.py_func)
         if signature is None:
@@ -684,7 +710,10 @@ class Kernel:
         else:
             types = tuple(signature)
         names = list(self.py_func.__code__.co_varnames[:self.py_func.__code__.co_argcount])
-        types = bind(self.__name__, names, specs, list(types))
+        try:
+            types = bind(self.__name__, names, specs, list(types))
+        except BindError as exc:
+            raise self._argument_error(str(exc), exc.index) from None
         try:
             spec = self._variant(types, noalias, aligned)
             spec.typed
@@ -696,7 +725,8 @@ class Kernel:
                 aligned: bool = True):
         """Compile (or fetch from the cache) the code for `signature`; returns the
         `cupric.compiler.backend.Artifact` (PTX, cubin). A cache hit needs no typing."""
-        from cupric.compiler.signature import Generic, bind, param_specs, parse_signature
+        from cupric.compiler.signature import (BindError, Generic, bind, param_specs,
+                                               parse_signature)
         self._check_parameters()
         specs = param_specs(self.py_func)
         if signature is None:
@@ -708,7 +738,10 @@ class Kernel:
         else:
             types = tuple(signature)
         names = list(self.py_func.__code__.co_varnames[:self.py_func.__code__.co_argcount])
-        types = bind(self.__name__, names, specs, list(types))
+        try:
+            types = bind(self.__name__, names, specs, list(types))
+        except BindError as exc:
+            raise self._argument_error(str(exc), exc.index) from None
         return self._variant(types, noalias, aligned).artifact(arch)
 
     def inspect_types(self, signature=None) -> dict:

@@ -14,8 +14,17 @@ from cupric.compiler.typing.ktypes import StructType, TupleType, struct_type
 from cupric.types import (SCALARS, Array, ArrayType, ScalarType, Type, bool_, f64, i64,
                           scalar_from_dtype, typeof)
 
-__all__ = ["Generic", "param_specs", "bind", "type_of_value", "parse_signature",
-           "format_signature"]
+__all__ = ["Generic", "BindError", "param_specs", "bind", "type_of_value",
+           "parse_signature", "format_signature"]
+
+
+class BindError(TypeError):
+    """An argument does not fit its parameter; `index` is the parameter's position (None
+    for a wrong argument count)."""
+
+    def __init__(self, message: str, index: int | None = None) -> None:
+        super().__init__(message)
+        self.index = index
 
 
 class Generic:
@@ -144,21 +153,24 @@ def bind(name: str, arg_names, specs, actual_types) -> tuple:
         Wrong argument count, or an argument that does not fit its annotation.
     """
     if len(actual_types) != len(specs):
-        raise TypeError(f"{name}() takes {len(specs)} argument{'s' if len(specs) != 1 else ''}"
+        raise BindError(f"{name}() takes {len(specs)} argument{'s' if len(specs) != 1 else ''}"
                         f" ({', '.join(arg_names)}), got {len(actual_types)}")
     typevars: dict[str, Type] = {}
     out = []
-    for pname, spec, actual in zip(arg_names, specs, actual_types):
+    for index, (pname, spec, actual) in enumerate(zip(arg_names, specs, actual_types)):
         where = f"argument '{pname}' of {name}()"
         if isinstance(spec, Generic):
             if spec.name is not None:
                 bound = typevars.setdefault(spec.name, actual)
                 if bound != actual:
-                    raise TypeError(f"{where}: TypeVar {spec.name} is already {bound!r} "
-                                    f"here, got {actual!r}")
+                    raise BindError(f"{where}: TypeVar {spec.name} is already {bound!r} "
+                                    f"here, got {actual!r}", index)
             out.append(actual)
         else:
-            out.append(_fits(spec, actual, where))
+            try:
+                out.append(_fits(spec, actual, where))
+            except TypeError as exc:
+                raise BindError(str(exc), index) from None
     return tuple(out)
 
 

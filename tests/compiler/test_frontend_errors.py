@@ -100,6 +100,21 @@ def test_wrong_array_dtype():
         _scale.bind_types((np.zeros(3, np.float64), 1.0))
 
 
+def test_launch_argument_errors_point_at_the_parameter():
+    from cupric.compiler.kernel import KernelArgumentError
+    with pytest.raises(KernelArgumentError) as info:
+        _scale.bind_types((np.zeros(3, np.float32), np.zeros(3, np.float32)))
+    err = info.value
+    assert isinstance(err, CompileError) and isinstance(err, TypeError)
+    assert err.line == _scale.py_func.__code__.co_firstlineno + 1
+    line = err.source_line
+    assert line[err.col:].startswith("a: cupric.types.f32")
+    assert "^" in str(err) and "test_frontend_errors.py:" in str(err)
+    with pytest.raises(KernelArgumentError) as info:
+        _scale.bind_types(())
+    assert info.value.line == _scale.py_func.__code__.co_firstlineno + 1
+
+
 def test_float_for_integer_parameter():
     @cupric.kernel
     def k(n: cupric.types.i32):
