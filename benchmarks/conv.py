@@ -1,0 +1,186 @@
+"""ResNet-style 3x3 convolution through cupric.cudnn beside PyTorch, in one process run.
+
+The layer: input 256x64x56x56, filter 64x64x3x3, padding 1, stride 1 - forward,
+backward-data and backward-filter, in TF32 (float32 data, NCHW), float16 and bfloat16
+(NHWC, the layout tensor cores want). PyTorch runs the same cuDNN underneath
+(``torch.nn.functional.conv2d`` and ``aten.convolution_backward`` with one gradient
+asked for at a time). Two engine-choice regimes, each against its PyTorch peer:
+
+* heuristics: cupric's default (cuDNN heuristics mode A) vs ``cudnn.benchmark = False``;
+* autotuned: ``PlanOptions(autotune=True)`` vs ``cudnn.benchmark = True``.
+
+Same random operands (never zeros) for both, CUDA events on the same stream, 3 warm-up
+calls (which build and tune the plans), the median of 10 samples of 4 back-to-back calls,
+rows taking turns sample by sample. The results of the two libraries are compared.
+
+    python3 benchmarks/conv.py [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+N, C, K, H, W, R = 256, 64, 64, 56, 56, 3
+WARMUP, TIMED, PER_SAMPLE = 3, 10, 4
+FLOP = 2.0 * N * K * C * R * R * H * W     # stride 1, "same" padding: P = H, Q = W
+PASSES = ("forward", "backward_data", "backward_filter")
+
+
+def _operands(torch, dtype, channels_last):
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(1234)
+
+    def make(shape, scale=1.0):
+        t = torch.randn(shape, device="cuda", dtype=torch.float32, generator=gen) * scale
+        return t.to(dtype).contiguous(memory_format=fmt)
+
+    x = make((N, C, H, W))
+    w = make((K, C, R, R), 0.05)
+    dy = make((N, K, H, W))
+    return x, w, dy, fmt
+
+
+def _row(torch, dnn, name, dtype, channels_last, autotune) -> dict:
+    x, w, dy, fmt = _operands(torch, dtype, channels_last)
+    tf32 = dtype == torch.float32
+    options = dnn.PlanOptions(autotune=autotune, allow_tf32=tf32)
+    outs = {p: (torch.empty((N, K, H, W) if p == "forward" else
+                            (N, C, H, W) if p == "backward_data" else (K, C, R, R),
+                            device="cuda", dtype=dtype).contiguous(memory_format=fmt))
+            for p in PASSES}
+    conv_backward = torch.ops.aten.convolution_backward
+
+    def torch_pass(which):
+        torch.backends.cudnn.benchmark = autotune
+        torch.backends.cudnn.allow_tf32 = tf32
+        if which == "forward":
+            return torch.nn.functional.conv2d(x, w, padding=1)
+        mask = [which == "backward_data", which == "backward_filter", False]
+        grads = conv_backward(dy, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1,
+                              mask)
+        return grads[0] if which == "backward_data" else grads[1]
+
+    def ours(which):
+        if which == "forward":
+            return dnn.conv_forward(x, w, padding=1, out=outs[which], options=options)
+        if which == "backward_data":
+            return dnn.conv_backward_data(dy, w, (N, C, H, W), padding=1, out=outs[which],
+                                          options=options)
+        return dnn.conv_backward_filter(x, dy, (K, C, R, R), padding=1, out=outs[which],
+                                        options=options)
+
+    stream = torch.cuda.current_stream()
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    result = {}
+    for which in PASSES:
+        fns = {"torch": lambda: torch_pass(which), "cupric": lambda: ours(which)}
+        for fn in fns.values():
+            for _ in range(WARMUP):
+                fn()
+        torch.cuda.synchronize()
+        samples = {key: [] for key in fns}
+        for _ in range(TIMED):
+            for key, fn in fns.items():
+                start.record(stream)
+                for _ in range(PER_SAMPLE):
+                    fn()
+                end.record(stream)
+                end.synchronize()
+                samples[key].append(start.elapsed_time(end) / 1e3 / PER_SAMPLE)
+        reference = torch_pass(which).float()
+        ours(which)
+        torch.cuda.synchronize()
+        got = outs[which].float()
+        diff = (got - reference).abs().max().item() / reference.abs().max().item()
+        t_torch = statistics.median(samples["torch"])
+        t_ours = statistics.median(samples["cupric"])
+        result[which] = {"cupric_TFLOPs": FLOP / t_ours / 1e12,
+                         "torch_TFLOPs": FLOP / t_torch / 1e12,
+                         "ratio": t_torch / t_ours, "max_rel_diff_vs_torch": diff}
+    return result
+
+
+def _rates(results: dict) -> None:
+    import torch
+
+    from cupric.cudnn import api as dnn
+
+    rows = {}
+    for name, dtype, channels_last in (("tf32 NCHW", torch.float32, False),
+                                       ("fp16 NHWC", torch.float16, True),
+                                       ("bf16 NHWC", torch.bfloat16, True)):
+        for regime, autotune in (("heuristics", False), ("autotuned", True)):
+            key = f"{name} {regime}"
+            try:
+                rows[key] = _row(torch, dnn, name, dtype, channels_last, autotune)
+            except Exception as exc:  # one failing row must not hide the others
+                rows[key] = {"error": f"{type(exc).__name__}: {exc}"[:400]}
+            torch.cuda.empty_cache()
+    torch.backends.cudnn.benchmark = False
+    results["conv3x3_256x64x56x56"] = rows
+
+
+def run(json_path: str | None = None) -> dict:
+    """Measure, print the table, and return (and optionally write) the results."""
+    results: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    try:
+        import torch
+        results["device"] = torch.cuda.get_device_name()
+        results["torch"] = torch.__version__
+        results["torch_cudnn"] = torch.backends.cudnn.version()
+    except Exception as exc:  # reported in the table and JSON, never hidden
+        results["setup_error"] = f"{type(exc).__name__}: {exc}"
+    try:
+        _rates(results)
+    except Exception as exc:
+        results["rates_error"] = f"{type(exc).__name__}: {exc}"[:500]
+    try:
+        from cupric.cudnn import lib
+        results["cudnn_library"] = lib.binding.path
+        results["cudnn_version"] = int(lib.lib.cudnnGetVersion())
+    except Exception as exc:
+        results["library_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    _print(results)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(results, f, indent=1)
+    return results
+
+
+def _print(results: dict) -> None:
+    print(f"device: {results.get('device')}  torch {results.get('torch')} "
+          f"(cuDNN {results.get('torch_cudnn')})  cupric cuDNN {results.get('cudnn_version')}")
+    rows = results.get("conv3x3_256x64x56x56", {})
+    if rows:
+        print(f"{'3x3 conv 256x64x56x56':26s} {'pass':16s} {'cupric TF/s':>12s} "
+              f"{'torch TF/s':>11s} {'ratio':>6s} {'max rel diff':>13s}")
+        for name, row in rows.items():
+            if "error" in row:
+                print(f"{name:26s} error: {row['error']}")
+                continue
+            for which, r in row.items():
+                print(f"{name:26s} {which:16s} {r['cupric_TFLOPs']:12.1f} "
+                      f"{r['torch_TFLOPs']:11.1f} {r['ratio']:6.3f} "
+                      f"{r['max_rel_diff_vs_torch']:13.2e}")
+    for key, value in results.items():
+        if key.endswith("error"):
+            print(f"{key}: {value}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", help="write the results to this file")
+    args = parser.parse_args(argv)
+    results = run(args.json)
+    failed = any(k.endswith("error") for k in results) or any(
+        "error" in row for row in results.get("conv3x3_256x64x56x56", {}).values())
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
