@@ -209,7 +209,7 @@ def _simulate(kern, sig, args):
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 @given(kernels())
 def test_expressions_on_simulator_and_through_libnvvm(case):
-    from cupric.compiler.nvvm import compile_ir
+    from cupric.compiler import backend
     from cupric.compiler.options import CompileOptions
 
     kern, spec = _run_case(case, _simulate, simulator=True)
@@ -217,8 +217,9 @@ def test_expressions_on_simulator_and_through_libnvvm(case):
     reference = _reference(types, ev, _inputs(types, seed))  # succeeded in _run_case
     rt = _typed_result(spec)
     assert np.dtype(rt.dtype) == _result_dtype(reference), (text, rt)
-    ptx = compile_ir([spec.ir], CompileOptions(arch="sm_90")).ptx
-    assert ".entry expr_kernel" in ptx
+    for arch in ("sm_80", "sm_90", "sm_100"):  # libNVVM, then nvJitLink/ptxas
+        artifact = backend.build(spec.ir, options=CompileOptions(arch=arch), cache=False)
+        assert ".entry expr_kernel" in artifact.ptx and artifact.cubin, arch
 
 
 @pytest.mark.gpu
