@@ -58,6 +58,17 @@ def test_every_kernel_compiles_and_links(arch):
         assert artifact.cubin, f"{name}: no cubin for {arch}: {artifact.log}"
 
 
+def build_everywhere(kern, sig):
+    """Every kernel of the tests goes through libNVVM and the linker for each arch."""
+    from cupric.compiler import backend
+    from cupric.compiler.options import CompileOptions
+
+    for arch in ("sm_80", "sm_90", "sm_100"):
+        options = kern.options.resolve(arch)
+        artifact = backend.build(kern.inspect_ir(sig), options=options, cache=False)
+        assert artifact.cubin, (arch, artifact.log)
+
+
 def test_lineinfo_maps_ptx_to_python_lines():
     import cupric
     from cupric.device import grid
@@ -78,6 +89,7 @@ def test_lineinfo_maps_ptx_to_python_lines():
     assert f'.file\t1 "{Path(__file__)}"' in ptx or Path(__file__).name in ptx
     store_line = first + 4
     assert f".loc\t1 {store_line} " in ptx
+    build_everywhere(scaled, "Array[f32, 1, 'C'], Array[f32, 1, 'C']")
 
 
 def test_debug_build_compiles():
@@ -93,6 +105,7 @@ def test_debug_build_compiles():
 
     ptx = dbg.inspect_ptx("Array[f32, 1, 'C']", arch="sm_90")
     assert ".section\t.debug_info" in ptx
+    build_everywhere(dbg, "Array[f32, 1, 'C']")
 
 
 def test_read_only_arrays_use_the_non_coherent_path_only_without_aliasing():
@@ -118,3 +131,4 @@ def test_fast_math_tags_float_ops():
     assert "fmul fast float" in fm.inspect_ir("Array[f32, 1, 'C']")
     ptx = fm.inspect_ptx("Array[f32, 1, 'C']", arch="sm_90")
     assert ".ftz" in ptx or "fma.rn" in ptx
+    build_everywhere(fm, "Array[f32, 1, 'C']")

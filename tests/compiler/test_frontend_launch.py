@@ -171,6 +171,14 @@ def test_launch_picks_the_variant(monkeypatch):
         _copy[1, 1](x)
 
 
+def test_launch_test_kernels_build_for_every_arch():
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_frontend_golden import build_everywhere
+    build_everywhere(_copy, "Array[f32, 1, 'C'], Array[f32, 1, 'A']")
+
+
 def test_device_function_runs_as_python():
     @cupric.device_function
     def twice(v):
