@@ -114,7 +114,8 @@ extern "C" __global__ void transpose(const float* __restrict__ a, float* __restr
   i64 col = (i64)blockIdx.x * 32 + threadIdx.x;
   i64 row = (i64)blockIdx.y * 32 + threadIdx.y;
   for (int k = 0; k < 32; k += 8)
-    if (col < cols && row + k < rows) tile[threadIdx.y + k][threadIdx.x] = a[(row + k) * cols + col];
+    if (col < cols && row + k < rows)
+      tile[threadIdx.y + k][threadIdx.x] = a[(row + k) * cols + col];
   __syncthreads();
   i64 out_col = (i64)blockIdx.y * 32 + threadIdx.x;
   i64 out_row = (i64)blockIdx.x * 32 + threadIdx.y;

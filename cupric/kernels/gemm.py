@@ -199,6 +199,11 @@ def gemm(a, b, out=None, *, alpha=1.0, beta=0.0, algorithm="blocked", stream=Non
     One launch; 2*m*n*k flops on CUDA cores (no tensor cores, no TF32): float32 reaches
     a good part of cuBLAS's FP32 rate on large matrices; float64 is far from cuBLAS's
     DGEMM, which uses the FP64 tensor cores of sm_80+.
+
+    Examples
+    --------
+    >>> c = gemm(a, b)                       # a: (m, k), b: (k, n)   # doctest: +SKIP
+    >>> gemm(a, b, c, alpha=2.0, beta=1.0)   # c = 2 a @ b + c        # doctest: +SKIP
     """
     if algorithm not in _FACTORIES:
         raise ValueError(f"gemm: algorithm must be 'blocked' or 'tiled', got {algorithm!r}")

@@ -151,6 +151,10 @@ def histogram(x, bins=10, range=None, out=None, stream=None):
     One launch, reading the input once; up to 4096 bins are counted in shared memory
     (bins hit by many threads at once serialize their atomics); more bins count with
     global atomics. The edges travel host-to-device each call.
+
+    Examples
+    --------
+    >>> counts, edges = histogram(pixels, 256, (0, 256))            # doctest: +SKIP
     """
     bins = int(bins)
     if bins <= 0:

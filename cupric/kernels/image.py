@@ -118,6 +118,10 @@ def rgba2gray(rgba, out=None, stream=None):
     ----
     One launch; uint8 images move 5 bytes per pixel (one 32-bit load, one byte store):
     bandwidth-bound.
+
+    Examples
+    --------
+    >>> gray = rgba2gray(to_device(photo)).to_numpy()   # photo: (h, w, 4) uint8  # doctest: +SKIP
     """
     call = Call("rgba2gray", stream)
     img = call.array(rgba, "rgba", dtypes=(np.dtype("u1"), np.dtype("f4"), np.dtype("f8")),
@@ -164,6 +168,10 @@ def mandelbrot(width, height, *, center=(-0.5, 0.0), scale=3.0, max_iter=256, ou
     ----
     One launch; up to `max_iter` iterations of 5 float64 operations per pixel
     (compute-bound; H100/H200-class GPUs run float64 at half the float32 rate).
+
+    Examples
+    --------
+    >>> img = mandelbrot(1920, 1080, center=(-0.743, 0.131), scale=0.01)  # doctest: +SKIP
     """
     width, height, max_iter = int(width), int(height), int(max_iter)
     if width <= 0 or height <= 0 or max_iter <= 0:

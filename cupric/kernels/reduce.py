@@ -387,6 +387,12 @@ def sum(x, out=None, stream=None):
     One launch (plus one stream-ordered scratch allocation of a few KB and a memset);
     reads the input once: bandwidth-bound. Float sums are tree-shaped, so the result can
     differ from NumPy's pairwise sum in the last bits; it is the same on every run.
+
+    Examples
+    --------
+    >>> total = sum(to_device(np.ones(1000, np.float32)))        # doctest: +SKIP
+    >>> float(total.to_numpy())                                 # doctest: +SKIP
+    1000.0
     """
     xs = _prepare("sum", x, stream)
     acc, res = _sum_dtypes(np.dtype(xs.dtype))

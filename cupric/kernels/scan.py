@@ -229,6 +229,11 @@ def inclusive_scan(x, out=None, *, dtype=None, stream=None):
     one memset): reads and writes each item once, about the traffic of a copy. Float
     sums are associated by tiles and warps, so results differ from a sequential sum by
     rounding.
+
+    Examples
+    --------
+    >>> inclusive_scan(to_device(np.arange(5, dtype=np.int32))).to_numpy()  # doctest: +SKIP
+    array([ 0,  1,  3,  6, 10])
     """
     return _scan("inclusive_scan", x, False, out, dtype, stream)
 

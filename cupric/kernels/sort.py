@@ -318,6 +318,12 @@ def bitonic_sort(x, out=None, *, descending=False, stream=None):
     2^p keys, p - 11 merge stages of up to p - 11 global passes each plus one
     shared-memory pass: O(n log^2 n) work, about (p - 11)(p - 10)/2 + p - 9 launches.
     Not stable (keys only).
+
+    Examples
+    --------
+    >>> keys = to_device(np.array([3, 1, 2], np.int32))          # doctest: +SKIP
+    >>> bitonic_sort(keys, descending=True).to_numpy()          # doctest: +SKIP
+    array([3, 2, 1], dtype=int32)
     """
     call, src, dst, result, dtype = _prepare("bitonic_sort", x, out, stream)
     n = int(src.size)
@@ -369,6 +375,10 @@ def radix_sort(x, out=None, *, descending=False, stream=None):
     Scratch of 2 key arrays and 2 x 256 counters per 2048-key tile; 4 passes of 3
     launches (histogram, scan, scatter) plus 2 key transforms: about 12 reads and 5
     writes of the keys, O(n) work.
+
+    Examples
+    --------
+    >>> radix_sort(keys, keys)               # in place              # doctest: +SKIP
     """
     call, src, dst, result, dtype = _prepare("radix_sort", x, out, stream)
     n = int(src.size)
