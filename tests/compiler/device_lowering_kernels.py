@@ -212,16 +212,17 @@ def _int_atomics(dtype):
 
 
 _INT_ATOMICS = {t: _int_atomics(t) for t in ("i32", "i64", "u32", "u64")}
+# Atomics whose old value is unused become PTX red (no result); the others atom.
 _INT_PTX = {
-    "i32": [r"atom\.global\.add\.u32", r"atom\.global\.min\.s32", r"atom\.global\.max\.s32",
-            r"atom\.global\.and\.b32", r"atom\.global\.or\.b32", r"atom\.global\.xor\.b32",
-            r"atom\.global\.inc\.u32", r"atom\.global\.dec\.u32", r"atom\.global\.exch\.b32",
+    "i32": [r"red\.global\.add\.u32", r"red\.global\.min\.s32", r"red\.global\.max\.s32",
+            r"red\.global\.and\.b32", r"red\.global\.or\.b32", r"red\.global\.xor\.b32",
+            r"red\.global\.inc\.u32", r"red\.global\.dec\.u32", r"atom\.global\.exch\.b32",
             r"atom\.global\.cas\.b32", r"atom\.acq_rel\.cta\.add\.u32",
-            r"atom\.acquire\.sys\.max\.s32", r"atom\.release\.xor\.b32"],
-    "i64": [r"atom\.global\.add\.u64", r"atom\.global\.min\.s64", r"atom\.global\.cas\.b64",
+            r"atom\.acquire\.sys\.max\.s32", r"red\.release\.global\.xor\.b32"],
+    "i64": [r"red\.global\.add\.u64", r"red\.global\.min\.s64", r"atom\.global\.cas\.b64",
             r"atom\.acq_rel\.cta\.add\.u64"],
-    "u32": [r"atom\.global\.min\.u32", r"atom\.global\.max\.u32"],
-    "u64": [r"atom\.global\.min\.u64", r"atom\.global\.exch\.b64"],
+    "u32": [r"red\.global\.min\.u32", r"red\.global\.max\.u32"],
+    "u64": [r"red\.global\.min\.u64", r"atom\.global\.exch\.b64"],
 }
 
 
@@ -313,8 +314,8 @@ def _float_atomics_check(tname):
 
 for _t in _FLOAT_ATOMICS:
     case(_FLOAT_ATOMICS[_t], f"Array[{_t}, 1, 'C'], Array[{_t}, 1, 'C'], Array[{_t}, 1, 'C']",
-         [rf"atom\.global\.add\.{_t}", rf"atom\.global\.cas\.b{_t[1:]}",
-          rf"atom\.global\.exch\.b{_t[1:]}", rf"atom\.cta\.add\.{_t}",
+         [rf"red\.global\.add\.{_t}", rf"atom\.global\.cas\.b{_t[1:]}",
+          rf"atom\.global\.exch\.b{_t[1:]}", rf"red\.cta\.global\.add\.{_t}",
           rf"atom\.acq_rel\.sys\.cas\.b{_t[1:]}"],
          name=f"float_atomics_{_t}")(_float_atomics_check(_t))
 
@@ -353,7 +354,8 @@ def half_atomics(h, b, x, olds):
 
 @case(half_atomics, "Array[f16, 1, 'C'], Array[u16, 1, 'C'], Array[f32, 1, 'C'], "
       "Array[f32, 1, 'C']",
-      [r"atom\.add\.noftz\.f16\b", r"atom\.add\.noftz\.f16x2", r"atom\.add\.noftz\.bf16x2"],
+      [r"red\.global\.add\.noftz\.f16\b", r"atom\.add\.noftz\.f16x2",
+       r"atom\.add\.noftz\.bf16x2"],
       archs=("sm_90",))
 def check_half_atomics(run, rng):
     n = 64

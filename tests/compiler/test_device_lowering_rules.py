@@ -76,7 +76,7 @@ def test_math_follows_the_argument_precision(name):
 def test_scoped_atomics_and_the_default_form():
     @cupric.kernel
     def scoped(x):
-        atomic.add(x, 0, 1)
+        x[4] = atomic.add(x, 0, 1)  # the old value is used: atom, not red
         atomic.add(x, 1, 1, scope="block")
         atomic.add(x, 2, 1, scope="system", order="release")
         atomic.cas(x, 3, 0, 1, scope="block", order="acquire")
@@ -84,8 +84,8 @@ def test_scoped_atomics_and_the_default_form():
     ir = scoped.inspect_ir("Array[i32, 1, 'C']")
     assert "atomicrmw add i32 addrspace(1)*" in ir and "monotonic" in ir
     ptx = scoped.inspect_ptx("Array[i32, 1, 'C']", arch="sm_80")
-    for want in (r"atom\.global\.add\.u32", r"atom\.cta\.add\.u32",
-                 r"atom\.release\.sys\.add\.u32", r"atom\.acquire\.cta\.cas\.b32"):
+    for want in (r"atom\.global\.add\.u32", r"red\.cta\.global\.add\.u32",
+                 r"red\.release\.sys\.global\.add\.u32", r"atom\.acquire\.cta\.cas\.b32"):
         assert re.search(want, ptx), want
 
 

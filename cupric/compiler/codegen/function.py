@@ -63,6 +63,7 @@ class FunctionCodegen:
         self.aligned = aligned
         self.loops: list[_Loop] = []
         self.slots: dict[str, list[Value]] = {}
+        self.discarded = None  # the call of the current expression statement
 
     def error(self, node, message, hint=None):
         return self.src.error(node, message, hint)
@@ -208,7 +209,11 @@ class FunctionCodegen:
             self.return_stmt(s)
         elif kind is ast.Expr:
             if not isinstance(s.value, ast.Constant):
+                # Lowering rules may emit cheaper forms when the value is unused (atomics
+                # become PTX red instead of atom).
+                self.discarded = s.value
                 self.expr(s.value)
+                self.discarded = None
         elif kind is ast.Pass:
             pass
         elif kind is ast.Assert:  # lowered by cupric.compiler.lowering.io

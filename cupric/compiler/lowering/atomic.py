@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from cupric.compiler.codegen.values import KValue, scalar_lltype
 from cupric.compiler.ir import types as ll
-from cupric.compiler.ir.values import Value, const_float, const_int
+from cupric.compiler.ir.values import Value, const_float, const_int, undef
 from cupric.compiler.lowering.memory import array_index
 from cupric.compiler.lowering.registry import register
 from cupric.compiler.typing.ktypes import TupleType, WeakType
@@ -303,11 +303,44 @@ def _element(cg, call, args):
     return array.type.dtype, ptr
 
 
+_RED_OPS = {"add": "add", "sub": "add", "min": "min", "max": "max", "and_": "and",
+            "or_": "or", "xor": "xor", "inc": "inc", "dec": "dec"}
+
+
+def _red(cg, t: ScalarType, op: str, ptr: Value, val: Value, scope: str, order: str) -> bool:
+    """Emit PTX `red` (a reduction that returns nothing) for an atomic whose old value
+    is unused, where PTX has one; False when the caller must emit the full atomic."""
+    if op not in _RED_OPS or order not in ("relaxed", "release"):
+        return False
+    if t.kind == "f" and op not in ("add", "sub"):
+        return False  # float min/max: CAS loops
+    if op in ("inc", "dec") and t.bits != 32:
+        return False
+    b = cg.b
+    if op == "sub":
+        val = (b.binop("fsub", const_float(val.type, -0.0), val) if t.kind == "f"
+               else b.binop("sub", const_int(val.type, 0), val))
+    space = {ll.GLOBAL: ".global", ll.SHARED: ".shared"}.get(ptr.type.addrspace, "")
+    addr = ptr if space else _generic(cg, ptr)
+    ptx_type = _ptx_type(t, _RED_OPS[op])
+    if t == f16:
+        ptx_type = "noftz.f16"
+    c = _FCONSTRAINT[t.bits] if t.kind == "f" and t.bits > 16 else _CONSTRAINT[t.bits]
+    v = val if c in ("f", "d") else _bits(cg, val)
+    # Shared-window addresses are 32-bit offsets in a 64-bit register: "l" fits both.
+    text = f"red{_qualifiers(scope, order)}{space}.{_RED_OPS[op]}.{ptx_type} [$0], $1;"
+    b.inline_asm(ll.FunctionType(ll.void, [addr.type, v.type]), text, f"l,{c},~{{memory}}",
+                 [addr, v])
+    return True
+
+
 def _rmw_lower(op: str):
     def lower(cg, call, args):
         t, ptr = _element(cg, call, args)
         scope, order = _keywords(call, f"atomic.{op}")
         val = cg.convert(args[2], t, call.node).value
+        if cg.discarded is call.node and _red(cg, t, op, ptr, val, scope, order):
+            return KValue(t, [undef(scalar_lltype(t))])
         if t == f16:
             # atom.add.noftz.f16 (sm_70+): always inline PTX, there is no LLVM 7 form.
             r = _ptx_atom(cg, t, "add", ptr, [val], scope, order)
