@@ -175,6 +175,10 @@ class Tensor:
 _BF16_BUFFERS: "weakref.WeakSet[DeviceBuffer]" = weakref.WeakSet()
 
 
+def _foreign(obj):
+    return _FOREIGN.get(str(getattr(obj, "dtype", "")))
+
+
 def _borrow(obj, name: str, stream) -> tuple[DeviceBuffer, str | None]:
     if isinstance(obj, DeviceBuffer):
         if obj._alloc._closed:
@@ -183,12 +187,19 @@ def _borrow(obj, name: str, stream) -> tuple[DeviceBuffer, str | None]:
             return obj, "bf16"
         return obj, None
     from cupric.runtime.interop import as_device_array
-    foreign = _FOREIGN.get(str(getattr(obj, "dtype", "")))
     try:
-        return as_device_array(obj, stream), (foreign[0] if foreign else None)
+        buf = as_device_array(obj, stream)
     except TypeError as exc:
+        foreign = _foreign(obj)
         if foreign is None or not hasattr(obj, "view"):
             raise TypeError(f"{name}: {exc}") from None
+    else:
+        if buf.dtype.kind == "V" and buf.dtype.name != "bfloat16":
+            # Raw bytes: the producer's dtype name may say what they are.
+            foreign = _foreign(obj)
+            if foreign is not None and buf.itemsize == 2:
+                return buf, foreign[0]
+        return buf, None
     # The exporter refused the element type: borrow the same bytes as integers.
     import sys
     torch = sys.modules["torch"]
@@ -197,6 +208,33 @@ def _borrow(obj, name: str, stream) -> tuple[DeviceBuffer, str | None]:
     except TypeError as exc:
         raise TypeError(f"{name}: {exc}") from None
     return buf, foreign[0]
+
+
+# (dtype, shape, byte strides, element type override) -> (element type, element strides,
+# layout, problem): what `tensor` derives from a layout, computed once per layout seen.
+_described: dict = {}
+_DESCRIBED_LIMIT = 4096
+
+
+def _describe(buf: DeviceBuffer, override: str | None):
+    etype = override or element_type(buf.dtype)
+    item = buf.itemsize
+    strides = []
+    for st in buf.strides:
+        q, r = divmod(st, item)
+        if r or st < 0:
+            return etype, None, None, (f"has byte strides {buf.strides}, not whole "
+                                       f"non-negative multiples of its {item}-byte elements")
+        strides.append(q)
+    strides = tuple(strides)
+    if any(n == 0 for n in buf.shape):
+        return etype, strides, None, (f"is empty (shape {buf.shape}); cuDNN takes no "
+                                      f"zero-sized tensors")
+    if any(n > INT32_MAX for n in buf.shape):
+        return etype, strides, None, (f"has a dimension above 2**31 - 1 (shape "
+                                      f"{buf.shape}), beyond cuDNN's int32 dimensions")
+    layout = layout_of(buf.shape, strides) if buf.ndim in (3, 4, 5) else None
+    return etype, strides, layout, None
 
 
 def tensor(obj, name: str, op: str, *, stream=None, ndims=(4,), types=FLOAT_TYPES,
@@ -229,6 +267,11 @@ def tensor(obj, name: str, op: str, *, stream=None, ndims=(4,), types=FLOAT_TYPE
     ValueError
         For a wrong number of dimensions, a read-only output, strides that are not whole
         elements, or a layout other than channels-first/channels-last dense.
+
+    Cost
+    ----
+    The array protocol's own cost (a few microseconds for a PyTorch tensor) plus one
+    dictionary lookup for a layout seen before.
     """
     if isinstance(obj, Tensor):
         # Already described (an internal call passing on a caller's array): keep its
@@ -238,7 +281,13 @@ def tensor(obj, name: str, op: str, *, stream=None, ndims=(4,), types=FLOAT_TYPE
             raise ClosedError(f"{op}: {name} was closed (its memory was freed)")
     else:
         buf, override = _borrow(obj, f"{op}: {name}", stream)
-    etype = override or element_type(buf.dtype)
+    key = (buf.dtype, buf.shape, buf.strides, override)
+    info = _described.get(key)
+    if info is None:
+        info = _describe(buf, override)
+        if len(_described) < _DESCRIBED_LIMIT:
+            _described[key] = info
+    etype, strides, layout, problem = info
     if etype is None or etype not in types:
         shown = etype or str(buf.dtype)
         raise TypeError(f"{op}: {name} has element type {shown}; {op} takes "
@@ -249,29 +298,14 @@ def tensor(obj, name: str, op: str, *, stream=None, ndims=(4,), types=FLOAT_TYPE
     if writable and buf.readonly:
         raise ValueError(f"{op}: {name} is read-only (its producer exported it read-only) "
                          f"but {op} writes it")
-    item = buf.itemsize
-    strides = []
-    for s in buf.strides:
-        q, r = divmod(s, item)
-        if r or s < 0:
-            raise ValueError(f"{op}: {name} has byte strides {buf.strides}, not whole "
-                             f"non-negative multiples of its {item}-byte elements")
-        strides.append(q)
-    strides = tuple(strides)
-    if any(n == 0 for n in buf.shape):
-        raise ValueError(f"{op}: {name} is empty (shape {buf.shape}); cuDNN takes no "
-                         f"zero-sized tensors")
-    if any(n > INT32_MAX for n in buf.shape):
-        raise ValueError(f"{op}: {name} has a dimension above 2**31 - 1 (shape "
-                         f"{buf.shape}), beyond cuDNN's int32 dimensions")
-    layout = layout_of(buf.shape, strides) if buf.ndim in (3, 4, 5) else None
-    if layouts and layout is None:
-        if buf.ndim in (3, 4, 5):
-            names = " or ".join(_orders(buf.ndim))
-            raise ValueError(f"{op}: {name} of shape {buf.shape} has element strides "
-                             f"{strides}, which is neither dense {names}; make it "
-                             f"contiguous (or channels-last) first")
-    return Tensor(buf, etype, tuple(buf.shape), strides, layout)
+    if problem is not None:
+        raise ValueError(f"{op}: {name} {problem}")
+    if layouts and layout is None and buf.ndim in (3, 4, 5):
+        names = " or ".join(_orders(buf.ndim))
+        raise ValueError(f"{op}: {name} of shape {buf.shape} has element strides "
+                         f"{strides}, which is neither dense {names}; make it "
+                         f"contiguous (or channels-last) first")
+    return Tensor(buf, etype, buf.shape, strides, layout)
 
 
 def expect(t: Tensor, shape, etype: str, name: str, op: str) -> None:

@@ -80,8 +80,58 @@ def conv_output_shape(x_shape, w_shape, stride=1, padding=0, dilation=1, groups=
     return geometry.output_shape(tuple(x_shape), tuple(w_shape))
 
 
+# Memos of the per-call arithmetic, keyed by the arguments (a training loop repeats a
+# handful of shapes): geometry, output shapes, and the graph of each signature.
+_geometries: dict = {}
+_output_shapes: dict = {}
+_specs: dict = {}
+_MEMO_LIMIT = 4096
+
+
+def _remember(memo: dict, key, value):
+    if len(memo) < _MEMO_LIMIT:
+        memo[key] = value
+    return value
+
+
 def _geometry(ndim, stride, padding, dilation, groups) -> Conv:
-    return Conv(stride, padding, dilation, groups, ndim - 2)
+    key = (ndim, stride, padding, dilation, groups)
+    try:
+        geo = _geometries.get(key)
+    except TypeError:  # lists: unhashable, validated every time
+        return Conv(stride, padding, dilation, groups, ndim - 2)
+    if geo is None:
+        geo = _remember(_geometries, key, Conv(stride, padding, dilation, groups, ndim - 2))
+    return geo
+
+
+def _output_shape(geo: Conv, x_shape, w_shape, op: str):
+    key = (geo, x_shape, w_shape)
+    shape = _output_shapes.get(key)
+    if shape is None:
+        shape = _remember(_output_shapes, key, geo.output_shape(x_shape, w_shape, op))
+    return shape
+
+
+def _conv_spec(kind: str, op: str, geo: Conv, compute: str, roles, tensors):
+    """(GraphSpec, uids in `roles` order) of a one-convolution graph, made once per
+    signature (kinds, dims, strides, alignments, geometry)."""
+    key = (kind, geo, compute) + tuple(t.signature() for t in tensors)
+    entry = _specs.get(key)
+    if entry is None:
+        spec = GraphSpec(op)
+        uids = tuple(_add(spec, t) for t in tensors)
+        named = dict(zip(roles, uids))
+        params = geo.params(compute)
+        if kind == "conv_fwd":
+            spec.conv_fwd(named["x"], named["w"], named["y"], params)
+        elif kind == "conv_bwd_data":
+            spec.conv_bwd_data(named["dy"], named["w"], named["dx"], params)
+        else:
+            spec.conv_bwd_filter(named["x"], named["dy"], named["dw"], params)
+        spec.key()  # computed now, reused by every call of this signature
+        entry = _remember(_specs, key, (spec, uids))
+    return entry
 
 
 def _compute(etype: str) -> str:
@@ -164,13 +214,12 @@ def conv_forward(x, w, *, stride=1, padding=0, dilation=1, groups=1, out=None,
     tw = V.tensor(w, "w", op, stream=s, ndims=(tx.ndim,))
     etype = V.same_type(op, ("x", tx), ("w", tw))
     geo = _geometry(tx.ndim, stride, padding, dilation, groups)
-    y_shape = geo.output_shape(tx.shape, tw.shape, op)
+    y_shape = _output_shape(geo, tx.shape, tw.shape, op)
     ty = V.output(out, y_shape, etype, tx.layout, "out", op, s, ndims=(tx.ndim,))
     h = _handle(handle, stream)
     h.check_device(tx.buf, "x", op)
-    spec = GraphSpec(op)
-    ux, uw, uy = _add(spec, tx), _add(spec, tw), _add(spec, ty)
-    spec.conv_fwd(ux, uw, uy, geo.params(_compute(etype)))
+    spec, (ux, uw, uy) = _conv_spec("conv_fwd", op, geo, _compute(etype), ("x", "w", "y"),
+                                    (tx, tw, ty))
     execute(h, spec, {ux: tx.ptr, uw: tw.ptr, uy: ty.ptr}, options)
     return ty.buf
 
@@ -233,14 +282,13 @@ def conv_backward_data(dy, w, input_shape, *, stride=1, padding=0, dilation=1, g
     etype = V.same_type(op, ("dy", tdy), ("w", tw))
     x_shape = _shape_arg(input_shape, tdy.ndim, "input_shape", op)
     geo = _geometry(tdy.ndim, stride, padding, dilation, groups)
-    y_shape = geo.output_shape(x_shape, tw.shape, op)
+    y_shape = _output_shape(geo, x_shape, tw.shape, op)
     if tdy.shape != y_shape:
         raise ValueError(f"{op}: dy has shape {tdy.shape}, but a convolution of input "
                          f"{x_shape} by filter {tw.shape} gives {y_shape}")
     tdx = V.output(out, x_shape, etype, tdy.layout, "out", op, s, ndims=(tdy.ndim,))
-    spec = GraphSpec(op)
-    udx, uw, udy = _add(spec, tdx), _add(spec, tw), _add(spec, tdy)
-    spec.conv_bwd_data(udy, uw, udx, geo.params(_compute(etype)))
+    spec, (udx, uw, udy) = _conv_spec("conv_bwd_data", op, geo, _compute(etype),
+                                      ("dx", "w", "dy"), (tdx, tw, tdy))
     h = _handle(handle, stream)
     execute(h, spec, {udx: tdx.ptr, uw: tw.ptr, udy: tdy.ptr}, options)
     return tdx.buf
@@ -271,14 +319,13 @@ def conv_backward_filter(x, dy, filter_shape, *, stride=1, padding=0, dilation=1
     etype = V.same_type(op, ("x", tx), ("dy", tdy))
     w_shape = _shape_arg(filter_shape, tx.ndim, "filter_shape", op)
     geo = _geometry(tx.ndim, stride, padding, dilation, groups)
-    y_shape = geo.output_shape(tx.shape, w_shape, op)
+    y_shape = _output_shape(geo, tx.shape, w_shape, op)
     if tdy.shape != y_shape:
         raise ValueError(f"{op}: dy has shape {tdy.shape}, but a convolution of input "
                          f"{tx.shape} by filter {w_shape} gives {y_shape}")
     tdw = V.output(out, w_shape, etype, tx.layout, "out", op, s, ndims=(tx.ndim,))
-    spec = GraphSpec(op)
-    ux, udw, udy = _add(spec, tx), _add(spec, tdw), _add(spec, tdy)
-    spec.conv_bwd_filter(ux, udy, udw, geo.params(_compute(etype)))
+    spec, (ux, udw, udy) = _conv_spec("conv_bwd_filter", op, geo, _compute(etype),
+                                      ("x", "dw", "dy"), (tx, tdw, tdy))
     h = _handle(handle, stream)
     execute(h, spec, {ux: tx.ptr, udw: tdw.ptr, udy: tdy.ptr}, options)
     return tdw.buf
@@ -345,7 +392,7 @@ def conv_bias_activation(x, w, bias=None, activation: str | None = "relu", *, st
     tw = V.tensor(w, "w", op, stream=s, ndims=(tx.ndim,))
     etype = V.same_type(op, ("x", tx), ("w", tw))
     geo = _geometry(tx.ndim, stride, padding, dilation, groups)
-    y_shape = geo.output_shape(tx.shape, tw.shape, op)
+    y_shape = _output_shape(geo, tx.shape, tw.shape, op)
     k = y_shape[1]
     tb = None
     if bias is not None:

@@ -136,6 +136,27 @@ _OP_LAYOUT = {
 }
 
 
+class GraphKey:
+    """A graph's description as a dictionary key whose hash is computed once."""
+
+    __slots__ = ("value", "_hash")
+
+    def __init__(self, value: tuple):
+        self.value = value
+        self._hash = hash(value)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        return self is other or (isinstance(other, GraphKey) and self._hash == other._hash
+                                 and self.value == other.value)
+
+    def __repr__(self) -> str:
+        return f"GraphKey({self.value[0]!r}, {len(self.value[1])} tensors, " \
+               f"{len(self.value[2])} ops)"
+
+
 class GraphSpec:
     """A graph under construction: tensors and operations, with a hashable `key()`.
 
@@ -155,6 +176,7 @@ class GraphSpec:
         self.tensors: dict[int, TensorSpec] = {}
         self.ops: list[OpSpec] = []
         self._next_uid = 1
+        self._key = None
 
     # -- tensors -----------------------------------------------------------------------
 
@@ -173,6 +195,7 @@ class GraphSpec:
             raise ValueError(f"{self.name}: unknown element type {etype!r}")
         uid = self._next_uid
         self._next_uid += 1
+        self._key = None
         self.tensors[uid] = TensorSpec(uid, dims, strides, etype, virtual, int(alignment))
         return uid
 
@@ -199,18 +222,21 @@ class GraphSpec:
     def conv_fwd(self, x: int, w: int, y: int, conv: ConvParams) -> None:
         """y = conv(x, w) (cross-correlation, as deep-learning frameworks define it)."""
         self._check_conv(x, w, y, conv, ("x", "w", "y"))
+        self._key = None
         self.ops.append(OpSpec("conv_fwd", (("x", x), ("w", w), ("y", y)),
                                (("conv", conv),)))
 
     def conv_bwd_data(self, dy: int, w: int, dx: int, conv: ConvParams) -> None:
         """dx = gradient of conv_fwd with respect to its input."""
         self._check_conv(dx, w, dy, conv, ("dx", "w", "dy"))
+        self._key = None
         self.ops.append(OpSpec("conv_bwd_data", (("dx", dx), ("w", w), ("dy", dy)),
                                (("conv", conv),)))
 
     def conv_bwd_filter(self, x: int, dy: int, dw: int, conv: ConvParams) -> None:
         """dw = gradient of conv_fwd with respect to its filter."""
         self._check_conv(x, dw, dy, conv, ("x", "dw", "dy"))
+        self._key = None
         self.ops.append(OpSpec("conv_bwd_filter", (("x", x), ("dw", dw), ("dy", dy)),
                                (("conv", conv),)))
 
@@ -222,6 +248,7 @@ class GraphSpec:
             raise ValueError(f"{self.name}: matmul takes 3-d tensors, got {da}, {db}, {dc}")
         if da[2] != db[1] or dc[1] != da[1] or dc[2] != db[2]:
             raise ValueError(f"{self.name}: matmul shapes {da} @ {db} -> {dc} do not fit")
+        self._key = None
         self.ops.append(OpSpec("matmul", (("a", a), ("b", b), ("c", c)),
                                (("compute", compute),)))
 
@@ -244,6 +271,7 @@ class GraphSpec:
                 roles.append(("b", b))
             roles.append(("y", y))
         self._real(*(uid for _, uid in roles))
+        self._key = None
         self.ops.append(OpSpec("pointwise", tuple(roles),
                                (("mode", mode), ("compute", compute))
                                + tuple(sorted(params.items()))))
@@ -254,9 +282,17 @@ class GraphSpec:
         """The ids of tensors that live in memory (the variant pack's entries)."""
         return tuple(uid for uid, t in self.tensors.items() if not t.virtual)
 
-    def key(self) -> tuple:
-        """Everything a plan depends on, hashable: plans are cached under it."""
-        return (self.name, tuple(self.tensors.values()), tuple(self.ops))
+    def key(self) -> "GraphKey":
+        """Everything a plan depends on, hashable: plans are cached under it.
+
+        Computed once per state of the spec; a spec reused for every call of one shape
+        then costs one identity comparison per plan-cache lookup.
+        """
+        key = self._key
+        if key is None:
+            key = self._key = GraphKey((self.name, tuple(self.tensors.values()),
+                                        tuple(self.ops)))
+        return key
 
     # -- descriptors -----------------------------------------------------------------------
 
@@ -390,6 +426,11 @@ class PlanOptions:
                 not isinstance(self.workspace_limit, int) or self.workspace_limit < 0):
             raise ValueError(f"workspace_limit must be a non-negative int or None, got "
                              f"{self.workspace_limit!r}")
+        # Options are part of every plan-cache key: hash the fields once.
+        object.__setattr__(self, "_hash", hash(dataclasses.astuple(self)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def rejects(self, notes, data_types) -> str | None:
         """Why an engine with these numerical notes is excluded, or None."""
@@ -402,6 +443,9 @@ class PlanOptions:
                 _NOTE_REDUCED_PRECISION_REDUCTION in notes:
             return "reduced-precision reduction"
         return None
+
+
+DEFAULT_OPTIONS = PlanOptions()
 
 
 class Plan:
@@ -638,7 +682,8 @@ def plan_for(handle, spec: GraphSpec, options: PlanOptions | None = None,
     -------------
     Safe: misses of one handle are serialized by its lock.
     """
-    options = options or PlanOptions()
+    if options is None:
+        options = DEFAULT_OPTIONS
     key = (spec.key(), options)
     cache = handle.plans
     plan = cache.get(key)
@@ -648,7 +693,15 @@ def plan_for(handle, spec: GraphSpec, options: PlanOptions | None = None,
         plan = cache.get(key)
         if plan is not None:
             return plan
-        graph = spec.build(handle)
+        from . import lib
+        try:
+            graph = spec.build(handle)
+        except lib.CudnnError as exc:
+            # Finalizing an operation or the graph answers NOT_SUPPORTED for a
+            # combination no engine family takes (a standalone pointwise graph, say).
+            if not _not_supported(exc):
+                raise
+            raise NoEngineError(spec.name, [(None, f"graph refused: {exc.name}")]) from exc
         try:
             limit = options.candidates if options.autotune and pointers is not None else 1
             plans, tried = _candidate_plans(handle, spec, graph, options, limit)

@@ -710,3 +710,21 @@ def test_gelu_fallback_functions_on_the_simulator(monkeypatch, rng):
         num = (_gelu_tanh_ref(x + h) - _gelu_tanh_ref(x - h)) / (2 * h) * dy
         elementwise_map(fns[("gelu_tanh", True, bits)], xs, dys, out=out)
         np.testing.assert_allclose(out, num, rtol=1e-5, atol=1e-5)
+
+
+def test_graph_refused_is_no_engine(fake_handle, monkeypatch):
+    lib = cudnn_lib()
+
+    def refuse(self, h):
+        raise lib.CudnnError(3001, "CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN", "pattern")
+
+    monkeypatch.setattr(G.GraphSpec, "build", refuse)
+    with pytest.raises(G.NoEngineError, match="graph refused: CUDNN_STATUS_NOT_SUPPORTED"):
+        G.plan_for(fake_handle, _spec(), None, [1])
+
+    def bad(self, h):
+        raise lib.CudnnError(2000, "CUDNN_STATUS_BAD_PARAM", "bad")
+
+    monkeypatch.setattr(G.GraphSpec, "build", bad)
+    with pytest.raises(lib.CudnnError):          # a real error is not hidden as "no engine"
+        G.plan_for(fake_handle, _spec(), None, [1])
