@@ -120,9 +120,16 @@ def _conv_spec(kind: str, op: str, geo: Conv, compute: str, roles, tensors):
     entry = _specs.get(key)
     if entry is None:
         spec = GraphSpec(op)
-        uids = tuple(_add(spec, t) for t in tensors)
-        named = dict(zip(roles, uids))
         params = geo.params(compute)
+        if geo.n == 1:
+            # cuDNN's convolution engines are 2-d and 3-d: a 1-d convolution runs as a
+            # 2-d one over a height of 1 (what PyTorch does too).
+            uids = tuple(_add(spec, t, *_with_unit_height(t)) for t in tensors)
+            params = ConvParams((0,) + params.pre_padding, (0,) + params.post_padding,
+                                (1,) + params.stride, (1,) + params.dilation, compute)
+        else:
+            uids = tuple(_add(spec, t) for t in tensors)
+        named = dict(zip(roles, uids))
         if kind == "conv_fwd":
             spec.conv_fwd(named["x"], named["w"], named["y"], params)
         elif kind == "conv_bwd_data":
@@ -137,6 +144,14 @@ def _conv_spec(kind: str, op: str, geo: Conv, compute: str, roles, tensors):
 def _compute(etype: str) -> str:
     # Tensor-core engines accumulate half and bfloat16 in float32, as PyTorch does.
     return "f64" if etype == "f64" else "f32"
+
+
+def _with_unit_height(t: V.Tensor):
+    """Dims and strides of a 3-d (N, C, W) tensor as (N, C, 1, W); the unit height
+    takes the stride of a whole row, which keeps NCW dense as NCHW and NWC as NHWC."""
+    n, c, w = t.shape
+    sn, sc, sw = t.strides
+    return (n, c, 1, w), (sn, sc, w * sw, sw)
 
 
 def _add(spec: GraphSpec, t: V.Tensor, dims=None, strides=None) -> int:
@@ -406,13 +421,19 @@ def conv_bias_activation(x, w, bias=None, activation: str | None = "relu", *, st
                             options=options)
     compute = _compute(etype)
     spec = GraphSpec(op)
-    ux, uw, uy = _add(spec, tx), _add(spec, tw), _add(spec, ty)
+    params = geo.params(compute)
+    if geo.n == 1:  # as a 2-d convolution over a height of 1 (see _conv_spec)
+        ux, uw, uy = (_add(spec, t, *_with_unit_height(t)) for t in (tx, tw, ty))
+        params = ConvParams((0,) + params.pre_padding, (0,) + params.post_padding,
+                            (1,) + params.stride, (1,) + params.dilation, compute)
+    else:
+        ux, uw, uy = _add(spec, tx), _add(spec, tw), _add(spec, ty)
     pointers = {ux: tx.ptr, uw: tw.ptr, uy: ty.ptr}
     conv_out = spec.virtual_like(uy, compute)
-    spec.conv_fwd(ux, uw, conv_out, geo.params(compute))
+    spec.conv_fwd(ux, uw, conv_out, params)
     current = conv_out
     if tb is not None:
-        nd = tx.ndim
+        nd = len(spec.tensors[uy].dims)
         bias_dims = (1, k) + (1,) * (nd - 2)
         # Channel stride 1 matches both NCHW and NHWC outputs; unit dims take any stride.
         ub = spec.tensor(bias_dims, (k, tb.strides[0]) + (1,) * (nd - 2), etype,

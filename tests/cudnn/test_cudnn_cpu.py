@@ -728,3 +728,20 @@ def test_graph_refused_is_no_engine(fake_handle, monkeypatch):
     monkeypatch.setattr(G.GraphSpec, "build", bad)
     with pytest.raises(lib.CudnnError):          # a real error is not hidden as "no engine"
         G.plan_for(fake_handle, _spec(), None, [1])
+
+
+def test_conv1d_runs_as_2d(fake_handle, captured):
+    x = FakeDeviceArray((2, 4, 20))
+    w = FakeDeviceArray((6, 4, 5))
+    out = FakeDeviceArray((2, 6, 9))
+    dnn.conv_forward(x, w, stride=2, padding=1, out=out, handle=fake_handle)
+    (spec, _, _), = captured
+    conv = spec.ops[0].param("conv")
+    assert conv.stride == (1, 2) and conv.pre_padding == (0, 1) and conv.dilation == (1, 1)
+    tx = spec.tensors[spec.ops[0].tensor("x")]
+    assert tx.dims == (2, 4, 1, 20) and tx.strides == (80, 20, 20, 1)
+    assert V.layout_of(tx.dims, tx.strides) == "NCHW"
+    # Channels-last 1-d input stays channels-last.
+    t = V.tensor(FakeDeviceArray((2, 4, 20), strides=(320, 4, 16)), "x", "op", ndims=(3,))
+    dims, strides = conv_mod._with_unit_height(t)
+    assert V.layout_of(dims, strides) == "NHWC"
