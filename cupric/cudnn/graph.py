@@ -47,9 +47,11 @@ def _not_supported(exc) -> bool:
 
 def _engine_refused(exc) -> bool:
     # What finalizing one engine's plan may answer for a graph it cannot run: a bad
-    # parameter for that engine (2xxx), not supported (3xxx), or an internal failure
-    # such as a runtime compilation that failed (4xxx). Another engine may still work.
-    return 2000 <= exc.code < 5000
+    # parameter for that engine (2xxx), not supported (3xxx), an internal failure such
+    # as a runtime compilation that failed (4xxx), or the sub-library holding that
+    # engine family failing to load (1008, e.g. without NVRTC). Another engine may
+    # still work; NoEngineError lists every answer when none does.
+    return 2000 <= exc.code < 5000 or exc.code == 1008
 
 
 class NoEngineError(RuntimeError):
