@@ -235,6 +235,167 @@ extern "C" __global__ void bitonic_merge_shared(u32* keys, i64 k) {
   keys[base + t + HALF] = s[t + HALF];
 }
 
+// Single-pass scan with decoupled look-back: the algorithm of cupric.kernels.scan (tiles
+// of 256 x 15 items taken in start order, warp 0 looks back 32 tiles at a time).
+#define SCAN_ITEMS 15
+#define SCAN_TILE (256 * SCAN_ITEMS)
+#define DEFINE_SCAN(NAME, T)                                                               \
+extern "C" __global__ void NAME(const T* __restrict__ x, T* __restrict__ out, i64 n,        \
+                                u32* counter, int* flags, T* aggregates, T* prefixes) {     \
+  __shared__ T tile[SCAN_TILE];                                                            \
+  __shared__ T slots[8];                                                                   \
+  __shared__ T carry;                                                                      \
+  __shared__ int tile_slot;                                                                \
+  int t = threadIdx.x, lane = t & 31, w = t >> 5;                                          \
+  if (t == 0) tile_slot = (int)atomicAdd(counter, 1u);                                     \
+  __syncthreads();                                                                         \
+  int tile_id = tile_slot;                                                                 \
+  i64 base = (i64)tile_id * SCAN_TILE;                                                     \
+  for (int k = 0; k < SCAN_ITEMS; ++k) {                                                   \
+    int j = k * 256 + t;                                                                   \
+    tile[j] = base + j < n ? x[base + j] : (T)0;                                           \
+  }                                                                                        \
+  __syncthreads();                                                                         \
+  int first = t * SCAN_ITEMS;                                                              \
+  T s = 0;                                                                                 \
+  for (int k = 0; k < SCAN_ITEMS; ++k) s += tile[first + k];                               \
+  T v = s;                                                                                 \
+  for (int d = 1; d < 32; d <<= 1) {                                                       \
+    T u = __shfl_up_sync(0xFFFFFFFFu, v, d);                                               \
+    if (lane >= d) v += u;                                                                 \
+  }                                                                                        \
+  if (lane == 31) slots[w] = v;                                                            \
+  __syncthreads();                                                                         \
+  if (w == 0) {                                                                            \
+    T wv = lane < 8 ? slots[lane] : (T)0;                                                  \
+    for (int d = 1; d < 32; d <<= 1) {                                                     \
+      T u = __shfl_up_sync(0xFFFFFFFFu, wv, d);                                            \
+      if (lane >= d) wv += u;                                                              \
+    }                                                                                      \
+    if (lane < 8) slots[lane] = wv;                                                        \
+  }                                                                                        \
+  __syncthreads();                                                                         \
+  T block_total = slots[7];                                                                \
+  T before = __shfl_up_sync(0xFFFFFFFFu, v, 1);                                            \
+  if (lane == 0) before = 0;                                                               \
+  if (w > 0) before += slots[w - 1];                                                       \
+  if (w == 0) {                                                                            \
+    T prefix = 0;                                                                          \
+    if (tile_id == 0) {                                                                    \
+      if (lane == 0) {                                                                     \
+        prefixes[0] = block_total;                                                         \
+        __threadfence();                                                                   \
+        atomicExch(&flags[0], 2);                                                          \
+      }                                                                                    \
+    } else {                                                                               \
+      if (lane == 0) {                                                                     \
+        aggregates[tile_id] = block_total;                                                 \
+        __threadfence();                                                                   \
+        atomicExch(&flags[tile_id], 1);                                                    \
+      }                                                                                    \
+      int look = tile_id - 1 - lane;                                                       \
+      bool searching = true;                                                               \
+      while (searching) {                                                                  \
+        int f = look >= 0 ? ((volatile int*)flags)[look] : 2;                              \
+        while (__any_sync(0xFFFFFFFFu, f == 0))                                            \
+          if (f == 0) f = ((volatile int*)flags)[look];                                    \
+        __threadfence();                                                                   \
+        u32 found = __ballot_sync(0xFFFFFFFFu, f == 2);                                    \
+        u32 nearer = found & ((1u << lane) - 1u);                                          \
+        T val = 0;                                                                         \
+        if (look >= 0 && nearer == 0)                                                      \
+          val = f == 2 ? ((volatile T*)prefixes)[look] : ((volatile T*)aggregates)[look];  \
+        for (int d = 16; d > 0; d >>= 1) val += __shfl_xor_sync(0xFFFFFFFFu, val, d);      \
+        prefix += val;                                                                     \
+        if (found != 0) searching = false;                                                 \
+        look -= 32;                                                                        \
+      }                                                                                    \
+      if (lane == 0) {                                                                     \
+        prefixes[tile_id] = prefix + block_total;                                          \
+        __threadfence();                                                                   \
+        atomicExch(&flags[tile_id], 2);                                                    \
+      }                                                                                    \
+    }                                                                                      \
+    if (lane == 0) carry = prefix;                                                         \
+  }                                                                                        \
+  __syncthreads();                                                                         \
+  T run = carry + before;                                                                  \
+  for (int k = 0; k < SCAN_ITEMS; ++k) {                                                   \
+    run += tile[first + k];                                                                \
+    tile[first + k] = run;                                                                 \
+  }                                                                                        \
+  __syncthreads();                                                                         \
+  for (int k = 0; k < SCAN_ITEMS; ++k) {                                                   \
+    int j = k * 256 + t;                                                                   \
+    if (base + j < n) out[base + j] = tile[j];                                             \
+  }                                                                                        \
+}
+DEFINE_SCAN(scan_f32, float)
+DEFINE_SCAN(scan_i32, int)
+
+// Register-blocked SGEMM: the algorithm of cupric.kernels.gemm (128x128 block tiles, 8-deep
+// k slices double-buffered in shared memory, an 8x8 sub-tile per thread in two 4x4 halves).
+extern "C" __global__ void __launch_bounds__(256) sgemm_blocked(
+    const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c,
+    int m, int n, int kk) {
+  __shared__ __align__(16) float a_s[2][8][128 + 4];
+  __shared__ __align__(16) float b_s[2][8][128];
+  float acc[8][8] = {};
+  float a_frag[8], b_frag[8], a_next[4], b_next[4];
+  int t = threadIdx.x, tx4 = (t & 15) * 4, ty4 = (t >> 4) * 4;
+  int bm = blockIdx.y * 128, bn = blockIdx.x * 128;
+  int tiles = (kk + 7) / 8;
+  for (int q = 0; q < 4; ++q) {
+    int ar = bm + q * 32 + (t >> 3), ac = t & 7;
+    a_next[q] = ar < m && ac < kk ? a[(i64)ar * kk + ac] : 0.f;
+    int br = q * 2 + (t >> 7), bc = bn + (t & 127);
+    b_next[q] = br < kk && bc < n ? b[(i64)br * n + bc] : 0.f;
+  }
+  for (int q = 0; q < 4; ++q) {
+    a_s[0][t & 7][q * 32 + (t >> 3)] = a_next[q];
+    b_s[0][q * 2 + (t >> 7)][t & 127] = b_next[q];
+  }
+  __syncthreads();
+  for (int kt = 0; kt < tiles; ++kt) {
+    int cur = kt & 1;
+    bool more = kt + 1 < tiles;
+    if (more) {
+      int k0 = (kt + 1) * 8;
+      for (int q = 0; q < 4; ++q) {
+        int ar = bm + q * 32 + (t >> 3), ac = k0 + (t & 7);
+        a_next[q] = ar < m && ac < kk ? a[(i64)ar * kk + ac] : 0.f;
+        int br = k0 + q * 2 + (t >> 7), bc = bn + (t & 127);
+        b_next[q] = br < kk && bc < n ? b[(i64)br * n + bc] : 0.f;
+      }
+    }
+    for (int k = 0; k < 8; ++k) {
+      for (int i = 0; i < 4; ++i) {
+        a_frag[i] = a_s[cur][k][ty4 + i];
+        a_frag[i + 4] = a_s[cur][k][ty4 + i + 64];
+        b_frag[i] = b_s[cur][k][tx4 + i];
+        b_frag[i + 4] = b_s[cur][k][tx4 + i + 64];
+      }
+      for (int i = 0; i < 8; ++i)
+        for (int j = 0; j < 8; ++j) acc[i][j] += a_frag[i] * b_frag[j];
+    }
+    if (more) {
+      int nxt = 1 - cur;
+      for (int q = 0; q < 4; ++q) {
+        a_s[nxt][t & 7][q * 32 + (t >> 3)] = a_next[q];
+        b_s[nxt][q * 2 + (t >> 7)][t & 127] = b_next[q];
+      }
+    }
+    __syncthreads();
+  }
+  for (int i = 0; i < 8; ++i) {
+    int row = bm + ty4 + i + (i >= 4 ? 60 : 0);
+    for (int j = 0; j < 8; ++j) {
+      int col = bn + tx4 + j + (j >= 4 ? 60 : 0);
+      if (row < m && col < n) c[(i64)row * n + col] = acc[i][j];
+    }
+  }
+}
+
 extern "C" __global__ void histogram_u8(const unsigned char* __restrict__ x, i64 n,
                                         const double* __restrict__ edges, double lo, double hi,
                                         double norm, long long* counts, i64 bins) {
@@ -545,13 +706,31 @@ class Suite:
                 ("cumsum_i32", self.rs.randint(-100, 100, N, dtype=cp.int32), cp.int32)):
             out = cp.empty(N, dtype)
             ref = cp.empty(N, dtype)
+            twin = cp.empty(N, dtype)
+            tiles = -(-N // scan.TILE)
+            counter = cp.zeros(1, cp.uint32)
+            flags = cp.zeros(tiles, cp.int32)
+            aggregates = cp.empty(tiles, dtype)
+            prefixes = cp.empty(tiles, dtype)
+            c_scan = self.fn("scan_f32" if dtype == cp.float32 else "scan_i32")
+
+            def c_inclusive_scan():
+                # As cupric: clear the tile counter and the look-back flags, then scan.
+                counter.fill(0)
+                flags.fill(0)
+                c_scan((tiles,), (256,), (x, twin, np.int64(N), counter, flags, aggregates,
+                                          prefixes), stream=self.stream)
             impls = {
                 "cupric": lambda: scan.inclusive_scan(x, out=out, dtype=dtype, stream=self.s),
+                "cuda_c": c_inclusive_scan,
                 "cupy": lambda: cp.cumsum(x, dtype=dtype, out=ref),
             }
             impls["cupric"]()
             impls["cupy"]()
+            c_inclusive_scan()
             self.stream.synchronize()
+            if dtype == cp.int32 and not cp.array_equal(twin, ref):
+                raise AssertionError("the CUDA C scan twin gave a wrong result")
             if dtype == cp.int32:
                 ok = cp.array_equal(out, ref)
             else:
@@ -586,12 +765,26 @@ class Suite:
                     torch.matmul(ta, tb, out=tref)
             impls = {"cupric": lambda: gemm.gemm(a, b, out, stream=self.s),
                      "cublas_torch": torch_mm}
+            if dtype == cp.float32:
+                twin = cp.empty((size, size), dtype)
+                c_sgemm = self.fn("sgemm_blocked")
+                grid = ((size + 127) // 128, (size + 127) // 128)
+                impls["cuda_c"] = lambda: c_sgemm(grid, (256,), (a, b, twin, np.int32(size),
+                                                                 np.int32(size),
+                                                                 np.int32(size)),
+                                                  stream=self.stream)
             impls["cupric"]()
             torch_mm()
             self.stream.synchronize()
             err = float(cp.abs(out - ref).max() / cp.abs(ref).max())
             if err > (1e-4 if dtype == cp.float32 else 1e-12):
                 raise AssertionError(f"cupric {label}: relative error {err:.2e} vs cuBLAS")
+            if "cuda_c" in impls:
+                impls["cuda_c"]()
+                self.stream.synchronize()
+                twin_err = float(cp.abs(twin - ref).max() / cp.abs(ref).max())
+                if twin_err > 1e-4:
+                    raise AssertionError(f"the CUDA C SGEMM twin: relative error {twin_err:.2e}")
             times = self.timer.compare(impls, repeats=5)
             flops = 2 * size ** 3
             results[label] = {"n": size, **{name: {"ms": t * 1e3, "TFLOPs": flops / t / 1e12}
