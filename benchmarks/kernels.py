@@ -890,7 +890,7 @@ def summarize(results: dict) -> list[dict]:
     rows = []
     groups = {"elementwise": "bandwidth", "image": "bandwidth", "transpose": "bandwidth",
               "reductions": "reduction", "scans": "reduction", "gemm": "gemm",
-              "sorts": "sort", "histogram": "bandwidth"}
+              "sorts": "sort", "histogram": "atomics"}
     for group, kind in groups.items():
         for name, entry in (results.get(group) or {}).items():
             if not isinstance(entry, dict) or "cupric" not in entry:
