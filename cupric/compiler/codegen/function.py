@@ -233,17 +233,26 @@ class FunctionCodegen:
             array = self.expr(target.value)
             ptr = self.element_pointer(array, target)
             self.store_element(array.type, ptr, value, target)
+        elif kind is ast.Attribute:  # arr[i].field = v on an array of structs
+            from cupric.compiler.lowering.memory import store_struct_field
+            store_struct_field(self, target, value)
         else:
             raise self.error(target, "internal error: unsupported assignment target")
 
     def store_element(self, at: ArrayType, ptr: Value, value: KValue, node) -> None:
         v = self.convert(value, at.dtype, node).value
+        if isinstance(at.dtype, StructType):  # shared/local arrays of structs
+            self.b.store(v, ptr, align=at.dtype.align)
+            return
         if at.dtype.kind == "b":
             v = self.b.cast("zext", v, ll.i8)
         self.b.store(v, ptr, align=at.dtype.itemsize)
 
     def load_element(self, at: ArrayType, ptr: Value) -> KValue:
         invariant = self.mcg.invariant_node() if at.readonly else None
+        if isinstance(at.dtype, StructType):
+            return KValue(at.dtype, [self.b.load(ptr, align=at.dtype.align,
+                                                 invariant=invariant)])
         v = self.b.load(ptr, align=at.dtype.itemsize, invariant=invariant)
         if at.dtype.kind == "b":
             v = self.b.icmp("ne", v, const_int(ll.i8, 0))

@@ -26,7 +26,10 @@ def scalar_lltype(t: ScalarType) -> ll.LLType:
 
 
 def memory_lltype(t: ScalarType) -> ll.LLType:
-    """The in-memory type of a scalar (`i8` for bool, as NumPy stores it)."""
+    """The in-memory type of a scalar (`i8` for bool, as NumPy stores it), or of a
+    struct (the elements of shared and local arrays of structs)."""
+    if isinstance(t, StructType):
+        return struct_lltype(t)
     return ll.i8 if t.kind == "b" else scalar_lltype(t)
 
 

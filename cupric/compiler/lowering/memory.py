@@ -10,15 +10,19 @@ helpers at the bottom (constants, element addresses, strings) serve the other ta
 
 from __future__ import annotations
 
+import ast
+
 import numpy as np
 
-from cupric.compiler.codegen.values import KValue, memory_lltype
+from cupric.compiler.codegen.values import KValue, memory_lltype, struct_field_index
 from cupric.compiler.ir import types as ll
 from cupric.compiler.ir.builder import is_constant
 from cupric.compiler.ir.module import GlobalVariable, symbol
 from cupric.compiler.ir.values import Value, const_int
 from cupric.compiler.lowering.registry import register
-from cupric.compiler.typing.ktypes import ObjectType, SpaceArrayType, WeakType
+from cupric.compiler.typing.ktypes import (ObjectType, SpaceArrayType, StructType, WeakType,
+                                           struct_type)
+from cupric.compiler.typing.ktypes import is_scalar
 from cupric.types import ArrayType, ScalarType, scalar_from_dtype
 
 __all__ = ["STATIC_SHARED_LIMIT", "array_value", "resolve_dtype", "constant_shape",
@@ -56,18 +60,22 @@ class ExternGlobal(GlobalVariable):
 
 # -- argument helpers ------------------------------------------------------------------------
 
-def resolve_dtype(obj, what: str) -> ScalarType:
-    """The scalar type an intrinsic's `dtype` argument names (f32, np.float32, 'f4')."""
-    if isinstance(obj, ScalarType):
+def resolve_dtype(obj, what: str):
+    """The element type an intrinsic's `dtype` argument names: a scalar (f32,
+    np.float32, 'f4') or a struct (a structured dtype, or a class with scalar
+    annotations)."""
+    if isinstance(obj, (ScalarType, StructType)):
         return obj
+    if isinstance(obj, type) and getattr(obj, "__annotations__", None) and not issubclass(
+            obj, np.generic):
+        return struct_type(obj)
     try:
         dt = np.dtype(obj)
     except TypeError:
-        raise TypeError(f"{what}: dtype must be a cupric scalar type (f32, i32, ...) or a "
-                        f"NumPy scalar type, got {obj!r}") from None
+        raise TypeError(f"{what}: dtype must be a cupric scalar type (f32, i32, ...), a "
+                        f"NumPy scalar type or a structured dtype, got {obj!r}") from None
     if dt.names is not None:
-        raise TypeError(f"{what}: arrays of structs (structured dtypes) are not supported "
-                        f"in compiled kernels yet; use one array per field")
+        return struct_type(dt)
     return scalar_from_dtype(dt)
 
 
@@ -178,7 +186,7 @@ def _shared_array_lower(cg, call, args):
     shape = _shape_of(call)
     count = int(np.prod(shape))
     elem = memory_lltype(at.dtype)
-    nbytes = count * at.dtype.itemsize
+    nbytes = count * _element_size(at.dtype)
     used = module_state(cg, "static_shared", lambda: [0])
     used[0] += nbytes
     if used[0] > STATIC_SHARED_LIMIT:
@@ -188,12 +196,62 @@ def _shared_array_lower(cg, call, args):
     name = cg.mcg.module.unique_symbol(f"{cg.symbol}_shared")
     gtype = ll.ArrayType(elem, count)
     cg.mcg.module.add_global(GlobalVariable(name, gtype, ll.SHARED, "undef", "internal",
-                                            max(16, at.dtype.itemsize)))
+                                            max(16, _element_align(at.dtype))))
     base = Value(ll.PointerType(gtype, ll.SHARED), symbol(name))
     zero = const_int(ll.i64, 0)
     data = cg.b.gep(base, [zero, zero], inbounds=True,
                     result_type=ll.PointerType(elem, ll.SHARED))
     return array_value(cg, at, data, shape)
+
+
+def type_struct_field_store(typer, target, vt, value_node) -> None:
+    """Type `arr[i].field = v` (the typer's hook for attribute targets): allowed on
+    shared and local arrays of structs; struct arguments stay read-only values."""
+    sub = target.value
+    at = typer.expr(sub.value) if isinstance(sub, ast.Subscript) else None
+    if not (isinstance(at, ArrayType) and isinstance(at.dtype, StructType)):
+        raise typer.error(target, "attributes cannot be assigned in kernels (struct "
+                          "arguments are read-only values)",
+                          hint="fields of shared/local arrays of structs can: a[i].x = v")
+    st = typer.expr(sub)
+    if target.attr not in st.fields:
+        raise typer.error(target, f"{st!r} has no field '{target.attr}'",
+                          hint=f"fields: {', '.join(st.names)}")
+    if not is_scalar(vt) and vt is not _unknown():
+        raise typer.error(value_node or target, f"cannot store {vt!r} into the field "
+                          f"{target.attr} ({st.fields[target.attr][0]!r})")
+    if isinstance(sub.value, ast.Name):
+        typer.written.add(sub.value.id)
+    typer.fn.types[target] = st.fields[target.attr][0]
+
+
+def _unknown():
+    from cupric.compiler.typing.infer import UNKNOWN
+    return UNKNOWN
+
+
+def store_struct_field(cg, target, value: KValue) -> None:
+    """Emit `arr[i].field = value` (typed by `type_struct_field_store`)."""
+    sub = target.value
+    array = cg.expr(sub.value)
+    ptr = cg.element_pointer(array, sub)
+    st = array.type.dtype
+    ft = st.fields[target.attr][0]
+    field = cg.b.gep(ptr, [const_int(ll.i32, 0), const_int(ll.i32, struct_field_index(
+        st, target.attr))], inbounds=True, result_type=ll.PointerType(
+        memory_lltype(ft), ptr.type.addrspace))
+    v = cg.convert(value, ft, target).value
+    if ft.kind == "b":
+        v = cg.b.cast("zext", v, ll.i8)
+    cg.b.store(v, field, align=ft.itemsize)
+
+
+def _element_size(t) -> int:
+    return t.size if isinstance(t, StructType) else t.itemsize
+
+
+def _element_align(t) -> int:
+    return t.align if isinstance(t, StructType) else t.itemsize
 
 
 def _shape_of(call):
@@ -205,8 +263,8 @@ def _local_array_lower(cg, call, args):
     shape = _shape_of(call)
     count = int(np.prod(shape))
     elem = memory_lltype(at.dtype)
-    slot = cg.entry_builder.alloca(ll.ArrayType(elem, count), align=max(8, at.dtype.itemsize),
-                                   hint="local")
+    slot = cg.entry_builder.alloca(ll.ArrayType(elem, count),
+                                   align=max(8, _element_align(at.dtype)), hint="local")
     zero = const_int(ll.i64, 0)
     data = cg.b.gep(slot, [zero, zero], inbounds=True, result_type=ll.PointerType(elem))
     return array_value(cg, at, data, shape)
@@ -229,9 +287,9 @@ def _dynamic_infer(call):
                 call.keywords[name], int):
             raise TypeError(f"shared.dynamic: {name}= must be an integer")
     offset = call.consts[1] if len(call.arg_types) > 1 else call.keywords.get("offset", 0)
-    if isinstance(offset, int) and offset % dtype.itemsize:
+    if isinstance(offset, int) and offset % _element_size(dtype):
         raise TypeError(f"shared.dynamic: offset {offset} is not a multiple of the item size "
-                        f"({dtype.itemsize} bytes)")
+                        f"({_element_size(dtype)} bytes)")
     return SpaceArrayType(dtype, 1, ll.SHARED)
 
 
@@ -270,7 +328,7 @@ def _dynamic_lower(cg, call, args):
                             "=r", [], side_effects=False)
         size = b.cast("zext", size, ll.i64)
         count = b.binop("udiv", b.binop("sub", size, offset),
-                        const_int(ll.i64, at.dtype.itemsize))
+                        const_int(ll.i64, _element_size(at.dtype)))
     return array_value(cg, at, data, [count])
 
 

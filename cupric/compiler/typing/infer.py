@@ -418,15 +418,15 @@ class Typer:
                     return
                 raise self.error(target, f"cannot assign into {_describe(at)}")
             self._index_types(target, at)
-            if vt is not UNKNOWN and not (is_scalar(vt)):
+            if vt is not UNKNOWN and not (is_scalar(vt) or vt == at.dtype):
                 raise self.error(value_node or target, f"cannot store {_describe(vt)} into an "
                                  f"array of {at.dtype!r}")
             if isinstance(target.value, ast.Name):
                 self.written.add(target.value.id)
             self.fn.types[target] = at.dtype
         elif kind is ast.Attribute:
-            raise self.error(target, "attributes cannot be assigned in kernels (struct "
-                             "arguments are read-only values)")
+            from cupric.compiler.lowering.memory import type_struct_field_store
+            type_struct_field_store(self, target, vt, value_node)
         elif kind is ast.Starred:
             raise self.error(target, "star-unpacking is not supported in kernels")
         else:

@@ -170,8 +170,11 @@ class SpaceArrayType(ArrayType):
 
     __slots__ = ("space",)
 
-    def __init__(self, dtype: ScalarType, ndim: int, space: int, readonly: bool = False):
-        super().__init__(dtype, ndim, "C", readonly)
+    def __init__(self, dtype, ndim: int, space: int, readonly: bool = False):
+        if isinstance(dtype, StructType):  # arrays of structs (shared and local memory)
+            self.dtype, self.ndim, self.layout, self.readonly = dtype, ndim, "C", readonly
+        else:
+            super().__init__(dtype, ndim, "C", readonly)
         self.space = space
 
     def _key(self) -> tuple:
