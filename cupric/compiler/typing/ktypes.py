@@ -95,6 +95,22 @@ class StructType(Type):
         return self.dtype.alignment
 
 
+def _eval_annotation(text: str, owner):
+    """A string annotation of a struct class, evaluated in its module (and with the
+    cupric.types names); the text itself when it does not evaluate."""
+    import sys
+
+    import cupric.types as ct
+    namespace = {name: getattr(ct, name) for name in ct.__all__}
+    module = sys.modules.get(owner.__module__)
+    if module is not None:
+        namespace.update(vars(module))
+    try:
+        return eval(text, namespace)  # noqa: S307 - the user's own annotation
+    except Exception:  # reported by the caller as "must be annotated with ..."
+        return text
+
+
 def struct_type(obj) -> StructType:
     """A `StructType` from a structured dtype or a class with scalar annotations."""
     if isinstance(obj, StructType):
@@ -102,6 +118,8 @@ def struct_type(obj) -> StructType:
     if isinstance(obj, type) and getattr(obj, "__annotations__", None):
         names, formats = [], []
         for field, ann in obj.__annotations__.items():
+            if isinstance(ann, str):  # `from __future__ import annotations`
+                ann = _eval_annotation(ann, obj)
             if not isinstance(ann, ScalarType):
                 raise TypeError(f"struct field {obj.__name__}.{field} must be annotated with a "
                                 f"cupric scalar type (f32, i32, ...), got {ann!r}")

@@ -12,6 +12,7 @@ import numpy as np
 
 import cupric
 from cupric.device import blockDim, blockIdx, grid, gridsize, syncthreads, threadIdx
+from cupric.compiler.typing.ktypes import TupleType, struct_type
 from cupric.types import Array, bool_, f16, f32, f64, i8, i16, i32, i64, u8, u32, u64
 
 T = TypeVar("T")
@@ -200,6 +201,23 @@ def power_and_unsigned(a: Array[u64, 1], e: Array[i32, 1], out: Array[u64, 1]):
         out[i] = a[i] ** u64(e[i]) + a[i] // u64(3) + a[i] % u64(5)
 
 
+PARTICLE = np.dtype([("x", np.float32), ("n", np.int64), ("alive", np.bool_)], align=True)
+
+
+class Weights:
+    lo: f32
+    hi: f64
+
+
+@cupric.kernel
+def structs_and_tuples(p: PARTICLE, w: Weights, t: tuple[i32, f64], out: Array[f64, 1]):
+    i = grid(1)
+    if i < len(out):
+        k, scale = t
+        base = p.x * p.n if p.alive else -1.0
+        out[i] = base + w.lo * i - w.hi + k * scale
+
+
 # (name, kernel, signature) for golden IR and multi-arch compiles.
 C1 = "Array[f32, 1, 'C']"
 SIGNATURES = [
@@ -221,6 +239,9 @@ SIGNATURES = [
     ("block_sum", block_sum, f"{C1}, {C1}"),
     ("power_and_unsigned", power_and_unsigned,
      "Array[u64, 1, 'C'], Array[i32, 1, 'C'], Array[u64, 1, 'C']"),
+    ("structs_and_tuples", structs_and_tuples,
+     (struct_type(PARTICLE), struct_type(Weights), TupleType([i32, f64]),
+      Array[f64, 1, "C"])),
 ]
 
 
@@ -398,7 +419,22 @@ def check_power(run, rng):
     np.testing.assert_array_equal(got, np.array(expect, np.uint64))
 
 
+def check_structs(run, rng):
+    # NumPy records (np.record: fields also as attributes, as the simulator needs).
+    p = np.zeros((), PARTICLE).view(np.recarray)[()]
+    p["x"], p["n"], p["alive"] = rng.standard_normal(), rng.integers(1, 9), True
+    w = np.zeros((), struct_type(Weights).dtype).view(np.recarray)[()]
+    w["lo"], w["hi"] = rng.standard_normal(), rng.standard_normal()
+    t = (int(rng.integers(-5, 5)), float(rng.standard_normal()))
+    out = np.full(50, np.nan)
+    got = run(structs_and_tuples, 1, 64, p, w, t, out)[0]
+    i = np.arange(50)
+    base = float(np.float32(p["x"])) * int(p["n"])  # f32 * i64 -> f64 (NumPy)
+    expect = base + float(np.float32(w["lo"])) * i - float(w["hi"]) + t[0] * t[1]
+    np.testing.assert_allclose(got, expect, rtol=1e-12, atol=1e-12)
+
+
 CHECKS = [check_saxpy, check_vecadd, check_grid_stride, check_int_arith, check_wrap_u8,
           check_float_math, check_float32_math, check_control_flow, check_logic,
           check_device_calls, check_matrix_2d, check_generic, check_casts, check_tuples,
-          check_block_sum, check_power]
+          check_block_sum, check_power, check_structs]
