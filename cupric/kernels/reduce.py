@@ -109,7 +109,7 @@ def _make_reduce(acc, combine, load):
             v0 = combine(v0, acc(load(x, y, k)))
         v = combine(combine(v0, v1), combine(v2, v3))
         # Block: warps reduce by butterfly, then warp 0 reduces the warps' results.
-        d = 16
+        d: i32 = 16  # 32-bit shuffle distances (an i64 local costs two ops)
         while d > 0:
             v = combine(v, warp.shfl_xor(FULL_MASK, v, d))
             d >>= 1
@@ -180,7 +180,7 @@ def _make_arg_reduce(acc, takes):
                 v = a
                 k = i
             i += step
-        d = 16
+        d: i32 = 16
         while d > 0:
             ov = warp.shfl_xor(FULL_MASK, v, d)
             ok = warp.shfl_xor(FULL_MASK, k, d)

@@ -59,7 +59,7 @@ def _make_scan(acc):
             s += tile[first + k]
         # Thread totals: inclusive scan within each warp, then over the warps' totals.
         v = s
-        d = 1
+        d: i32 = 1  # 32-bit loop counters: an i64 local costs two ops each
         while d < 32:
             u = warp.shfl_up(FULL_MASK, v, d)
             if lane >= d:

@@ -17,7 +17,7 @@ import cupric
 from cupric.device import (FULL_MASK, atomic, bits, blockIdx, grid, gridsize, local,
                            shared, syncthreads, threadIdx, warp)
 from cupric.kernels._common import SORTABLE, Call, blocks_for
-from cupric.types import i64, u32
+from cupric.types import i32, i64, u32
 
 __all__ = ["bitonic_sort", "radix_sort", "CHUNK", "RADIX_BITS"]
 
@@ -117,7 +117,8 @@ def bitonic_sort_shared_kernel(keys):
     s[t] = keys[base + t]
     s[t + HALF] = keys[base + t + HALF]
     syncthreads()
-    k = 2
+    # 32-bit stage counters (an i64 local would cost two instructions per operation).
+    k: i32 = 2
     while k <= CHUNK:
         j = k >> 1
         while j > 0:
@@ -161,7 +162,7 @@ def bitonic_merge_shared_kernel(keys, k):
     s[t + HALF] = keys[base + t + HALF]
     syncthreads()
     up = (base & k) == 0
-    j = HALF
+    j: i32 = HALF
     while j > 0:
         lo = 2 * t - (t & (j - 1))
         a = s[lo]
@@ -245,7 +246,7 @@ def radix_scatter_kernel(src, dst, offsets, shift, tiles):
     # Exclusive scan of the tile's digit counts: where each digit's run starts.
     total = running[t]
     v = total
-    d = 1
+    d: i32 = 1
     while d < 32:
         u = warp.shfl_up(FULL_MASK, v, d)
         if lane >= d:
