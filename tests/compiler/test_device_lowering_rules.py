@@ -99,3 +99,15 @@ def test_redux_only_where_the_target_has_it():
     assert "redux.sync.add" in total.inspect_ptx(sig, arch="sm_80")
     old = total.inspect_ptx(sig, arch="sm_75")
     assert "redux.sync" not in old and "shfl.sync.bfly" in old
+
+
+def test_bf16x2_atomics_fall_back_to_cas_before_sm90():
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    import device_lowering_kernels as dk
+
+    sig = "Array[f16, 1, 'C'], Array[u16, 1, 'C'], Array[f32, 1, 'C'], Array[f32, 1, 'C']"
+    old = dk.half_atomics.inspect_ptx(sig, arch="sm_80")
+    assert "bf16x2" not in old and re.search(r"atom\.global\.cas\.b32", old)
+    assert "atom.add.noftz.bf16x2" in dk.half_atomics.inspect_ptx(sig, arch="sm_90")

@@ -15,7 +15,7 @@ from cupric.compiler.lowering.memory import array_index
 from cupric.compiler.lowering.registry import register
 from cupric.compiler.typing.ktypes import TupleType, WeakType
 from cupric.device.atomic import ORDERS, SCOPES
-from cupric.types import ArrayType, ScalarType, f32, f16, u16
+from cupric.types import ArrayType, ScalarType, f16, f32, u16, u32
 
 __all__ = ["atomic_rmw", "atomic_cas"]
 
@@ -380,6 +380,20 @@ def _store_lower(cg, call, args):
     return KValue(NONE, [])
 
 
+def _bf16x2_sum(cg, word: Value, addends) -> Value:
+    """The 32-bit word of two bf16 values plus two f32 addends, each rounded to bf16."""
+    from cupric.compiler.lowering.half import bf16_bits_value, bf16_from_bits_value
+    b = cg.b
+    out = None
+    for k, addend in enumerate(addends):
+        bits = b.cast("trunc", b.binop("lshr", word, const_int(ll.i32, 16 * k)), ll.i16)
+        total = b.binop("fadd", bf16_from_bits_value(cg, bits), addend)
+        part = b.cast("zext", bf16_bits_value(cg, total), ll.i32)
+        part = b.binop("shl", part, const_int(ll.i32, 16 * k)) if k else part
+        out = part if out is None else b.binop("or", out, part)
+    return out
+
+
 def _packed_lower(kind: str):
     def lower(cg, call, args):
         t, ptr = _element(cg, call, args)
@@ -395,11 +409,32 @@ def _packed_lower(kind: str):
                 halves.append(b.cast("zext", bf16_bits_value(cg, cg.convert(
                     args[k], f32, call.node).value), ll.i32))
         packed = b.binop("or", halves[0], b.binop("shl", halves[1], const_int(ll.i32, 16)))
-        gptr = _generic(cg, b.cast("bitcast", ptr, ll.PointerType(ll.i32,
-                                                                  ptr.type.addrspace)))
+        word = b.cast("bitcast", ptr, ll.PointerType(ll.i32, ptr.type.addrspace))
+        gptr = _generic(cg, word)
         text = f"atom{_qualifiers(scope, order)}.add.noftz.{kind}x2 $0, [$1], $2;"
-        old = b.inline_asm(ll.FunctionType(ll.i32, [gptr.type, ll.i32]), text,
-                           "=r,l,r,~{memory}", [gptr, packed])
+        if kind == "f16":
+            old = b.inline_asm(ll.FunctionType(ll.i32, [gptr.type, ll.i32]), text,
+                               "=r,l,r,~{memory}", [gptr, packed])
+        else:
+            # atom.add.bf16x2 exists from sm_90; older targets add in f32 and round
+            # inside a CAS loop. __nvvm_reflect keeps only the branch of the target.
+            from cupric.compiler.lowering.warp import cuda_arch
+            slot = cg.entry_builder.alloca(ll.i32, hint="bf16x2.old")
+            fast = cg.fn.append_block("bf16x2.sm90")
+            slow = cg.fn.append_block("bf16x2.cas")
+            done = cg.fn.append_block("bf16x2.done")
+            b.cbranch(b.icmp("sge", cuda_arch(cg), const_int(ll.i32, 900)), fast, slow)
+            b.position_at_end(fast)
+            b.store(b.inline_asm(ll.FunctionType(ll.i32, [gptr.type, ll.i32]), text,
+                                 "=r,l,r,~{memory}", [gptr, packed]), slot)
+            b.br(done)
+            b.position_at_end(slow)
+            addends = [cg.convert(args[k], f32, call.node).value for k in (2, 3)]
+            b.store(_cas_loop(cg, u32, word, lambda w: _bf16x2_sum(cg, w, addends), scope,
+                              order), slot)
+            b.br(done)
+            b.position_at_end(done)
+            old = b.load(slot)
         lo = b.cast("trunc", old, ll.i16)
         hi = b.cast("trunc", b.binop("lshr", old, const_int(ll.i32, 16)), ll.i16)
         if kind == "f16":
