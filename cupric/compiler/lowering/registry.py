@@ -90,10 +90,5 @@ def _load_builtin_rules() -> None:
     _loaded = True
     from cupric.compiler.lowering import indices  # noqa: F401  (registers its rules)
     # The GPU-side standard library (cupric.device); each module registers its rules.
-    from cupric.compiler.lowering import memory  # noqa: F401
-    from cupric.compiler.lowering import sync, atomic, warp  # noqa: F401,E401
-    from cupric.compiler.lowering import io, coop  # noqa: F401,E401
-    from cupric.compiler.lowering import mathx  # noqa: F401
-    from cupric.compiler.lowering import half  # noqa: F401
-    from cupric.compiler.lowering import bits  # noqa: F401
-    from cupric.compiler.lowering import vector  # noqa: F401
+    from cupric.compiler.lowering import (atomic, bits, coop, half, io, mathx,  # noqa: F401
+                                          memory, sync, vector, warp)
