@@ -167,13 +167,13 @@ _FCONSTRAINT = {32: "f", 64: "d"}
 
 
 def _ptx_type(t: ScalarType, op: str) -> str:
-    if t.kind == "f":
-        return f"f{t.bits}" if op not in ("exch", "cas", "and", "or", "xor") else f"b{t.bits}"
+    """The PTX type suffix of `op` on `t`: bit types for moves and logic, unsigned for
+    integer add/inc/dec (two's complement), signedness only where it matters (min/max)."""
     if op in ("exch", "cas", "and", "or", "xor"):
         return f"b{t.bits}"
-    if op in ("inc", "dec"):
-        return f"u{t.bits}"
-    if op == "add":
+    if t.kind == "f":
+        return f"f{t.bits}"
+    if op in ("add", "inc", "dec"):
         return f"u{t.bits}"
     return f"{'s' if t.kind == 'i' else 'u'}{t.bits}"
 
