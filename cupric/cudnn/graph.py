@@ -414,8 +414,9 @@ class PlanOptions:
     workspace_limit: int | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.heuristics, str):
-            object.__setattr__(self, "heuristics", (self.heuristics,))
+        modes = (self.heuristics,) if isinstance(self.heuristics, str) else \
+            tuple(self.heuristics)
+        object.__setattr__(self, "heuristics", modes)
         for mode in self.heuristics:
             if mode not in HEUR_MODES:
                 raise ValueError(f"heuristics must name modes among {', '.join(HEUR_MODES)}, "
