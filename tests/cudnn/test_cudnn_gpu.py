@@ -508,3 +508,65 @@ def test_dropout(etype, gen):
     with dnn.Dropout(p, seed=1234) as again:
         y3, _ = again.forward(x)
         assert torch.equal(as_torch(y3), out)      # same seed: same first mask
+
+
+# --------------------------------------------------------------------------------------
+# A small network, forward and backward, against autograd
+
+
+def _matmul(a, b):
+    """cupric's graph matmul; PyTorch's where no float32 engine without TF32 exists (the
+    network test is about chaining the other operations)."""
+    try:
+        return as_torch(dnn.matmul(a, b, options=EXACT))
+    except dnn.NoEngineError:
+        return a @ b
+
+
+def test_small_network_step(gen):
+    n = 8
+    x = randn((n, 3, 16, 16), gen=gen)
+    w1 = randn((16, 3, 3, 3), gen=gen, scale=0.3)
+    b1 = randn((16,), gen=gen)
+    gamma = randn((16,), gen=gen)
+    beta = randn((16,), gen=gen)
+    w2 = randn((16 * 8 * 8, 10), gen=gen, scale=0.05)
+    labels = torch.randint(0, 10, (n,), device="cuda", generator=gen)
+
+    params = [t.double().requires_grad_() for t in (w1, b1, gamma, beta, w2)]
+    rw1, rb1, rg, rbeta, rw2 = params
+    h1 = F.relu(F.conv2d(x.double(), rw1, rb1, padding=1))
+    h2 = F.batch_norm(h1, None, None, rg, rbeta, training=True, eps=1e-5)
+    h3 = F.max_pool2d(h2, 2)
+    logits = h3.reshape(n, -1) @ rw2
+    loss = F.nll_loss(F.log_softmax(logits, -1), labels)
+    loss.backward()
+
+    # cupric: the same step, every intermediate allocated by cupric.
+    c1 = dnn.conv2d(x, w1, b1, padding=1, activation="relu", options=EXACT)
+    bn = dnn.batch_norm_training(c1, gamma, beta, eps=1e-5)
+    p = dnn.max_pool2d(bn.y, 2)
+    flat = as_torch(p).reshape(n, -1)
+    out = _matmul(flat, w2)
+    lsm = as_torch(dnn.log_softmax(out, -1))
+    check_close(lsm, F.log_softmax(logits, -1).detach(), "f32", "network output")
+    d_lsm = torch.zeros_like(lsm)
+    d_lsm[torch.arange(n, device="cuda"), labels] = -1.0 / n
+    d_out = as_torch(dnn.softmax_backward(lsm, d_lsm, -1, log=True))
+    d_w2 = _matmul(flat.t(), d_out)
+    d_flat = _matmul(d_out, w2.t().contiguous())
+    d_p = d_flat.reshape(as_torch(p).shape)
+    d_bn = dnn.pool_backward(d_p, bn.y, p, "max", window=2)
+    d_c1, d_gamma, d_beta = dnn.batch_norm_backward(d_bn, c1, gamma, bn.save_mean,
+                                                    bn.save_inv_std, eps=1e-5)
+    # ReLU's gradient mask is where its output is positive: the output serves as x and y.
+    d_pre = dnn.activation_backward(d_c1, c1, c1, "relu")
+    d_b1 = dnn.conv_backward_bias(d_pre)
+    d_w1 = dnn.conv_backward_filter(x, d_pre, w1.shape, padding=1, options=EXACT)
+    torch.cuda.synchronize()
+    for got, ref, what in ((d_w1, rw1.grad, "dw1"), (d_b1, rb1.grad, "db1"),
+                           (d_gamma, rg.grad, "dgamma"), (d_beta, rbeta.grad, "dbeta"),
+                           (d_w2, rw2.grad, "dw2")):
+        got = as_torch(got).double()
+        err = (got - ref).abs().max().item() / ref.abs().max().item()
+        assert err < 1e-4, f"{what}: relative error {err}"
