@@ -251,11 +251,12 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1,
     if tx.ndim != 4:
         raise ValueError(f"conv2d: x has {tx.ndim} dimensions; conv2d takes (N, C, H, W) "
                          f"(use conv_forward for 1-d and 3-d convolutions)")
+    # `tx` carries the element type already read (bfloat16 needs the producer's name).
     if bias is None and activation is None:
-        return conv_forward(x, w, stride=stride, padding=padding, dilation=dilation,
+        return conv_forward(tx, w, stride=stride, padding=padding, dilation=dilation,
                             groups=groups, out=out, handle=handle, stream=stream,
                             options=options)
-    return conv_bias_activation(x, w, bias, activation, stride=stride, padding=padding,
+    return conv_bias_activation(tx, w, bias, activation, stride=stride, padding=padding,
                                 dilation=dilation, groups=groups, out=out, handle=handle,
                                 stream=stream, options=options)
 
