@@ -17,6 +17,7 @@ __all__ = [
     "CudaError", "NoDriverError", "NoDeviceError", "InvalidValueError", "InvalidHandleError",
     "InvalidContextError", "CudaOutOfMemoryError", "NotReadyError", "NotFoundError",
     "NotSupportedError", "ModuleLoadError", "LaunchError", "KernelFaultError",
+    "DeviceAssertionError",
     "IllegalAddressError", "ContextLostError", "StreamCaptureError", "ClosedError", "error_from_code",
     "STICKY_CODES", "reset_context_poison",
 ]
@@ -192,6 +193,16 @@ class IllegalAddressError(KernelFaultError):
     """
 
 
+class DeviceAssertionError(KernelFaultError):
+    """A kernel's `assert` (or a bounds check of a `bounds_check=True` kernel) failed on
+    the device (`CUDA_ERROR_ASSERT`).
+
+    The failing thread printed the message, with the Python file and line, on the
+    process's standard output before the launch ended; the driver does not pass it on.
+    Sticky, like every `KernelFaultError`.
+    """
+
+
 class ContextLostError(CudaError):
     """A call failed because an earlier error made the context unusable.
 
@@ -251,7 +262,7 @@ _CLASS_BY_CODE: dict[int, type[CudaError]] = {
     702: KernelFaultError,         # CUDA_ERROR_LAUNCH_TIMEOUT
     703: LaunchError,              # CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING
     709: InvalidContextError,      # CUDA_ERROR_CONTEXT_IS_DESTROYED
-    710: KernelFaultError,         # CUDA_ERROR_ASSERT
+    710: DeviceAssertionError,     # CUDA_ERROR_ASSERT
     714: KernelFaultError,         # CUDA_ERROR_HARDWARE_STACK_ERROR
     715: KernelFaultError,         # CUDA_ERROR_ILLEGAL_INSTRUCTION
     716: KernelFaultError,         # CUDA_ERROR_MISALIGNED_ADDRESS

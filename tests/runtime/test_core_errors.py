@@ -109,3 +109,11 @@ def test_check_unpacks_results():
 def test_not_found_str_is_not_quoted():
     exc = E.NotFoundError(500, "no kernel named 'k'")
     assert str(exc).startswith("no kernel named")
+
+
+def test_device_assert_maps_to_its_own_sticky_class():
+    from cupric.runtime import errors
+
+    assert issubclass(errors.DeviceAssertionError, errors.KernelFaultError)
+    assert errors._CLASS_BY_CODE[710] is errors.DeviceAssertionError
+    assert 710 in errors.STICKY_CODES
