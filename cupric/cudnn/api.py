@@ -17,6 +17,7 @@ from .batchnorm import (BatchNormResult, batch_norm, batch_norm_backward,
 from .conv import (Conv, conv, conv2d, conv_backward_bias, conv_backward_data,
                    conv_backward_filter, conv_bias_activation, conv_forward,
                    conv_output_shape)
+from .descriptors import backend_tensor_of, tensor_descriptor_of
 from .dropout import Dropout, dropout
 from .graph import GraphSpec, NoEngineError, Plan, PlanOptions, matmul
 from .handle import Handle, default_handle
@@ -35,4 +36,5 @@ __all__ = [
     "BatchNormResult", "batch_norm_training", "batch_norm_inference", "batch_norm_backward",
     "batch_norm",
     "Dropout", "dropout",
+    "tensor_descriptor_of", "backend_tensor_of",
 ]

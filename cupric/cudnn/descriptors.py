@@ -18,7 +18,7 @@ from cupric.runtime.errors import ClosedError
 from . import _validate as V
 
 __all__ = ["LegacyDescriptor", "tensor_descriptor", "describe", "scalars",
-           "legacy_dims", "clear_cache"]
+           "legacy_dims", "clear_cache", "tensor_descriptor_of", "backend_tensor_of"]
 
 
 def _lib():
@@ -184,3 +184,48 @@ def scalar(etype: str, value: float):
     the returned cffi object)."""
     ffi = _lib().ffi
     return ffi.new("double[1]" if etype == "f64" else "float[1]", [float(value)])
+
+
+# --------------------------------------------------------------------------------------
+# Descriptors straight from device arrays
+
+
+def tensor_descriptor_of(array, *, name: str = "array") -> LegacyDescriptor:
+    """The (shared) legacy tensor descriptor of a device array: element type, dims and
+    strides read from the array (NCHW, NHWC or any strides; float32, float16, bfloat16,
+    float64).
+
+    Raises
+    ------
+    TypeError, ValueError
+        As the operations do, naming `name`.
+    """
+    t = V.tensor(array, name, "tensor_descriptor_of", ndims=tuple(range(1, 9)),
+                 layouts=False)
+    return describe(t)
+
+
+def backend_tensor_of(array, uid: int, *, name: str = "array", virtual: bool = False,
+                      finalize: bool = True):
+    """A graph-API tensor descriptor (``CUDNN_BACKEND_TENSOR_DESCRIPTOR``) of a device
+    array: its dims, strides, element type and pointer alignment, under unique id `uid`.
+
+    ``finalize=False`` leaves it open (what runs without a GPU). The descriptor describes
+    the array; it does not keep the memory alive.
+
+    Returns
+    -------
+    cupric.cudnn.backend.Descriptor
+    """
+    from .backend import Descriptor
+    t = V.tensor(array, name, "backend_tensor_of", ndims=tuple(range(1, 9)), layouts=False)
+    d = Descriptor.create("TENSOR")
+    d.set("TENSOR_DATA_TYPE", t.etype)
+    d.set("TENSOR_DIMENSIONS", t.shape)
+    d.set("TENSOR_STRIDES", t.strides)
+    d.set("TENSOR_UNIQUE_ID", uid)
+    d.set("TENSOR_BYTE_ALIGNMENT", V.alignment_of(t.ptr))
+    d.set("TENSOR_IS_VIRTUAL", virtual)
+    if finalize:
+        d.finalize()
+    return d

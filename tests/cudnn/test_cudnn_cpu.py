@@ -745,3 +745,19 @@ def test_conv1d_runs_as_2d(fake_handle, captured):
     t = V.tensor(FakeDeviceArray((2, 4, 20), strides=(320, 4, 16)), "x", "op", ndims=(3,))
     dims, strides = conv_mod._with_unit_height(t)
     assert V.layout_of(dims, strides) == "NHWC"
+
+
+def test_descriptors_from_arrays():
+    lib = cudnn_lib()
+    d = dnn.tensor_descriptor_of(nhwc((2, 8, 5, 6), "float16"))
+    ffi = lib.ffi
+    dtype, nb = ffi.new("cudnnDataType_t *"), ffi.new("int *")
+    dims, strides = ffi.new("int[8]"), ffi.new("int[8]")
+    lib.check(lib.lib.cudnnGetTensorNdDescriptor(d.raw, 8, dtype, nb, dims, strides))
+    assert dtype[0] == V.DATA_TYPES["f16"] and nb[0] == 4
+    assert list(dims)[:4] == [2, 8, 5, 6] and list(strides)[:4] == [240, 1, 48, 8]
+    t = dnn.backend_tensor_of(FakeDeviceArray((4, 3, 2), ptr=0x1008), 7, finalize=False)
+    assert t.kind == "TENSOR" and not t.finalized
+    t.close()
+    with pytest.raises(TypeError, match="backend_tensor_of: w has element type i32"):
+        dnn.backend_tensor_of(FakeDeviceArray((4,), "int32"), 1, name="w", finalize=False)
