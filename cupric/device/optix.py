@@ -32,12 +32,16 @@ from __future__ import annotations
 
 from ._intrinsic import Intrinsic, OutsideKernelError
 
-__all__ = ["INTRINSICS", "OptixProgramError", "MAX_PAYLOAD_VALUES", "MAX_ATTRIBUTE_VALUES",
+__all__ = ["INTRINSICS", "LAUNCH_PARAMS_NAME", "OptixProgramError", "MAX_PAYLOAD_VALUES",
+           "MAX_ATTRIBUTE_VALUES",
            "HIT_KIND_TRIANGLE_FRONT_FACE", "HIT_KIND_TRIANGLE_BACK_FACE",
            "RAY_FLAG_NONE", "RAY_FLAG_DISABLE_ANYHIT", "RAY_FLAG_ENFORCE_ANYHIT",
            "RAY_FLAG_TERMINATE_ON_FIRST_HIT", "RAY_FLAG_DISABLE_CLOSESTHIT",
            "RAY_FLAG_CULL_BACK_FACING_TRIANGLES", "RAY_FLAG_CULL_FRONT_FACING_TRIANGLES",
            "RAY_FLAG_CULL_DISABLED_ANYHIT", "RAY_FLAG_CULL_ENFORCED_ANYHIT"]
+
+#: Default name of the `.const` launch-parameter variable of cupric's OptiX programs.
+LAUNCH_PARAMS_NAME = "cupric_launch_params"
 
 #: Payload registers a trace may carry, and attribute registers an intersection may report.
 MAX_PAYLOAD_VALUES = 32

@@ -23,6 +23,7 @@ from cupric.compiler.ir.module import GlobalVariable, symbol
 from cupric.compiler.ir.values import Value, const_float, const_int
 from cupric.compiler.lowering.registry import register
 from cupric.compiler.typing.ktypes import NONE, TupleType, WeakType
+from cupric.device.optix import LAUNCH_PARAMS_NAME
 from cupric.types import ArrayType, ScalarType, bool_, f32, i32, u32, u64
 
 __all__ = ["PROGRAM_PREFIXES", "LAUNCH_PARAMS_NAME", "emit_programs", "params_layout"]
@@ -39,8 +40,6 @@ PROGRAM_PREFIXES = {
     "continuation_callable": "__continuation_callable__",
 }
 
-#: Default name of the `.const` launch-parameter variable.
-LAUNCH_PARAMS_NAME = "cupric_launch_params"
 
 
 # -- inline PTX helpers -----------------------------------------------------------------------
