@@ -16,12 +16,14 @@ from cupric.device import grid, gridsize
 from cupric.kernels._common import NUMERIC, Call, blocks_for, same_dtype, same_shape
 
 __all__ = ["vecadd", "saxpy", "memcpy", "fill", "map", "vecadd_kernel", "saxpy_kernel",
-           "copy_kernel", "fill_kernel", "BLOCK"]
+           "copy_kernel", "fill_kernel", "vecadd_scalar_kernel", "saxpy_scalar_kernel",
+           "BLOCK"]
 
 #: Threads per block of every kernel here.
 BLOCK = 256
 #: Elements each thread handles per trip of its grid-stride loop.
 UNROLL = 4
+_F16 = np.dtype(np.float16)
 
 
 @cupric.kernel
@@ -103,6 +105,32 @@ def copy_kernel(src, out):
         out[k] = src[k]
 
 
+# float16 arrays take one element per trip: libNVVM 13.0 (CUDA 13.0 drivers) fails on
+# four neighbouring float16 accesses from 16-byte aligned pointers ("Do not know how to
+# split the result of this operator!"), which the kernels above would give it.
+
+@cupric.kernel
+def vecadd_scalar_kernel(a, b, out):
+    """out[i] = a[i] + b[i], one element per thread and trip (float16 arrays)."""
+    n = len(out)
+    i = grid(1)
+    step = gridsize(1)
+    while i < n:
+        out[i] = a[i] + b[i]
+        i += step
+
+
+@cupric.kernel
+def saxpy_scalar_kernel(a, x, y, out):
+    """out[i] = a * x[i] + y[i], one element per thread and trip (float16 arrays)."""
+    n = len(out)
+    i = grid(1)
+    step = gridsize(1)
+    while i < n:
+        out[i] = a * x[i] + y[i]
+        i += step
+
+
 @cupric.kernel
 def fill_kernel(out, value):
     """out[i] = value over a 1-D array (`value` of its dtype)."""
@@ -178,7 +206,10 @@ def vecadd(a, b, out=None, stream=None):
     dtype = same_dtype("vecadd", {"a": a, "b": b})
     dst, result = call.output(out, "out", shape, dtype)
     fa, fb, fo = call.flat(a, "a"), call.flat(b, "b"), call.flat(dst, "out")
-    call.launch(vecadd_kernel, blocks_for(fo.size, BLOCK, UNROLL), BLOCK, fa, fb, fo)
+    if dtype == _F16:
+        call.launch(vecadd_scalar_kernel, blocks_for(fo.size, BLOCK), BLOCK, fa, fb, fo)
+    else:
+        call.launch(vecadd_kernel, blocks_for(fo.size, BLOCK, UNROLL), BLOCK, fa, fb, fo)
     return result
 
 
@@ -221,7 +252,12 @@ def saxpy(a, x, y, out=None, stream=None):
     alpha = _scalar("saxpy", a, dtype, "a")
     dst, result = call.output(out, "out", shape, dtype)
     fx, fy, fo = call.flat(x, "x"), call.flat(y, "y"), call.flat(dst, "out")
-    call.launch(saxpy_kernel, blocks_for(fo.size, BLOCK, UNROLL), BLOCK, alpha, fx, fy, fo)
+    if dtype == _F16:
+        call.launch(saxpy_scalar_kernel, blocks_for(fo.size, BLOCK), BLOCK, alpha, fx, fy,
+                    fo)
+    else:
+        call.launch(saxpy_kernel, blocks_for(fo.size, BLOCK, UNROLL), BLOCK, alpha, fx, fy,
+                    fo)
     return result
 
 
@@ -249,6 +285,8 @@ def memcpy(src, out=None, stream=None):
     src = call.array(src, "src", dtypes=NUMERIC + (np.dtype(bool),))
     dst, result = call.output(out, "out", src.shape, src.dtype)
     fs, fo = call.flat(src, "src"), call.flat(dst, "out")
+    if np.dtype(src.dtype) == _F16:  # a bit copy (see vecadd_scalar_kernel)
+        fs, fo = fs.view(np.uint16), fo.view(np.uint16)
     call.launch(copy_kernel, blocks_for(fo.size, BLOCK, UNROLL), BLOCK, fs, fo)
     return result
 
@@ -278,6 +316,8 @@ def fill(out, value, stream=None):
     scalar = np.bool_(value) if dst.dtype == np.dtype(bool) else \
         _scalar("fill", value, np.dtype(dst.dtype), "value")
     fo = call.flat(dst, "out")
+    if np.dtype(dst.dtype) == _F16:  # fill with the bit pattern (see vecadd_scalar_kernel)
+        fo, scalar = fo.view(np.uint16), scalar.view(np.uint16)
     call.launch(fill_kernel, blocks_for(fo.size, BLOCK, UNROLL), BLOCK, fo, scalar)
     return out
 

@@ -73,8 +73,9 @@ def _argmax_takes(va, ia, vb, ib):
 
 # -- kernels --------------------------------------------------------------------------------
 
-def _make_reduce(acc, combine, load):
-    """A one-pass reduction kernel accumulating in cupric type `acc`."""
+def _make_reduce(acc, combine, load, quads):
+    """A one-pass reduction kernel accumulating in cupric type `acc`; `quads`: four
+    neighbouring elements per trip (else one: float16 inputs, see elementwise.py)."""
 
     @cupric.kernel
     def reduce_kernel(x, y, init, out, partials, counter):
@@ -84,7 +85,7 @@ def _make_reduce(acc, combine, load):
         lane = t & 31
         w = t >> 5
         n = len(x)
-        quads = n >> 2
+        full = n >> 2
         i = grid(1)
         step = gridsize(1)
         # Four neighbouring elements per trip (one 128-bit load of 32-bit values when
@@ -93,20 +94,25 @@ def _make_reduce(acc, combine, load):
         v1 = init
         v2 = init
         v3 = init
-        while i < quads:
-            j = i * 4
-            a0 = acc(load(x, y, j))
-            a1 = acc(load(x, y, j + 1))
-            a2 = acc(load(x, y, j + 2))
-            a3 = acc(load(x, y, j + 3))
-            v0 = combine(v0, a0)
-            v1 = combine(v1, a1)
-            v2 = combine(v2, a2)
-            v3 = combine(v3, a3)
-            i += step
-        k = quads * 4 + grid(1)
-        if k < n:
-            v0 = combine(v0, acc(load(x, y, k)))
+        if quads:
+            while i < full:
+                j = i * 4
+                a0 = acc(load(x, y, j))
+                a1 = acc(load(x, y, j + 1))
+                a2 = acc(load(x, y, j + 2))
+                a3 = acc(load(x, y, j + 3))
+                v0 = combine(v0, a0)
+                v1 = combine(v1, a1)
+                v2 = combine(v2, a2)
+                v3 = combine(v3, a3)
+                i += step
+            k = full * 4 + grid(1)
+            if k < n:
+                v0 = combine(v0, acc(load(x, y, k)))
+        else:
+            while i < n:
+                v0 = combine(v0, acc(load(x, y, i)))
+                i += step
         v = combine(combine(v0, v1), combine(v2, v3))
         # Block: warps reduce by butterfly, then warp 0 reduces the warps' results.
         d: i32 = 16  # 32-bit shuffle distances (an i64 local costs two ops)
@@ -268,17 +274,18 @@ _KERNELS: dict = {}
 _LOCK = threading.Lock()
 
 
-def reduce_kernel(kind: str, acc_dtype):
+def reduce_kernel(kind: str, acc_dtype, quads: bool = True):
     """The reduction kernel for `kind` ("sum", "dot", "min", "max") accumulating in
-    `acc_dtype` (f32, f64, i32, i64, u32 or u64): made once, then reused."""
-    key = (kind, np.dtype(acc_dtype))
+    `acc_dtype` (f32, f64, i32, i64, u32 or u64), reading four neighbouring elements per
+    trip (`quads`) or one: made once, then reused."""
+    key = (kind, np.dtype(acc_dtype), bool(quads))
     kern = _KERNELS.get(key)
     if kern is None:
         with _LOCK:
             kern = _KERNELS.get(key)
             if kern is None:
                 kern = _KERNELS[key] = _make_reduce(_CUPRIC_TYPES[key[1]], _COMBINE[kind],
-                                                    _LOAD[kind])
+                                                    _LOAD[kind], key[2])
     return kern
 
 
@@ -341,7 +348,9 @@ def _run_reduce(op, kind, x, y, acc_dtype, result_dtype, init, out, stream):
     blocks = blocks_for(n, BLOCK, 4)
     partials = call.scratch((blocks,), acc_dtype)
     counter = call.scratch((1,), np.uint32, zero=True)
-    call.launch(reduce_kernel(kind, acc_dtype), blocks, BLOCK, x, y,
+    # float16 inputs read one element per trip (libNVVM 13.0, see elementwise.py).
+    quads = np.dtype(x.dtype) != np.dtype(np.float16)
+    call.launch(reduce_kernel(kind, acc_dtype, quads), blocks, BLOCK, x, y,
                 np.dtype(acc_dtype).type(init), target1, partials, counter)
     if target is not dst:
         _convert(call, target1, dst)

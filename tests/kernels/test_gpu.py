@@ -124,6 +124,22 @@ def test_reductions(rng, n, dtype):
     assert host(reduce.argmax(dx))[()] == x.argmax()
 
 
+def test_reductions_float16(rng):
+    require_lowering("reduce")
+    from cupric.kernels import reduce
+    x = random_array(rng, 100_003, "f2")
+    dx = dev(x)
+    got = host(reduce.sum(dx))
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(float(got), x.astype(np.float64).sum(), rtol=2e-3, atol=0.5)
+    assert host(reduce.min(dx))[()] == x.min() and host(reduce.max(dx))[()] == x.max()
+    assert host(reduce.argmin(dx))[()] == x.argmin()
+    y = random_array(rng, 100_003, "f2")
+    np.testing.assert_allclose(float(host(reduce.dot(dx, dev(y)))),
+                               x.astype(np.float64) @ y.astype(np.float64), rtol=2e-3,
+                               atol=8.0)
+
+
 def test_reductions_nan_and_dot(rng):
     require_lowering("reduce")
     from cupric.kernels import reduce
