@@ -76,13 +76,38 @@ def register(name: str, infer: Callable, lower: Callable, writes=()) -> Rule:
 
 
 def rule_for(name: str) -> Rule | None:
-    """The rule of intrinsic `name`, loading the built-in tables on first use."""
-    if not _loaded:
-        _load_builtin_rules()
+    """The rule of intrinsic `name`, loading the built-in tables on first use: the module
+    that holds it first (a kernel that only reads thread indices imports one small
+    module, which keeps a cold compile short), all of them when that does not tell."""
+    rule = RULES.get(name)
+    if rule is not None or _loaded:
+        return rule
+    home = _HOME.get(name.split(".", 1)[0])
+    if home is not None:
+        import importlib
+        importlib.import_module(f"cupric.compiler.lowering.{home}")
+        rule = RULES.get(name)
+        if rule is not None:
+            return rule
+    _load_builtin_rules()
     return RULES.get(name)
 
 
 _loaded = False
+
+# First component of an intrinsic's name -> the lowering module that registers it.
+_HOME = {
+    **dict.fromkeys(("threadIdx", "blockIdx", "blockDim", "gridDim", "grid", "gridsize",
+                     "warpsize", "laneid", "syncthreads"), "indices"),
+    **dict.fromkeys(("syncthreads_and", "syncthreads_or", "syncthreads_count", "syncwarp",
+                     "threadfence", "threadfence_block", "threadfence_system",
+                     "nanosleep"), "sync"),
+    **dict.fromkeys(("trap", "clock", "clock64", "globaltimer"), "io"),
+    **dict.fromkeys(("grid_sync", "grid_stride"), "coop"),
+    **dict.fromkeys(("shared", "local"), "memory"),
+    "atomic": "atomic", "warp": "warp", "bits": "bits", "math": "mathx", "half": "half",
+    "vector": "vector",
+}
 
 
 def _load_builtin_rules() -> None:
