@@ -24,6 +24,7 @@ A, FALLBACK = G.HEUR_MODES["a"], G.HEUR_MODES["fallback"]
 
 @pytest.fixture
 def fake(monkeypatch):
+    settle()  # real descriptors other tests left to the garbage collector go first
     real = libmod.lib
     backend = FakeBackend(real, libmod.ffi)
     monkeypatch.setattr(libmod, "lib", backend)
