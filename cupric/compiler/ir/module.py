@@ -22,6 +22,8 @@ NVVM_IR_VERSION = (2, 0)
 NVVM_DEBUG_VERSION = (3, 2)
 
 _PLAIN_NAME = re.compile(r"[A-Za-z_.$][\w.$]*\Z")
+_NOT_LOCAL_CHARS = re.compile(r"[^\w.]")
+_NOT_SYMBOL_CHARS = re.compile(r"[^\w.$]")
 
 
 def symbol(name: str) -> str:
@@ -73,7 +75,7 @@ class Function:
         self.args = [Value(t, "%" + self._unique(n)) for t, n in zip(type.args, arg_names)]
 
     def _unique(self, base: str) -> str:
-        base = re.sub(r"[^\w.]", "_", base) or "v"
+        base = _NOT_LOCAL_CHARS.sub("_", base) or "v"
         n = self._names.get(base, 0)
         self._names[base] = n + 1
         return base if n == 0 else f"{base}.{n}"
@@ -153,7 +155,7 @@ class Module:
     # -- symbols ---------------------------------------------------------------------------
 
     def unique_symbol(self, base: str) -> str:
-        name = re.sub(r"[^\w.$]", "_", base)
+        name = _NOT_SYMBOL_CHARS.sub("_", base)
         candidate, n = name, 0
         while candidate in self._symbols:
             n += 1
