@@ -1,0 +1,255 @@
+"""The legacy-API calls of cupric.cudnn on the CPU lane: each operation runs its real code
+up to the cuDNN call, which is answered by a C callback of the function's exact
+signature (so cffi converts every argument as the real call would: count, types), and
+the descriptors it received are read back from cuDNN (descriptor calls run without a
+GPU). What is checked: dims, strides, element types, modes and scalars passed, and the
+device pointers in the right places."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cupric.cudnn import _validate as V
+from cupric.cudnn import api as dnn
+from cupric.cudnn import handle as handle_mod
+from cupric.runtime import memory
+
+from test_cudnn_cpu import FakeDeviceArray, nhwc
+
+libmod = pytest.importorskip("cupric.cudnn.lib")
+if not libmod.is_available():
+    pytest.skip("cuDNN bindings cannot be loaded here", allow_module_level=True)
+
+REAL = libmod.lib
+FFI = libmod.ffi
+
+
+class Recorder:
+    """The real library, except the named functions, which record their C arguments."""
+
+    def __init__(self, answers: dict):
+        self._real = REAL
+        self.calls: list[tuple[str, tuple]] = []
+        self._callbacks = {}
+        for name, answer in answers.items():
+            self._callbacks[name] = self._callback(name, answer)
+
+    def _callback(self, name, answer):
+        def impl(*args):
+            self.calls.append((name, args))
+            if callable(answer):
+                answer(*args)
+            return 0
+        return FFI.callback(FFI.typeof(getattr(REAL, name)), impl)
+
+    def __getattr__(self, name):
+        cb = self._callbacks.get(name)
+        return cb if cb is not None else getattr(self._real, name)
+
+    def only(self, name):
+        found = [args for n, args in self.calls if n == name]
+        assert len(found) == 1, f"{name} called {len(found)} times"
+        return found[0]
+
+
+def tensor_of(desc):
+    """(element type, dims, strides) of a legacy tensor descriptor."""
+    dtype, nb = FFI.new("cudnnDataType_t *"), FFI.new("int *")
+    dims, strides = FFI.new("int[8]"), FFI.new("int[8]")
+    libmod.check(REAL.cudnnGetTensorNdDescriptor(desc, 8, dtype, nb, dims, strides))
+    names = {v: k for k, v in V.DATA_TYPES.items()}
+    return names[dtype[0]], tuple(dims[0:nb[0]]), tuple(strides[0:nb[0]])
+
+
+def address(ptr) -> int:
+    return int(FFI.cast("uintptr_t", ptr))
+
+
+def scalar(ptr, ctype="float"):
+    return FFI.cast(f"{ctype} *", ptr)[0]
+
+
+@pytest.fixture
+def h():
+    handle = handle_mod.Handle.from_handle(0xDEAD0, device=0)
+    yield handle
+    handle.close()
+
+
+@pytest.fixture
+def record(monkeypatch):
+    def install(**answers):
+        recorder = Recorder(answers)
+        monkeypatch.setattr(libmod, "lib", recorder)
+        return recorder
+    return install
+
+
+@pytest.fixture
+def fake_alloc(monkeypatch):
+    """Outputs cupric allocates become borrows of made-up addresses."""
+    made = []
+
+    def new_output(shape, etype, layout, stream):
+        arr = FakeDeviceArray(shape, V.alloc_dtype(etype))
+        buf = memory.borrow(arr.ptr, shape, None, arr.dtype)
+        made.append(buf)
+        return buf
+
+    def empty(shape, dtype=np.float64, stream=None):
+        arr = FakeDeviceArray(memory.normalize_shape(shape), dtype)
+        buf = memory.borrow(arr.ptr, arr.shape, None, arr.dtype)
+        made.append(buf)
+        return buf
+
+    monkeypatch.setattr(V, "new_output", new_output)
+    monkeypatch.setattr(memory, "empty", empty)
+    return made
+
+
+def test_pooling_calls(h, record):
+    rec = record(cudnnPoolingForward=None, cudnnPoolingBackward=None)
+    x = nhwc((2, 8, 9, 9), "float16")
+    y = nhwc((2, 8, 5, 5), "float16")
+    dnn.pool_forward(x, "avg_exclude_pad", window=3, stride=2, padding=1, out=y, handle=h)
+    handle, pool, alpha, xd, xp, beta, yd, yp = rec.only("cudnnPoolingForward")
+    assert address(handle) == 0xDEAD0
+    assert scalar(alpha) == 1.0 and scalar(beta) == 0.0
+    assert tensor_of(xd) == ("f16", (2, 8, 9, 9), (648, 1, 72, 8))
+    assert tensor_of(yd) == ("f16", (2, 8, 5, 5), (200, 1, 40, 8))
+    assert (address(xp), address(yp)) == (x.ptr, y.ptr)
+    mode, nan, nb = FFI.new("cudnnPoolingMode_t *"), FFI.new("cudnnNanPropagation_t *"), \
+        FFI.new("int *")
+    window, padding, stride = FFI.new("int[3]"), FFI.new("int[3]"), FFI.new("int[3]")
+    libmod.check(REAL.cudnnGetPoolingNdDescriptor(pool, 3, mode, nan, nb, window, padding,
+                                                  stride))
+    assert mode[0] == REAL.CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING
+    assert nan[0] == REAL.CUDNN_PROPAGATE_NAN
+    assert nb[0] == 2 and list(window)[:2] == [3, 3] and list(padding)[:2] == [1, 1] \
+        and list(stride)[:2] == [2, 2]
+    dy, dx = nhwc((2, 8, 5, 5), "float16"), nhwc((2, 8, 9, 9), "float16")
+    dnn.pool_backward(dy, x, y, "avg_exclude_pad", window=3, stride=2, padding=1, out=dx,
+                      handle=h)
+    args = rec.only("cudnnPoolingBackward")
+    assert [address(args[i]) for i in (4, 6, 8, 11)] == [y.ptr, dy.ptr, x.ptr, dx.ptr]
+
+
+def test_activation_calls(h, record):
+    rec = record(cudnnActivationForward=None, cudnnActivationBackward=None)
+    x = FakeDeviceArray((3, 7), "float64")
+    y = FakeDeviceArray((3, 7), "float64")
+    dnn.activation_forward(x, "swish", beta=1.7, out=y, handle=h)
+    _h, act, alpha, xd, xp, beta, yd, yp = rec.only("cudnnActivationForward")
+    assert scalar(alpha, "double") == 1.0 and scalar(beta, "double") == 0.0
+    assert tensor_of(xd) == ("f64", (3, 7, 1, 1), (7, 1, 1, 1))
+    mode, nan, coef = FFI.new("cudnnActivationMode_t *"), \
+        FFI.new("cudnnNanPropagation_t *"), FFI.new("double *")
+    libmod.check(REAL.cudnnGetActivationDescriptor(act, mode, nan, coef))
+    swish_beta = FFI.new("double *")
+    libmod.check(REAL.cudnnGetActivationDescriptorSwishBeta(act, swish_beta))
+    assert mode[0] == REAL.CUDNN_ACTIVATION_SWISH and swish_beta[0] == 1.7
+    assert nan[0] == REAL.CUDNN_PROPAGATE_NAN
+    dy, dx = FakeDeviceArray((3, 7), "float64"), FakeDeviceArray((3, 7), "float64")
+    dnn.activation_backward(dy, x, y, "elu", alpha=0.3, out=dx, handle=h)
+    args = rec.only("cudnnActivationBackward")
+    assert [address(args[i]) for i in (4, 6, 8, 11)] == [y.ptr, dy.ptr, x.ptr, dx.ptr]
+    libmod.check(REAL.cudnnGetActivationDescriptor(args[1], mode, nan, coef))
+    assert mode[0] == REAL.CUDNN_ACTIVATION_ELU and coef[0] == pytest.approx(0.3)
+
+
+def test_activation_backward_recomputes_y(h, record, fake_alloc):
+    rec = record(cudnnActivationForward=None, cudnnActivationBackward=None)
+    x, dy = FakeDeviceArray((4, 4)), FakeDeviceArray((4, 4))
+    dnn.activation_backward(dy, x, mode="tanh", out=FakeDeviceArray((4, 4)), handle=h)
+    forward = rec.only("cudnnActivationForward")
+    backward = rec.only("cudnnActivationBackward")
+    assert address(forward[7]) == address(backward[4]) == fake_alloc[0].ptr
+
+
+def test_softmax_calls(h, record):
+    rec = record(cudnnSoftmaxForward=None, cudnnSoftmaxBackward=None)
+    x, y = nhwc((2, 10, 3, 4)), nhwc((2, 10, 3, 4))
+    dnn.softmax_forward(x, 1, log=True, out=y, handle=h)
+    _h, algo, mode, alpha, xd, xp, beta, yd, yp = rec.only("cudnnSoftmaxForward")
+    assert algo == REAL.CUDNN_SOFTMAX_LOG and mode == REAL.CUDNN_SOFTMAX_MODE_CHANNEL
+    assert tensor_of(xd) == ("f32", (2, 10, 12, 1), (120, 1, 10, 1))
+    dx = nhwc((2, 10, 3, 4))
+    dnn.softmax_backward(y, x, 1, out=dx, handle=h)
+    args = rec.only("cudnnSoftmaxBackward")
+    assert args[1] == REAL.CUDNN_SOFTMAX_ACCURATE
+    assert [address(args[i]) for i in (5, 7, 10)] == [y.ptr, x.ptr, dx.ptr]
+
+
+def test_batch_norm_calls(h, record, fake_alloc):
+    rec = record(cudnnBatchNormalizationForwardTraining=None,
+                 cudnnBatchNormalizationForwardInference=None,
+                 cudnnBatchNormalizationBackward=None)
+    x, y = nhwc((4, 6, 5, 5), "float16"), nhwc((4, 6, 5, 5), "float16")
+    w, b, rm, rv = (FakeDeviceArray((6,)) for _ in range(4))
+    res = dnn.batch_norm_training(x, w, b, rm, rv, momentum=0.25, eps=1e-3, out=y, handle=h)
+    args = rec.only("cudnnBatchNormalizationForwardTraining")
+    assert args[1] == REAL.CUDNN_BATCHNORM_SPATIAL
+    assert tensor_of(args[4])[0] == "f16" and address(args[5]) == x.ptr
+    assert tensor_of(args[8]) == ("f32", (1, 6, 1, 1), (6, 1, 1, 1))
+    assert [address(args[i]) for i in (9, 10, 12, 13)] == [w.ptr, b.ptr, rm.ptr, rv.ptr]
+    assert args[11] == 0.25 and args[14] == 1e-3
+    assert [address(args[i]) for i in (15, 16)] == [res.save_mean.ptr, res.save_inv_std.ptr]
+    dy, dx = nhwc((4, 6, 5, 5), "float16"), nhwc((4, 6, 5, 5), "float16")
+    got = dnn.batch_norm_backward(dy, x, w, res.save_mean, res.save_inv_std, eps=1e-3,
+                                  out=dx, handle=h)
+    args = rec.only("cudnnBatchNormalizationBackward")
+    assert len(args) == 19 and args[16] == 1e-3
+    assert [address(args[i]) for i in (7, 9, 11, 13, 14, 15, 17, 18)] == [
+        x.ptr, dy.ptr, dx.ptr, w.ptr, got[1].ptr, got[2].ptr, res.save_mean.ptr,
+        res.save_inv_std.ptr]
+    dnn.batch_norm_inference(x, w, b, rm, rv, eps=1e-4, out=y, handle=h)
+    args = rec.only("cudnnBatchNormalizationForwardInference")
+    assert args[13] == 1e-4 and [address(args[i]) for i in (9, 10, 11, 12)] == [
+        w.ptr, b.ptr, rm.ptr, rv.ptr]
+
+
+def test_bias_calls(h, record):
+    rec = record(cudnnConvolutionBackwardBias=None, cudnnAddTensor=None)
+    dy = nhwc((2, 16, 4, 4))
+    db = FakeDeviceArray((16,))
+    dnn.conv_backward_bias(dy, out=db, handle=h)
+    _h, alpha, dyd, dyp, beta, dbd, dbp = rec.only("cudnnConvolutionBackwardBias")
+    assert tensor_of(dbd) == ("f32", (1, 16, 1, 1), (16, 1, 1, 1))
+    assert (address(dyp), address(dbp)) == (dy.ptr, db.ptr)
+    from cupric.cudnn import conv as conv_mod
+    ty = V.tensor(dy, "y", "t")
+    tb = V.tensor(db, "b", "t", ndims=(1,), layouts=False)
+    conv_mod._add_bias(h, ty, tb, 16)
+    _h, alpha, bd, bp, beta, yd, yp = rec.only("cudnnAddTensor")
+    assert scalar(alpha) == 1.0 and scalar(beta) == 1.0          # accumulates onto y
+    assert tensor_of(yd)[2] == (256, 1, 64, 16)
+
+
+def test_dropout_calls(h, record, fake_alloc):
+    def states_size(handle, size):
+        size[0] = 4096
+
+    def reserve_size(desc, size):
+        size[0] = 128
+
+    rec = record(cudnnDropoutGetStatesSize=states_size, cudnnSetDropoutDescriptor=None,
+                 cudnnDropoutGetReserveSpaceSize=reserve_size, cudnnDropoutForward=None,
+                 cudnnDropoutBackward=None)
+    layer = dnn.Dropout(0.25, seed=99, handle=h)
+    _d, _h, p, states, size, seed = rec.only("cudnnSetDropoutDescriptor")
+    assert p == 0.25 and size == 4096 and seed == 99
+    assert address(states) == fake_alloc[0].ptr and layer.states_bytes == 4096
+    x, y = FakeDeviceArray((8, 32), "float16"), FakeDeviceArray((8, 32), "float16")
+    _, reserve = layer.forward(x, out=y)
+    args = rec.only("cudnnDropoutForward")
+    assert [address(args[i]) for i in (3, 5, 6)] == [x.ptr, y.ptr, reserve.ptr]
+    assert args[7] == 128
+    dx = FakeDeviceArray((8, 32), "float16")
+    layer.backward(y, reserve, out=dx)
+    args = rec.only("cudnnDropoutBackward")
+    assert [address(args[i]) for i in (3, 5, 6)] == [y.ptr, dx.ptr, reserve.ptr]
+    with pytest.raises(ValueError, match="reserve has 64 bytes"):
+        layer.backward(y, memory.borrow(0x5000, 64, None, np.uint8), out=dx)
+    layer.close()
+    assert layer.closed
