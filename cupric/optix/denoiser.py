@@ -17,7 +17,7 @@ from cupric.runtime._lifetime import Resource
 
 from .options import DenoiserOptions
 
-__all__ = ["Denoiser", "PIXEL_FORMATS", "image_struct", "denoiser_ffi"]
+__all__ = ["Denoiser", "PIXEL_FORMATS", "image_struct", "denoiser_layers", "denoiser_ffi"]
 
 # OptixPixelFormat by (NumPy kind+size, channels)
 PIXEL_FORMATS = {("f2", 2): 0x2207, ("f2", 3): 0x2201, ("f2", 4): 0x2202,
@@ -130,6 +130,52 @@ def image_struct(image, what: str, struct=None):
     return struct, (height, width), view.owner
 
 
+def denoiser_layers(options: DenoiserOptions, max_size, color, output, albedo=None,
+                    normal=None):
+    """Validate the images of one invocation against the denoiser's options and set-up
+    size (``(width, height)`` or None), without OptiX; returns the filled
+    ``OptixDenoiserLayer`` and ``OptixDenoiserGuideLayer`` and the objects to keep alive.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Host arrays, formats, sizes that differ or exceed the set-up size, guides missing
+        or unexpected.
+    """
+    ffi = denoiser_ffi()
+    layer = ffi.new("OptixDenoiserLayer *")
+    guides = ffi.new("OptixDenoiserGuideLayer *")
+    keep = [layer, guides]
+    _, size, owner = image_struct(color, "color", layer.input)
+    keep.append(owner)
+    _, out_size, owner = image_struct(output, "output", layer.output)
+    keep.append(owner)
+    if out_size != size:
+        raise ValueError(f"output is {out_size[1]}x{out_size[0]}, color {size[1]}x{size[0]}")
+    if layer.input.format != layer.output.format:
+        raise ValueError("output must have the pixel format (dtype, channels) of color")
+    for name, image, wanted, target in (("albedo", albedo, options.guide_albedo,
+                                         guides.albedo),
+                                        ("normal", normal, options.guide_normal,
+                                         guides.normal)):
+        if wanted and image is None:
+            raise ValueError(f"the denoiser was created with guide_{name}=True: pass "
+                             f"{name}=")
+        if image is not None and not wanted:
+            raise ValueError(f"{name}= given, but the denoiser was created without "
+                             f"guide_{name}")
+        if image is not None:
+            _, guide_size, owner = image_struct(image, name, target)
+            keep.append(owner)
+            if guide_size != size:
+                raise ValueError(f"{name} is {guide_size[1]}x{guide_size[0]}, color "
+                                 f"{size[1]}x{size[0]}")
+    if max_size is not None and (size[1] > max_size[0] or size[0] > max_size[1]):
+        raise ValueError(f"image {size[1]}x{size[0]} exceeds the set-up size "
+                         f"{max_size[0]}x{max_size[1]}: call setup() again")
+    return layer, guides, keep
+
+
 def _destroy_denoiser(handle, _context) -> None:
     from . import lib
     lib.check(lib.optixDenoiserDestroy(handle))
@@ -230,40 +276,6 @@ class Denoiser(Resource):
                 buffer.close(stream=stream)
         self._state = self._scratch = self._intensity = None
 
-    def check_images(self, color, output, albedo=None, normal=None):
-        """Validate the images of an invocation (shapes, formats, guides) without OptiX;
-        returns the filled layer and guide-layer structs and the owners to keep alive."""
-        ffi = denoiser_ffi()
-        layer = ffi.new("OptixDenoiserLayer *")
-        guides = ffi.new("OptixDenoiserGuideLayer *")
-        keep = [layer, guides]
-        _, size, owner = image_struct(color, "color", layer.input)
-        keep.append(owner)
-        _, out_size, owner = image_struct(output, "output", layer.output)
-        keep.append(owner)
-        if out_size != size:
-            raise ValueError(f"output is {out_size[1]}x{out_size[0]}, color {size[1]}x{size[0]}")
-        for name, image, wanted, target in (("albedo", albedo, self.options.guide_albedo,
-                                             guides.albedo),
-                                            ("normal", normal, self.options.guide_normal,
-                                             guides.normal)):
-            if wanted and image is None:
-                raise ValueError(f"the denoiser was created with guide_{name}=True: pass "
-                                 f"{name}=")
-            if image is not None and not wanted:
-                raise ValueError(f"{name}= given, but the denoiser was created without "
-                                 f"guide_{name}")
-            if image is not None:
-                _, guide_size, owner = image_struct(image, name, target)
-                keep.append(owner)
-                if guide_size != size:
-                    raise ValueError(f"{name} is {guide_size[1]}x{guide_size[0]}, color "
-                                     f"{size[1]}x{size[0]}")
-        if self._size is not None and (size[1] > self._size[0] or size[0] > self._size[1]):
-            raise ValueError(f"image {size[1]}x{size[0]} exceeds the set-up size "
-                             f"{self._size[0]}x{self._size[1]}: call setup() again")
-        return layer, guides, keep
-
     def invoke(self, color, output, *, albedo=None, normal=None, blend: float = 0.0,
                stream=None) -> None:
         """Denoise `color` into `output` (optixDenoiserInvoke).
@@ -292,7 +304,8 @@ class Denoiser(Resource):
         if not isinstance(blend, (int, float)) or isinstance(blend, bool) or \
                 not 0.0 <= blend <= 1.0:
             raise ValueError(f"blend must be a number in 0..1, got {blend!r}")
-        layer, guides, keep = self.check_images(color, output, albedo, normal)
+        layer, guides, keep = denoiser_layers(self.options, self._size, color, output,
+                                             albedo, normal)
         if layer.input.data == layer.output.data:
             raise ValueError("output must not alias color")
         ffi = denoiser_ffi()
