@@ -27,6 +27,9 @@ _ANY_NDIM = (1, 2, 3, 4, 5, 6, 7, 8)
 class Dropout:
     """A dropout layer: probability, seed and the generator states, bound to a handle.
 
+    No public constructor (it owns device memory of one context): `Dropout.create`
+    takes the parameters below.
+
     Parameters
     ----------
     p : float
@@ -40,7 +43,7 @@ class Dropout:
 
     Examples
     --------
-    >>> drop = cupric.cudnn.Dropout(0.1, seed=1234)                   # doctest: +SKIP
+    >>> drop = cupric.cudnn.Dropout.create(0.1, seed=1234)            # doctest: +SKIP
     >>> y, reserve = drop.forward(x)
     >>> dx = drop.backward(dy, reserve)
 
@@ -57,7 +60,20 @@ class Dropout:
     byte per 8 elements or so) in stream order.
     """
 
-    def __init__(self, p: float, seed: int = 0, *, handle=None, stream=None):
+    def __init__(self, *args, **kwargs):
+        raise TypeError("Dropout has no public constructor; use "
+                        "cupric.cudnn.Dropout.create(p, seed, handle=..., stream=...)")
+
+    @classmethod
+    def create(cls, p: float, seed: int = 0, *, handle=None, stream=None) -> "Dropout":
+        """A new dropout layer with its generator states initialized (see the class)."""
+        self = cls.__new__(cls)
+        self._setup(p, seed, handle, stream)
+        return self
+
+    def _setup(self, p, seed, handle, stream) -> None:
+        self._descriptor = None
+        self._states = None
         p = float(p)
         if not 0.0 <= p < 1.0:
             raise ValueError(f"Dropout: p must be in [0, 1), got {p}")
@@ -196,6 +212,6 @@ def dropout(x, p: float, *, seed: int = 0, handle=None, stream=None):
     ----
     Initializes generator states each call: make a `Dropout` once for training loops.
     """
-    layer = Dropout(p, seed, handle=handle, stream=stream)
+    layer = Dropout.create(p, seed, handle=handle, stream=stream)
     y, reserve = layer.forward(x)
     return y, reserve, layer

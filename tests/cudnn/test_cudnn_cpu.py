@@ -322,7 +322,7 @@ def test_other_ops_validate_before_the_gpu():
         dnn.batch_norm_training(x, FakeDeviceArray((4,)), FakeDeviceArray((4,)),
                                 FakeDeviceArray((4,)))
     with pytest.raises(ValueError, match="p must be in"):
-        dnn.Dropout(1.0)
+        dnn.Dropout.create(1.0)
     with pytest.raises(ValueError, match="matmul: inner dimensions differ"):
         dnn.matmul(FakeDeviceArray((3, 4)), FakeDeviceArray((5, 6)))
     with pytest.raises(TypeError, match="matmul: b has element type f16"):
@@ -761,3 +761,10 @@ def test_descriptors_from_arrays():
     t.close()
     with pytest.raises(TypeError, match="backend_tensor_of: w has element type i32"):
         dnn.backend_tensor_of(FakeDeviceArray((4,), "int32"), 1, name="w", finalize=False)
+
+
+def test_context_bound_objects_have_factories():
+    with pytest.raises(TypeError, match=r"Dropout.create"):
+        dnn.Dropout(0.5)
+    with pytest.raises(TypeError, match=r"Handle.get"):
+        dnn.Handle()

@@ -491,7 +491,7 @@ def test_batch_norm_numerical_gradient(gen):
 def test_dropout(etype, gen):
     p = 0.3
     x = randn((64, 1024), etype, gen) + 3.0        # no zeros in x
-    with dnn.Dropout(p, seed=1234) as layer:
+    with dnn.Dropout.create(p, seed=1234) as layer:
         out = poisoned(x.shape, etype)
         y, reserve = layer.forward(x, out=out)
         dropped = out == 0
@@ -505,7 +505,7 @@ def test_dropout(etype, gen):
         assert (dx[dropped] == 0).all()
         check_close(dx[kept], dy.double()[kept] / (1 - p), etype, "dropout backward")
         _, reserve2 = layer.forward(x)      # the states advance: another mask
-    with dnn.Dropout(p, seed=1234) as again:
+    with dnn.Dropout.create(p, seed=1234) as again:
         y3, _ = again.forward(x)
         assert torch.equal(as_torch(y3), out)      # same seed: same first mask
 

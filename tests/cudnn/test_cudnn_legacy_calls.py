@@ -236,7 +236,7 @@ def test_dropout_calls(h, record, fake_alloc):
     rec = record(cudnnDropoutGetStatesSize=states_size, cudnnSetDropoutDescriptor=None,
                  cudnnDropoutGetReserveSpaceSize=reserve_size, cudnnDropoutForward=None,
                  cudnnDropoutBackward=None)
-    layer = dnn.Dropout(0.25, seed=99, handle=h)
+    layer = dnn.Dropout.create(0.25, seed=99, handle=h)
     _d, _h, p, states, size, seed = rec.only("cudnnSetDropoutDescriptor")
     assert p == 0.25 and size == 4096 and seed == 99
     assert address(states) == fake_alloc[0].ptr and layer.states_bytes == 4096
