@@ -18,12 +18,14 @@ import argparse
 import json
 import statistics
 import sys
+import time
 import traceback
 
 import numpy as np
 
 WARMUP = 2
 REPEATS = 10
+BATCH = 8                   # calls between a pair of events (see Timer.once)
 N = 1 << 27                 # elements of the bandwidth-bound benchmarks (512 MiB of f32)
 IMAGE = (8192, 8192)        # rgba2gray
 MATRIX = (8192, 16384)      # transpose, f32
@@ -427,17 +429,25 @@ class Timer:
         self.cp = cp
         self.stream = stream
 
-    def once(self, fn) -> float:
+    def once(self, fn, batch: int) -> float:
+        """Device seconds per call of `fn`, from `batch` calls between two events.
+
+        A lead-in call keeps the device busy while the events and the batch are queued,
+        so the host's own cost per call (Python, argument checks, allocations) overlaps
+        the device work, as in a pipeline, instead of being timed as idle device time.
+        `host_overhead` measures that cost separately."""
         cp = self.cp
         start, end = cp.cuda.Event(), cp.cuda.Event()
-        start.record(self.stream)
         fn()
+        start.record(self.stream)
+        for _ in range(batch):
+            fn()
         end.record(self.stream)
         end.synchronize()
-        return cp.cuda.get_elapsed_time(start, end) / 1e3
+        return cp.cuda.get_elapsed_time(start, end) / 1e3 / batch
 
-    def compare(self, impls: dict, repeats: int = REPEATS) -> dict:
-        """Median seconds of each implementation, interleaved round by round."""
+    def compare(self, impls: dict, repeats: int = REPEATS, batch: int = BATCH) -> dict:
+        """Median seconds per call of each implementation, interleaved round by round."""
         for fn in impls.values():
             for _ in range(WARMUP):
                 fn()
@@ -445,8 +455,20 @@ class Timer:
         times: dict = {name: [] for name in impls}
         for _ in range(repeats):
             for name, fn in impls.items():
-                times[name].append(self.once(fn))
+                times[name].append(self.once(fn, batch))
         return {name: statistics.median(t) for name, t in times.items()}
+
+    def host_us(self, fn, calls: int = 300) -> float:
+        """Host microseconds per call of `fn` on a small input (the device keeps up)."""
+        for _ in range(5):
+            fn()
+        self.stream.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        t1 = time.perf_counter()
+        self.stream.synchronize()
+        return (t1 - t0) / calls * 1e6
 
 
 def _numba(cp, stream):
@@ -601,7 +623,7 @@ class Suite:
         mw, mh = 4096, 4096
         frame = cp.empty((mh, mw), cp.uint8)
         t = self.timer.compare({"cupric": lambda: image.mandelbrot(
-            mw, mh, max_iter=256, out=frame, stream=self.s)}, repeats=3)["cupric"]
+            mw, mh, max_iter=256, out=frame, stream=self.s)}, repeats=3, batch=2)["cupric"]
         entry["mandelbrot_4096x4096_256"] = {"cupric": {"ms": t * 1e3,
                                                         "Mpixel_s": mw * mh / t / 1e6}}
         return entry
@@ -667,17 +689,17 @@ class Suite:
             "sum": ({"cupric": lambda: reduce.sum(x, out=out_f, stream=s),
                      "cuda_c": lambda: c_sum((blocks,), (256,), (x, np.int64(N), ref, partials,
                                                                  counter), stream=self.stream),
-                     "cupy": lambda: cp.sum(x, out=ref)},
+                     "cupy": lambda: cp.sum(x)},
                     4 * N, lambda: abs(float(out_f) - float(cp.sum(x, dtype=cp.float64)))
                     < 1e-3 * float(cp.abs(x).sum())),
             "min": ({"cupric": lambda: reduce.min(x, out=out_f, stream=s),
-                     "cupy": lambda: cp.min(x, out=ref)},
+                     "cupy": lambda: cp.min(x)},
                     4 * N, lambda: float(out_f) == float(cp.min(x))),
             "argmax": ({"cupric": lambda: reduce.argmax(x, out=out_i, stream=s),
                         "cupy": lambda: cp.argmax(x)},
                        4 * N, lambda: int(out_i) == int(cp.argmax(x))),
             "dot": ({"cupric": lambda: reduce.dot(x, y, out=out_f, stream=s),
-                     "cupy": lambda: cp.dot(x, y, out=ref)},
+                     "cupy": lambda: cp.dot(x, y)},
                     8 * N, lambda: abs(float(out_f) - float(cp.dot(x.astype(cp.float64),
                                                                    y.astype(cp.float64))))
                     < 1e-3 * float(cp.sqrt(cp.dot(x, x) * cp.dot(y, y)))),
@@ -785,13 +807,13 @@ class Suite:
                 twin_err = float(cp.abs(twin - ref).max() / cp.abs(ref).max())
                 if twin_err > 1e-4:
                     raise AssertionError(f"the CUDA C SGEMM twin: relative error {twin_err:.2e}")
-            times = self.timer.compare(impls, repeats=5)
+            times = self.timer.compare(impls, repeats=5, batch=1)
             flops = 2 * size ** 3
             results[label] = {"n": size, **{name: {"ms": t * 1e3, "TFLOPs": flops / t / 1e12}
                                             for name, t in times.items()}}
             if label == "sgemm":
                 tiled = self.timer.compare({"cupric_tiled": lambda: gemm.gemm(
-                    a, b, out, algorithm="tiled", stream=self.s)}, repeats=2)
+                    a, b, out, algorithm="tiled", stream=self.s)}, repeats=2, batch=1)
                 results[label]["cupric_tiled"] = {"ms": tiled["cupric_tiled"] * 1e3,
                                                   "TFLOPs": flops / tiled["cupric_tiled"] / 1e12}
         return results
@@ -843,7 +865,7 @@ class Suite:
             impls = {"cupric": fn, "cupy_sort": lambda: cp.sort(x)}
             if label == "bitonic_u32":
                 impls["cuda_c"] = c_bitonic
-            times = self.timer.compare(impls, repeats=5)
+            times = self.timer.compare(impls, repeats=5, batch=2)
             results[label] = {"n": n, **{name: {"ms": t * 1e3, "Gkeys_s": n / t / 1e9}
                                          for name, t in times.items()}}
         c_bitonic()
@@ -880,8 +902,55 @@ class Suite:
         return {"histogram_u8_256": self._bandwidth(self.timer.compare(impls), N)}
 
 
+    # -- host cost per call --------------------------------------------------------------
+
+    def host_overhead(self) -> dict:
+        """Host microseconds per call on small inputs (4096 elements), where the device
+        finishes each launch long before the host issues the next: the cost of the
+        Python wrapper and launch path, beside a CuPy RawKernel launch and CuPy's own
+        routines."""
+        cp = self.cp
+        from cupric.kernels import elementwise as ew, histogram, reduce, scan, sort
+        from cupric.runtime import as_device_array
+        n = 4096
+        s, st = self.s, self.stream
+        x = self.rs.random_sample(n, dtype=cp.float32)
+        y = self.rs.random_sample(n, dtype=cp.float32)
+        out = cp.empty_like(x)
+        total = cp.empty((), cp.float32)
+        keys = (x * 2 ** 31).astype(cp.uint32)
+        sorted_keys = cp.empty_like(keys)
+        small = (x * 255).astype(cp.uint8)
+        counts = cp.empty(256, cp.int64)
+        blocks = self.grid_stride_blocks(n)
+        c_vecadd = self.fn("vecadd")
+        bx, by, bout = (as_device_array(v) for v in (x, y, out))
+        host = self.timer.host_us
+        rows = {
+            "vecadd": {"cupric": host(lambda: ew.vecadd(x, y, out=out, stream=s)),
+                       "cupric_kernel_launch": host(
+                           lambda: ew.vecadd_kernel[blocks, 256, s](bx, by, bout)),
+                       "cuda_c": host(lambda: c_vecadd((blocks,), (256,),
+                                                       (x, y, out, np.int64(n)), stream=st)),
+                       "cupy": host(lambda: cp.add(x, y, out=out))},
+            "sum": {"cupric": host(lambda: reduce.sum(x, out=total, stream=s)),
+                    "cupy": host(lambda: cp.sum(x))},
+            "inclusive_scan": {"cupric": host(lambda: scan.inclusive_scan(x, out=out,
+                                                                          stream=s)),
+                               "cupy": host(lambda: cp.cumsum(x, out=out))},
+            "radix_sort": {"cupric": host(lambda: sort.radix_sort(keys, sorted_keys,
+                                                                  stream=s), calls=50),
+                           "cupy": host(lambda: cp.sort(keys), calls=50)},
+            "histogram": {"cupric": host(lambda: histogram.histogram(small, 256, (0, 256),
+                                                                     out=counts, stream=s)),
+                          "cupy": host(lambda: cp.histogram(small, 256, (0, 256)))},
+        }
+        return {name: {impl: {"host_us": us} for impl, us in row.items()}
+                for name, row in rows.items()}
+
+
 BENCHMARKS = ("elementwise", "image", "transpose", "reductions", "scans", "gemm", "sorts",
-              "histogram")
+              "histogram", "host_overhead")
 
 
 def summarize(results: dict) -> list[dict]:
@@ -943,6 +1012,11 @@ def print_table(results: dict) -> None:
         frac = f"{100 * row['of_copy']:5.1f}" if row.get("of_copy") else "    -"
         print(f"{row['name']:26s} {row['cupric_ms']:7.3f}ms {row.get('rate', ''):>15s} "
               f"{frac:>6s}  {peers:44s} {row['goal']}")
+    host = results.get("host_overhead")
+    if isinstance(host, dict) and "error" not in host:
+        print("host cost per call, 4096 elements (us): " + "; ".join(
+            f"{name}: " + ", ".join(f"{impl} {v['host_us']:.1f}" for impl, v in row.items())
+            for name, row in host.items()))
     for name in BENCHMARKS:
         entry = results.get(name)
         if isinstance(entry, dict) and "error" in entry:
