@@ -179,13 +179,6 @@ def scalars(etype: str) -> tuple:
     return pair
 
 
-def scalar(etype: str, value: float):
-    """A host pointer to `value` of the legacy scaling type for `etype` (kept alive by
-    the returned cffi object)."""
-    ffi = _lib().ffi
-    return ffi.new("double[1]" if etype == "f64" else "float[1]", [float(value)])
-
-
 # --------------------------------------------------------------------------------------
 # Descriptors straight from device arrays
 

@@ -16,7 +16,7 @@ import numpy as np
 from cupric.runtime._lifetime import Resource
 from cupric.runtime.errors import ClosedError
 
-__all__ = ["Handle", "default_handle", "resolve", "stream_of", "invoke"]
+__all__ = ["Handle", "default_handle", "resolve", "stream_of"]
 
 
 class _Owned:
@@ -421,12 +421,3 @@ def stream_of(handle, stream) -> int:
     if handle is not None and isinstance(handle, Handle):
         return handle.stream
     return _stream_parts(stream)[0]
-
-
-def invoke(name: str, *args) -> None:
-    """Call the cuDNN function `name`; raise the typed `CudnnError` on a failing status."""
-    from . import lib
-    status = getattr(lib.lib, name)(*args)
-    if status:
-        from .backend import check
-        check(status, name)
