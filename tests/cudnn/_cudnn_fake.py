@@ -1,4 +1,5 @@
-"""A host-side stand-in for the few backend-API calls that need a GPU to succeed.
+"""Stand-ins for the CPU lane: device arrays at made-up addresses, and the few
+backend-API calls that need a GPU to succeed.
 
 Descriptors are records of their attributes; finalizing an execution plan succeeds or
 refuses by engine; heuristics return scripted engine lists. It lets the engine-choice,
@@ -10,6 +11,8 @@ generated module's.
 from __future__ import annotations
 
 import dataclasses
+
+import numpy as np
 
 
 @dataclasses.dataclass
@@ -145,3 +148,33 @@ class FakeBackend:
 
     def cudnnGetLastErrorString(self, buf, size):
         buf[0] = b"\0"
+
+
+class FakeDeviceArray:
+    """An object exporting a made-up device pointer through the CUDA Array Interface:
+    enough for validation, which never dereferences it."""
+
+    _next = 0x7F0000000000
+
+    def __init__(self, shape, dtype="float32", strides=None, readonly=False, ptr=None):
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.strides = strides
+        if ptr is None:
+            ptr = FakeDeviceArray._next
+            FakeDeviceArray._next += 1 << 24
+        self.ptr = ptr
+        self.readonly = readonly
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, self.readonly),
+                "version": 3, "strides": self.strides, "stream": None}
+
+
+def nhwc(shape, dtype="float32", **kw):
+    """A fake channels-last array of logical shape (N, C, H, W)."""
+    n, c, h, w = shape
+    item = np.dtype(dtype).itemsize
+    return FakeDeviceArray(shape, dtype, strides=(h * w * c * item, item, w * c * item, c * item),
+                           **kw)

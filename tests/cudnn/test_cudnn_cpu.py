@@ -20,35 +20,7 @@ from cupric.cudnn import graph as G
 from cupric.cudnn import handle as handle_mod
 from cupric.runtime.errors import ClosedError
 
-
-class FakeDeviceArray:
-    """An object exporting a made-up device pointer through the CUDA Array Interface:
-    enough for validation, which never dereferences it."""
-
-    _next = 0x7F0000000000
-
-    def __init__(self, shape, dtype="float32", strides=None, readonly=False, ptr=None):
-        self.shape = tuple(shape)
-        self.dtype = np.dtype(dtype)
-        self.strides = strides
-        if ptr is None:
-            ptr = FakeDeviceArray._next
-            FakeDeviceArray._next += 1 << 24
-        self.ptr = ptr
-        self.readonly = readonly
-
-    @property
-    def __cuda_array_interface__(self):
-        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, self.readonly),
-                "version": 3, "strides": self.strides, "stream": None}
-
-
-def nhwc(shape, dtype="float32", **kw):
-    """A fake channels-last array of logical shape (N, C, H, W)."""
-    n, c, h, w = shape
-    item = np.dtype(dtype).itemsize
-    return FakeDeviceArray(shape, dtype, strides=(h * w * c * item, item, w * c * item, c * item),
-                           **kw)
+from _cudnn_fake import FakeDeviceArray, nhwc
 
 
 def cudnn_lib():

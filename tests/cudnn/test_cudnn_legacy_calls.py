@@ -15,7 +15,7 @@ from cupric.cudnn import api as dnn
 from cupric.cudnn import handle as handle_mod
 from cupric.runtime import memory
 
-from test_cudnn_cpu import FakeDeviceArray, nhwc
+from _cudnn_fake import FakeDeviceArray, nhwc
 
 libmod = pytest.importorskip("cupric.cudnn.lib")
 if not libmod.is_available():
