@@ -740,3 +740,22 @@ def test_context_bound_objects_have_factories():
         dnn.Dropout(0.5)
     with pytest.raises(TypeError, match=r"Handle.get"):
         dnn.Handle()
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "f64"])
+def test_gelu_fallback_kernels_compile(dtype):
+    """The fallback kernels go through libNVVM to PTX for sm_90 (no GPU needed)."""
+    from cupric.compiler.toolchain import ToolchainNotFoundError
+    from cupric.cudnn.activation import _gelu_functions
+    from cupric.kernels.elementwise import map_kernel
+    bits = 64 if dtype == "f64" else 32
+    array = f"Array[{dtype}, 1, 'C']"
+    for (mode, grad, b), fn in _gelu_functions().items():
+        if b != bits:
+            continue
+        kern = map_kernel(fn, 2 if grad else 1)
+        try:
+            ptx = kern.inspect_ptx(", ".join([array] * (3 if grad else 2)), arch="sm_90")
+        except ToolchainNotFoundError as exc:
+            pytest.skip(f"no libNVVM here: {exc}")
+        assert ".entry" in ptx, (mode, grad)
