@@ -759,3 +759,29 @@ def test_gelu_fallback_kernels_compile(dtype):
         except ToolchainNotFoundError as exc:
             pytest.skip(f"no libNVVM here: {exc}")
         assert ".entry" in ptx, (mode, grad)
+
+
+def test_workspace_grows_in_stream_order(monkeypatch):
+    from cupric.runtime import memory
+    events = []
+
+    class Block:
+        next_ptr = 0x100000
+
+        def __init__(self, size, stream):
+            self.nbytes, self.ptr = size, Block.next_ptr
+            Block.next_ptr += size
+            events.append(("alloc", size, stream))
+
+        def close(self, stream=None):
+            events.append(("free", self.ptr, stream))
+
+    monkeypatch.setattr(memory, "empty", lambda n, dtype, stream=None: Block(n, stream))
+    h = handle_mod.Handle.from_handle(0xDEAD0, stream=0x77)
+    first = h.workspace(1000)
+    assert h.workspace(10) == first and h.workspace(1 << 20) == first
+    bigger = h.workspace(3 * (1 << 20) + 1)
+    assert bigger != first and h.workspace_bytes == 4 << 20
+    h.close()   # borrowed handle: its workspace is still freed, in stream order
+    assert events == [("alloc", 1 << 20, 0x77), ("alloc", 4 << 20, 0x77),
+                      ("free", first, 0x77), ("free", bigger, 0x77)]
