@@ -67,7 +67,7 @@ def device_function(py_func=None):
 def kernel(py_func=None, *, debug: bool = False, lineinfo: bool = False,
            fast_math: bool = False, opt_level: int = 3, arch=None,
            max_registers: int | None = None, c_division: bool = False,
-           fma: bool | None = None, bounds_check: bool | None = None):
+           fma: bool | None = None, bounds_check: bool | None = None, options=None):
     """Compile a Python function into a GPU kernel.
 
     Parameters
@@ -91,6 +91,10 @@ def kernel(py_func=None, *, debug: bool = False, lineinfo: bool = False,
     fma : bool, optional
         Allow contracting `a * b + c` into one fused multiply-add (default True; results
         then differ from NumPy's in the last bit).
+    options : cupric.compiler.CompileOptions, optional
+        All backend options at once (arch, opt_level, debug, lineinfo, fast_math, fma,
+        max_registers); replaces the keywords of the same names. Fast-math switches given
+        one by one in it (ftz, prec_div, prec_sqrt) are kept as they are.
     bounds_check : bool, optional
         Check every array index against the shape; an out-of-range access prints the
         array, the index and the Python line and aborts the kernel (instead of corrupting
@@ -111,10 +115,14 @@ def kernel(py_func=None, *, debug: bool = False, lineinfo: bool = False,
     ...         y[i] = a * x[i] + y[i]
     >>> saxpy[blocks, 256](2.0, x, y)          # doctest: +SKIP
     """
+    if options is not None:  # a CompileOptions wins over the individual keywords
+        debug, lineinfo, fast_math = options.debug, options.lineinfo, options.fast_math
+        opt_level, arch, max_registers = options.opt_level, options.arch, options.max_registers
+        fma = options.fma
     settings = dict(debug=debug, lineinfo=lineinfo, fast_math=fast_math,
                     opt_level=opt_level, arch=arch, max_registers=max_registers,
                     c_division=c_division, fma=fma,
-                    bounds_check=bounds_check)
+                    bounds_check=bounds_check, options=options)
     if py_func is None:
         return lambda f: Kernel(f, **settings)
     return Kernel(py_func, **settings)
@@ -474,13 +482,15 @@ class Kernel:
 
     def __init__(self, py_func, *, debug=False, lineinfo=False, fast_math=False,
                  opt_level=3, arch=None, max_registers=None, c_division=False,
-                 fma=None, bounds_check=None) -> None:
+                 fma=None, bounds_check=None, options=None) -> None:
         from cupric.compiler.options import CompileOptions
         self.py_func = py_func
         functools.update_wrapper(self, py_func)
         self.options = CompileOptions(arch=arch, opt_level=opt_level, debug=debug,
                                       lineinfo=lineinfo, fast_math=fast_math,
                                       max_registers=max_registers, fma=fma)
+        if options is not None:
+            self.options = options
         self.fast_math = fast_math
         self.c_division = c_division
         self.bounds_check = bool(debug if bounds_check is None else bounds_check)

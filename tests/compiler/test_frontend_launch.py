@@ -179,6 +179,21 @@ def test_launch_test_kernels_build_for_every_arch():
     build_everywhere(_copy, "Array[f32, 1, 'C'], Array[f32, 1, 'A']")
 
 
+def test_compile_options_dataclass_and_env_simulator(monkeypatch):
+    from cupric.compiler.options import CompileOptions
+    opts = CompileOptions(arch="sm_80", lineinfo=True, ftz=True)
+
+    @cupric.kernel(options=opts)
+    def k(x: Array[f32, 1]):
+        x[0] = 1.0
+
+    assert k.options is opts and k.options.lineinfo and not k.fast_math
+    assert "!DILocation" in k.inspect_ir("Array[f32, 1, 'C']")
+    assert ".target sm_80" in k.inspect_ptx("Array[f32, 1, 'C']")
+    monkeypatch.setenv("CUPRIC_SIMULATOR", "1")
+    assert kmod._simulator_reason() == "CUPRIC_SIMULATOR is set"
+
+
 def test_device_function_runs_as_python():
     @cupric.device_function
     def twice(v):
