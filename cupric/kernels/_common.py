@@ -4,8 +4,10 @@ allocating outputs, and choosing launch geometry that fills the device."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import threading
 
 import numpy as np
 
@@ -40,22 +42,101 @@ def _sm_count(ordinal: int) -> int:
     return Device(ordinal).multiprocessor_count
 
 
+@functools.cache
+def _single_device() -> bool:
+    from cupric.runtime import device_count
+    return device_count() == 1
+
+
+def device_ordinal() -> int:
+    """The current device's ordinal (no driver call on a one-GPU machine)."""
+    if _single_device():
+        return 0
+    from cupric.runtime import current_device
+    return int(current_device())
+
+
 def sm_count() -> int:
     """Multiprocessors of the current device (cached per device; 1 on the simulator)."""
     if on_simulator():
         return 1
-    from cupric.runtime import current_device
-    return _sm_count(int(current_device()))
+    return _sm_count(device_ordinal())
 
 
-def blocks_for(n: int, block: int, per_thread: int = 1, waves: int = WAVES_PER_SM) -> int:
+def blocks_for(n: int, block: int, per_thread: int = 1, waves: int = WAVES_PER_SM,
+               simulator: bool | None = None) -> int:
     """Blocks for a grid-stride kernel over `n` items, `per_thread` items per thread per
     trip: enough to cover `n` once, capped at `waves` blocks per SM (or a few blocks on
     the simulator). Never less than 1."""
     need = max(1, -(-n // (block * per_thread)))
-    if on_simulator():
+    if on_simulator() if simulator is None else simulator:
         return min(need, SIMULATOR_MAX_BLOCKS)
-    return min(need, waves * sm_count())
+    return min(need, waves * _sm_count(device_ordinal()))
+
+
+class Workspace:
+    """Device memory the kernels of one device reuse from call to call: tickets, look-back
+    flags, per-block partial results. Kernels leave it ready for the next launch
+    (counters back at zero; look-back flags tagged with a per-launch epoch), so a call
+    needs no allocation and no memset.
+
+    Thread safety
+    -------------
+    One lock per device; `Call.workspace()` holds it while a call orders itself after
+    the previous user (a different stream waits for the previous user's stream) and
+    queues its launches, so work of different streams never overlaps on it.
+    """
+
+    def __init__(self, ordinal: int) -> None:
+        self.ordinal = ordinal
+        self.lock = threading.Lock()
+        self.arrays: dict = {}
+        self.last_stream: int | None = None
+        #: Look-back epoch of the scans (flags below 2 * epoch are stale).
+        self.epoch = 0
+
+    def array(self, name: str, dtype, count: int, order: int, *, zero: bool = False):
+        """The named array, at least `count` items of `dtype` (grown as needed; a new
+        array is zero-filled when `zero`). `order` is the caller's stream handle."""
+        from cupric.runtime.memory import empty
+        dtype = np.dtype(dtype)
+        current = self.arrays.get(name)
+        if current is not None and current.size >= count and current.dtype == dtype:
+            return current
+        size = max(int(count), 1)
+        if current is not None and current.dtype == dtype:
+            size = max(size, 2 * current.size)  # grow geometrically: few reallocations
+        fresh = empty(size, dtype, stream=order)
+        if zero:
+            fresh.memset(0, 8, stream=order)
+        if current is not None:
+            # Every earlier use is ordered before this stream's current work.
+            current.close(stream=order)
+        self.arrays[name] = fresh
+        return fresh
+
+    def next_epoch(self, order: int) -> int:
+        """A fresh look-back epoch; when the tags would overflow 31 bits, the flags
+        are cleared (on the caller's stream) and epochs restart at 1."""
+        self.epoch += 1
+        if 2 * self.epoch + 1 >= 2 ** 31:
+            flags = self.arrays.get("scan.flags")
+            if flags is not None:
+                flags.memset(0, 8, stream=order)
+            self.epoch = 1
+        return self.epoch
+
+
+_WORKSPACES: dict = {}
+_WORKSPACES_LOCK = threading.Lock()
+
+
+def _workspace(ordinal: int) -> Workspace:
+    ws = _WORKSPACES.get(ordinal)
+    if ws is None:
+        with _WORKSPACES_LOCK:
+            ws = _WORKSPACES.setdefault(ordinal, Workspace(ordinal))
+    return ws
 
 
 class Call:
@@ -89,6 +170,29 @@ class Call:
             buf.memset(0, 8, stream=order)
         self._scratch.append(buf)
         return buf
+
+    @contextlib.contextmanager
+    def workspace(self):
+        """The device's `Workspace`, locked and ordered after its previous user, for the
+        duration of the block (queue the launches that use it inside). GPU only."""
+        from cupric.runtime.memory import order_after, stream_handle
+        ws = _workspace(device_ordinal())
+        handle = stream_handle(self.stream)
+        with ws.lock:
+            if ws.last_stream is not None and ws.last_stream != handle:
+                order_after(handle, ws.last_stream)
+            ws.last_stream = handle
+            yield ws
+
+    @property
+    def order(self):
+        """The stream handle for stream-ordered allocations and frees (0: the legacy
+        default stream; a plain cuMemAlloc/cuMemFree pair would synchronize)."""
+        return self.stream if self.stream is not None else 0
+
+    def blocks(self, n: int, block: int, per_thread: int = 1) -> int:
+        """`blocks_for` with this call's simulator decision."""
+        return blocks_for(n, block, per_thread, simulator=self.simulator)
 
     def finish(self) -> None:
         """Free the scratch memory after the work queued on the call's stream."""

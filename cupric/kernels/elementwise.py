@@ -13,7 +13,7 @@ import numpy as np
 
 import cupric
 from cupric.device import grid, gridsize
-from cupric.kernels._common import NUMERIC, Call, blocks_for, same_dtype, same_shape
+from cupric.kernels._common import NUMERIC, Call, same_dtype, same_shape
 
 __all__ = ["vecadd", "saxpy", "memcpy", "fill", "map", "vecadd_kernel", "saxpy_kernel",
            "copy_kernel", "fill_kernel", "vecadd_scalar_kernel", "saxpy_scalar_kernel",
@@ -207,9 +207,9 @@ def vecadd(a, b, out=None, stream=None):
     dst, result = call.output(out, "out", shape, dtype)
     fa, fb, fo = call.flat(a, "a"), call.flat(b, "b"), call.flat(dst, "out")
     if dtype == _F16:
-        call.launch(vecadd_scalar_kernel, blocks_for(fo.size, BLOCK), BLOCK, fa, fb, fo)
+        call.launch(vecadd_scalar_kernel, call.blocks(fo.size, BLOCK), BLOCK, fa, fb, fo)
     else:
-        call.launch(vecadd_kernel, blocks_for(fo.size, BLOCK, UNROLL), BLOCK, fa, fb, fo)
+        call.launch(vecadd_kernel, call.blocks(fo.size, BLOCK, UNROLL), BLOCK, fa, fb, fo)
     return result
 
 
@@ -253,10 +253,10 @@ def saxpy(a, x, y, out=None, stream=None):
     dst, result = call.output(out, "out", shape, dtype)
     fx, fy, fo = call.flat(x, "x"), call.flat(y, "y"), call.flat(dst, "out")
     if dtype == _F16:
-        call.launch(saxpy_scalar_kernel, blocks_for(fo.size, BLOCK), BLOCK, alpha, fx, fy,
+        call.launch(saxpy_scalar_kernel, call.blocks(fo.size, BLOCK), BLOCK, alpha, fx, fy,
                     fo)
     else:
-        call.launch(saxpy_kernel, blocks_for(fo.size, BLOCK, UNROLL), BLOCK, alpha, fx, fy,
+        call.launch(saxpy_kernel, call.blocks(fo.size, BLOCK, UNROLL), BLOCK, alpha, fx, fy,
                     fo)
     return result
 
@@ -287,7 +287,7 @@ def memcpy(src, out=None, stream=None):
     fs, fo = call.flat(src, "src"), call.flat(dst, "out")
     if np.dtype(src.dtype) == _F16:  # a bit copy (see vecadd_scalar_kernel)
         fs, fo = fs.view(np.uint16), fo.view(np.uint16)
-    call.launch(copy_kernel, blocks_for(fo.size, BLOCK, UNROLL), BLOCK, fs, fo)
+    call.launch(copy_kernel, call.blocks(fo.size, BLOCK, UNROLL), BLOCK, fs, fo)
     return result
 
 
@@ -318,7 +318,7 @@ def fill(out, value, stream=None):
     fo = call.flat(dst, "out")
     if np.dtype(dst.dtype) == _F16:  # fill with the bit pattern (see vecadd_scalar_kernel)
         fo, scalar = fo.view(np.uint16), scalar.view(np.uint16)
-    call.launch(fill_kernel, blocks_for(fo.size, BLOCK, UNROLL), BLOCK, fo, scalar)
+    call.launch(fill_kernel, call.blocks(fo.size, BLOCK, UNROLL), BLOCK, fo, scalar)
     return out
 
 
@@ -434,5 +434,5 @@ def map(fn, *arrays, out=None, dtype=None, stream=None):
     dst, result = call.output(out, "out", shape, dtype)
     flats = [call.flat(a, n) for a, n in zip(arrs, names)]
     fo = call.flat(dst, "out")
-    call.launch(map_kernel(fn, len(arrs)), blocks_for(fo.size, BLOCK), BLOCK, *flats, fo)
+    call.launch(map_kernel(fn, len(arrs)), call.blocks(fo.size, BLOCK), BLOCK, *flats, fo)
     return result

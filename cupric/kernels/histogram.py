@@ -11,7 +11,7 @@ import numpy as np
 
 import cupric
 from cupric.device import atomic, blockDim, grid, gridsize, shared, syncthreads, threadIdx
-from cupric.kernels._common import Call, blocks_for
+from cupric.kernels._common import Call
 from cupric.types import f32, f64, i64, u32
 
 __all__ = ["histogram", "histogram_kernel", "MAX_SHARED_BINS", "BLOCK"]
@@ -150,7 +150,8 @@ def histogram(x, bins=10, range=None, out=None, stream=None):
     ----
     One launch, reading the input once; up to 4096 bins are counted in shared memory
     (bins hit by many threads at once serialize their atomics); more bins count with
-    global atomics. The edges travel host-to-device each call.
+    global atomics. The edges go to the device once per distinct set of bins (a small
+    cache per device).
 
     Examples
     --------
@@ -171,14 +172,33 @@ def histogram(x, bins=10, range=None, out=None, stream=None):
         dst[...] = 0
         dev_edges = edges
     else:
-        from cupric.runtime.memory import to_device
-        order = call.stream if call.stream is not None else 0
-        dst.zero(order)
-        dev_edges = to_device(edges, stream=order)
+        dst.zero(call.order)
+        dev_edges = _device_edges(edges)
     if flat.size:
         kern = histogram_kernel(real, bins <= MAX_SHARED_BINS)
-        call.launch(kern, blocks_for(flat.size, BLOCK, 4), BLOCK, flat, dev_edges,
+        call.launch(kern, call.blocks(flat.size, BLOCK, 4), BLOCK, flat, dev_edges,
                     real.type(first), real.type(last), real.type(norm), dst)
-    if not call.simulator:
-        dev_edges.close(stream=call.stream if call.stream is not None else 0)
     return result, edges
+
+
+_EDGES: dict = {}
+_EDGES_LOCK = threading.Lock()
+#: Device copies of recently used bin edges kept (per device).
+EDGES_CACHED = 16
+
+
+def _device_edges(edges: np.ndarray):
+    """A device copy of `edges` on the current device, kept for reuse: the same bins
+    are usually histogrammed again, and a host-to-device copy per call costs more than
+    the kernel on small inputs. The copy is synchronous, so any stream may read it."""
+    from cupric.kernels._common import device_ordinal
+    from cupric.runtime.memory import to_device
+    key = (device_ordinal(), edges.dtype.str, edges.tobytes())
+    buf = _EDGES.get(key)
+    if buf is None:
+        buf = to_device(edges)
+        with _EDGES_LOCK:
+            if len(_EDGES) >= EDGES_CACHED:
+                _EDGES.pop(next(iter(_EDGES)))
+            buf = _EDGES.setdefault(key, buf)
+    return buf

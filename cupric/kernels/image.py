@@ -7,7 +7,7 @@ import numpy as np
 
 import cupric
 from cupric.device import grid, gridsize
-from cupric.kernels._common import Call, blocks_for
+from cupric.kernels._common import Call
 from cupric.types import Array, f32, f64, i32, u8, u32
 
 __all__ = ["rgba2gray", "mandelbrot", "rgba2gray_kernel", "rgba2gray_float_kernel",
@@ -134,10 +134,10 @@ def rgba2gray(rgba, out=None, stream=None):
     flat_out = call.flat(dst, "out")
     if img.dtype == np.dtype("u1"):
         pixels = call.flat(img, "rgba").view(np.uint32)
-        call.launch(rgba2gray_kernel, blocks_for(h * w, BLOCK, 4), BLOCK, pixels, flat_out)
+        call.launch(rgba2gray_kernel, call.blocks(h * w, BLOCK, 4), BLOCK, pixels, flat_out)
     else:
         rows = img.reshape(h * w, 4) if h * w else img.reshape(0, 4)
-        call.launch(rgba2gray_float_kernel, blocks_for(h * w, BLOCK), BLOCK, rows,
+        call.launch(rgba2gray_float_kernel, call.blocks(h * w, BLOCK), BLOCK, rows,
                     flat_out)
     return result
 

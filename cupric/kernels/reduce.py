@@ -12,7 +12,7 @@ import numpy as np
 import cupric
 from cupric.device import (FULL_MASK, atomic, blockDim, blockIdx, grid, gridDim, gridsize,
                            shared, syncthreads, threadfence, threadIdx, warp)
-from cupric.kernels._common import NUMERIC, Call, blocks_for, same_dtype, same_shape
+from cupric.kernels._common import NUMERIC, Call, same_dtype, same_shape
 from cupric.types import f32, f64, i32, i64, u32, u64
 
 __all__ = ["sum", "min", "max", "argmin", "argmax", "dot", "reduce_kernel",
@@ -158,7 +158,7 @@ def _make_reduce(acc, combine, load, quads):
                     d >>= 1
                 if lane == 0:
                     out[0] = v
-                    # Leave the counter ready for another launch on the same scratch.
+                    # Leave the counter at zero: the next launch reuses the workspace.
                     counter[0] = 0
 
     return reduce_kernel
@@ -341,26 +341,31 @@ def _run_reduce(op, kind, x, y, acc_dtype, result_dtype, init, out, stream):
     x = call.flat(x, "x")
     y = x if y is None else call.flat(y, "y")
     n = x.size
+    acc_dtype = np.dtype(acc_dtype)
     dst, result = call.output(out, "out", (), result_dtype)
-    target = dst if np.dtype(result_dtype) == np.dtype(acc_dtype) else \
-        call.scratch((1,), acc_dtype)
-    target1 = target.reshape(1)
-    blocks = blocks_for(n, BLOCK, 4)
-    partials = call.scratch((blocks,), acc_dtype)
-    counter = call.scratch((1,), np.uint32, zero=True)
+    converted = np.dtype(result_dtype) != acc_dtype
+    blocks = call.blocks(n, BLOCK, 4)
     # float16 inputs read one element per trip (libNVVM 13.0, see elementwise.py).
-    quads = np.dtype(x.dtype) != np.dtype(np.float16)
-    call.launch(reduce_kernel(kind, acc_dtype, quads), blocks, BLOCK, x, y,
-                np.dtype(acc_dtype).type(init), target1, partials, counter)
-    if target is not dst:
-        _convert(call, target1, dst)
-    call.finish()
+    kern = reduce_kernel(kind, acc_dtype, np.dtype(x.dtype) != np.dtype(np.float16))
+    args = (x, y, acc_dtype.type(init))
+    if call.simulator:
+        target = call.scratch((1,), acc_dtype) if converted else dst.reshape(1)
+        call.launch(kern, blocks, BLOCK, *args, target, call.scratch((blocks,), acc_dtype),
+                    call.scratch((1,), np.uint32, zero=True))
+        if converted:
+            call.launch(_cast_kernel, 1, 1, target, dst.reshape(1))
+        return result
+    with call.workspace() as ws:
+        order = call.order
+        target = ws.array(f"reduce.result.{acc_dtype}", acc_dtype, 1, order) if converted \
+            else dst.reshape(1)
+        partials = ws.array(f"reduce.partials.{acc_dtype}", acc_dtype, blocks, order)
+        # The last block of every launch puts the ticket counter back to zero.
+        counter = ws.array("reduce.counter", np.uint32, 1, order, zero=True)
+        call.launch(kern, blocks, BLOCK, *args, target, partials, counter)
+        if converted:
+            call.launch(_cast_kernel, 1, 1, target, dst.reshape(1))
     return result
-
-
-def _convert(call, src, dst) -> None:
-    """dst[()] = src[0] converted (a one-thread launch, stays on the stream)."""
-    call.launch(_cast_kernel, 1, 1, src, dst.reshape(1))
 
 
 @cupric.kernel
@@ -393,8 +398,9 @@ def sum(x, out=None, stream=None):
 
     Cost
     ----
-    One launch (plus one stream-ordered scratch allocation of a few KB and a memset);
-    reads the input once: bandwidth-bound. Float sums are tree-shaped, so the result can
+    One launch; the per-block partial results and the ticket counter live in a per-device
+    workspace reused from call to call (no allocation). Reads the input once:
+    bandwidth-bound. Float sums are tree-shaped, so the result can
     differ from NumPy's pairwise sum in the last bits; it is the same on every run.
 
     Examples
@@ -491,13 +497,19 @@ def _arg(op, x, out, stream):
     init = _extreme(acc, op == "argmin")
     flat = call.flat(xs, "x")
     dst, result = call.output(out, "out", (), np.int64)
-    blocks = blocks_for(flat.size, BLOCK, 4)
-    values = call.scratch((blocks,), acc)
-    index = call.scratch((blocks,), np.int64)
-    counter = call.scratch((1,), np.uint32, zero=True)
-    call.launch(arg_reduce_kernel(op, acc), blocks, BLOCK, flat, init, dst.reshape(1),
-                values, index, counter)
-    call.finish()
+    blocks = call.blocks(flat.size, BLOCK, 4)
+    kern = arg_reduce_kernel(op, acc)
+    if call.simulator:
+        call.launch(kern, blocks, BLOCK, flat, init, dst.reshape(1),
+                    call.scratch((blocks,), acc), call.scratch((blocks,), np.int64),
+                    call.scratch((1,), np.uint32, zero=True))
+        return result
+    with call.workspace() as ws:
+        order = call.order
+        values = ws.array(f"reduce.partials.{acc}", acc, blocks, order)
+        index = ws.array("reduce.partial_index", np.int64, blocks, order)
+        counter = ws.array("reduce.counter", np.uint32, 1, order, zero=True)
+        call.launch(kern, blocks, BLOCK, flat, init, dst.reshape(1), values, index, counter)
     return result
 
 

@@ -10,7 +10,7 @@ import threading
 import numpy as np
 
 import cupric
-from cupric.device import FULL_MASK, atomic, shared, syncthreads, threadIdx, warp
+from cupric.device import FULL_MASK, atomic, gridDim, shared, syncthreads, threadIdx, warp
 from cupric.kernels._common import NUMERIC, Call
 from cupric.types import f32, f64, i32, i64, u32, u64
 
@@ -23,15 +23,16 @@ WARPS = BLOCK // 32
 ITEMS = 15
 TILE = BLOCK * ITEMS
 
-#: Look-back status of a tile: nothing yet, its own total, its inclusive prefix.
-_EMPTY, _AGGREGATE, _PREFIX = 0, 1, 2
+# Look-back status of a tile in launch `epoch` (>= 1): 2 * epoch once its own total is
+# published, 2 * epoch + 1 once its inclusive prefix is; anything smaller is left over
+# from an earlier launch, so the flags never need clearing between launches.
 
 
 def _make_scan(acc):
     """The single-pass scan kernel accumulating in cupric type `acc`."""
 
     @cupric.kernel
-    def scan_kernel(x, out, exclusive, counter, flags, aggregates, prefixes):
+    def scan_kernel(x, out, exclusive, epoch, counter, flags, aggregates, prefixes):
         tile = shared.array(TILE, acc)
         slots = shared.array(WARPS, acc)
         carry = shared.array(1, acc)
@@ -43,8 +44,14 @@ def _make_scan(acc):
         zero = acc(0)
         # Tiles are numbered in the order blocks start, so every tile's predecessors are
         # running or done: the look-back below cannot wait on a block not yet scheduled.
+        aggregate_ready = 2 * epoch
+        prefix_ready = aggregate_ready + 1
         if t == 0:
-            tile_slot[0] = i32(atomic.add(counter, 0, 1))
+            ticket = atomic.add(counter, 0, 1)
+            tile_slot[0] = i32(ticket)
+            if ticket == gridDim.x - 1:
+                # Every ticket of this launch is taken: reset for the next launch.
+                counter[0] = u32(0)
         syncthreads()
         tile_id = tile_slot[0]
         base = i64(tile_id) * TILE
@@ -90,29 +97,29 @@ def _make_scan(acc):
             if tile_id == 0:
                 if lane == 0:
                     prefixes[0] = block_total
-                    atomic.store(flags, 0, _PREFIX, order="release")
+                    atomic.store(flags, 0, prefix_ready, order="release")
             else:
                 if lane == 0:
                     aggregates[tile_id] = block_total
-                    atomic.store(flags, tile_id, _AGGREGATE, order="release")
+                    atomic.store(flags, tile_id, aggregate_ready, order="release")
                 # Lane l looks at tile (tile_id - 1 - l); tiles before 0 count as a
                 # known prefix of zero.
                 look = tile_id - 1 - lane
                 searching = True
                 while searching:
-                    f = _PREFIX
+                    f = prefix_ready
                     if look >= 0:
                         f = atomic.load(flags, look, order="acquire")
-                    while warp.any(FULL_MASK, f == _EMPTY):
-                        if f == _EMPTY:
+                    while warp.any(FULL_MASK, f < aggregate_ready):
+                        if f < aggregate_ready:
                             f = atomic.load(flags, look, order="acquire")
-                    found = warp.ballot(FULL_MASK, f == _PREFIX)
+                    found = warp.ballot(FULL_MASK, f == prefix_ready)
                     # A lane contributes when no nearer lane (a lower one) found a
                     # prefix: its tile lies between this one and that prefix.
                     nearer = found & ((u32(1) << u32(lane)) - u32(1))
                     val = zero
                     if look >= 0 and nearer == 0:
-                        val = prefixes[look] if f == _PREFIX else aggregates[look]
+                        val = prefixes[look] if f == prefix_ready else aggregates[look]
                     d = 16
                     while d > 0:
                         val += warp.shfl_xor(FULL_MASK, val, d)
@@ -123,7 +130,7 @@ def _make_scan(acc):
                     look -= 32
                 if lane == 0:
                     prefixes[tile_id] = prefix + block_total
-                    atomic.store(flags, tile_id, _PREFIX, order="release")
+                    atomic.store(flags, tile_id, prefix_ready, order="release")
             if lane == 0:
                 carry[0] = prefix
         syncthreads()
@@ -171,12 +178,24 @@ def scan_into(call: Call, x, out, exclusive: bool) -> None:
     if n == 0:
         return
     tiles = -(-n // TILE)
-    counter = call.scratch((1,), np.uint32, zero=True)
-    flags = call.scratch((tiles,), np.int32, zero=True)
-    aggregates = call.scratch((tiles,), out.dtype)
-    prefixes = call.scratch((tiles,), out.dtype)
-    call.launch(scan_kernel(out.dtype), tiles, BLOCK, x, out, bool(exclusive), counter,
-                flags, aggregates, prefixes)
+    kern = scan_kernel(out.dtype)
+    if call.simulator:
+        call.launch(kern, tiles, BLOCK, x, out, bool(exclusive), np.int32(1),
+                    call.scratch((1,), np.uint32, zero=True),
+                    call.scratch((tiles,), np.int32, zero=True),
+                    call.scratch((tiles,), out.dtype), call.scratch((tiles,), out.dtype))
+        return
+    with call.workspace() as ws:
+        order = call.order
+        # The tile counter is reset by the block taking the last ticket; the flags are
+        # tagged with the launch's epoch. New arrays start zeroed (below every epoch).
+        counter = ws.array("scan.counter", np.uint32, 1, order, zero=True)
+        flags = ws.array("scan.flags", np.int32, tiles, order, zero=True)
+        aggregates = ws.array(f"scan.aggregates.{out.dtype}", out.dtype, tiles, order)
+        prefixes = ws.array(f"scan.prefixes.{out.dtype}", out.dtype, tiles, order)
+        epoch = np.int32(ws.next_epoch(order))
+        call.launch(kern, tiles, BLOCK, x, out, bool(exclusive), epoch, counter, flags,
+                    aggregates, prefixes)
 
 
 def _default_dtype(dtype: np.dtype) -> np.dtype:
@@ -200,7 +219,6 @@ def _scan(op, x, exclusive, out, dtype, stream):
                         f"uint64, float32 or float64")
     dst, result = call.output(out, "out", xs.shape, dtype)
     scan_into(call, call.flat(xs, "x"), call.flat(dst, "out"), exclusive)
-    call.finish()
     return result
 
 
@@ -225,8 +243,9 @@ def inclusive_scan(x, out=None, *, dtype=None, stream=None):
 
     Cost
     ----
-    One launch over tiles of 3840 items (plus scratch of 12-20 bytes per tile, zeroed by
-    one memset): reads and writes each item once, about the traffic of a copy. Float
+    One launch over tiles of 3840 items; the look-back state (12-20 bytes per tile) lives
+    in a per-device workspace reused from call to call (no allocation, no memset).
+    Reads and writes each item once, about the traffic of a copy. Float
     sums are associated by tiles and warps, so results differ from a sequential sum by
     rounding.
 

@@ -46,7 +46,7 @@ def _cases():
          f"{A1.format('f64')}, f64, {A1.format('i64')}, {A1.format('f64')}, "
          f"{A1.format('i64')}, {u4}", 1, ("shfl.sync.bfly",)),
         ("scan", scan.scan_kernel(np.float32),
-         f"{f4}, {f4}, bool, {u4}, {i4}, {f4}, {f4}", 15,
+         f"{f4}, {f4}, bool, i32, {u4}, {i4}, {f4}, {f4}", 15,
          ("shfl.sync.up", "ld.acquire.gpu", "st.release.gpu")),
         ("transpose", transpose.transpose_kernel(np.float32), f"{A2.format('f32')}, "
          f"{A2.format('f32')}", 4, ("ld.shared",)),
