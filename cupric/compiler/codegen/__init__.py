@@ -1,0 +1,3 @@
+"""Typed IR -> NVVM IR: how cupric types are laid out in IR values (`values`), lowering of
+one function (`function`), and the module of a kernel specialization with its metadata
+and debug info (`module`)."""

@@ -1,0 +1,3 @@
+"""Type inference for kernel code: the compiler's own types beside `cupric.types`
+(`ktypes`), numeric promotion (`promote`), and the typer that turns a function's AST and
+argument types into typed IR (`infer`)."""
