@@ -210,6 +210,27 @@ gas_traversable_handle = _declare(
     "gas_traversable_handle", "gas_traversable_handle() -> u64: handle of the geometry "
     "acceleration structure holding the current primitive.")
 
+def _transform(direction: str, kind: str) -> OptixIntrinsic:
+    source, target, order = {"object_to_world": ("object", "world", "leaf to root"),
+                             "world_to_object": ("world", "object", "root to leaf")}[direction]
+    what = {"point": "a point (the translation applies)",
+            "vector": "a direction (no translation)",
+            "normal": "a surface normal (through the inverse transpose; not "
+                      "renormalized)"}[kind]
+    return _declare(
+        f"{direction}_{kind}",
+        f"{direction}_{kind}((x, y, z)) -> (x, y, z): {what} from {source} space to "
+        f"{target} space of the current hit, composing the instance and static transforms "
+        f"of the transform list ({order}); motion transforms trap.")
+
+
+object_to_world_point = _transform("object_to_world", "point")
+object_to_world_vector = _transform("object_to_world", "vector")
+object_to_world_normal = _transform("object_to_world", "normal")
+world_to_object_point = _transform("world_to_object", "point")
+world_to_object_vector = _transform("world_to_object", "vector")
+world_to_object_normal = _transform("world_to_object", "normal")
+
 # -- exceptions --------------------------------------------------------------------------------
 
 exception_code = _declare(

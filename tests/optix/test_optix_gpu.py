@@ -62,6 +62,22 @@ def which_instance(image: IMAGE, handle: u64):
 
 
 @ox.closest_hit
+def world_hit(image: IMAGE, handle: u64):
+    # The hit point computed in object space and carried to world space must be where
+    # the world-space ray is at tmax.
+    t = optix.ray_tmax()
+    ox_, oy, oz = optix.object_ray_origin()
+    dx, dy, dz = optix.object_ray_direction()
+    wx, wy, wz = optix.object_to_world_point((ox_ + t * dx, oy + t * dy, oz + t * dz))
+    rx, ry, rz = optix.world_ray_origin()
+    sx, sy, sz = optix.world_ray_direction()
+    optix.set_payload(0, optix.instance_id() + 1)
+    optix.set_payload(1, bits.bitcast(wx - (rx + t * sx), u32))
+    back_x, back_y, back_z = optix.world_to_object_point((wx, wy, wz))
+    optix.set_payload(2, bits.bitcast(back_y - (oy + t * dy), u32))
+
+
+@ox.closest_hit
 def sbt_color(image: IMAGE, handle: u64):
     color = optix.sbt_data(f32, 2)
     optix.set_payload(0, 1)
@@ -190,7 +206,8 @@ PIPELINE_OPTIONS = ox.PipelineCompileOptions(num_payload_values=3, num_attribute
 
 @pytest.fixture(scope="module")
 def module(ctx):
-    return ctx.compile_module([camera, nothing, barycentrics, which_instance, sbt_color,
+    return ctx.compile_module([camera, nothing, barycentrics, which_instance, world_hit,
+                               sbt_color,
                                unit_sphere, sphere_depth],
                               ox.ModuleCompileOptions(), PIPELINE_OPTIONS)
 
@@ -315,6 +332,18 @@ def test_instances(ctx, module):
         assert (result[inside, 0] == [11, 21][k]).all()
         assert (result[inside, 2] == k).all()
         np.testing.assert_allclose(result[inside, 1], [1.5, 1.25][k], rtol=1e-6)
+    # Object/world transforms: the object-space hit carried to world space lands on the
+    # world ray (and back).
+    scaled = transforms.copy()
+    scaled[1, :, :3] = np.diag([1.5, 0.5, 1.0])
+    instances.copy_from(ox.make_instances([gas, gas], scaled, instance_ids=[10, 20]))
+    ias2 = ctx.build_accel([ox.InstanceInput(instances)])
+    result = render(ctx, module, world_hit, ias2.handle)
+    hit = result[..., 0] > 0
+    assert hit.sum() > 40 and set(np.unique(result[hit, 0])) == {11, 21}
+    np.testing.assert_allclose(result[hit, 1], 0.0, atol=1e-5)
+    np.testing.assert_allclose(result[hit, 2], 0.0, atol=1e-5)
+    ias2.close()
     ias.close()
     gas.close()
 

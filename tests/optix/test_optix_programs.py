@@ -276,6 +276,34 @@ def test_fit_ptx_version():
         fit_ptx_version(".target sm_90\n", (9, 0))
 
 
+def test_transforms_walk_the_transform_list():
+    @ox.closest_hit
+    def to_world():
+        ox_, oy, oz = optix.object_ray_origin()
+        wx, wy, wz = optix.object_to_world_point((ox_, oy, oz))
+        nx, ny, nz = optix.world_to_object_normal((0.0, 0.0, 1.0))
+        vx, vy, vz = optix.object_to_world_vector(optix.object_ray_direction())
+        a, b, c = optix.world_to_object_point((wx, wy, wz))
+        d, e, f = optix.object_to_world_normal((nx, ny, nz))
+        g, h, k = optix.world_to_object_vector((vx, vy, vz))
+        optix.set_payload(0, u32(wx + ny + vz + a + e + k))
+
+    ptx = ox.compile_ptx([to_world], arch="sm_90").ptx
+    body = _entry_body(ptx, "__closesthit__to_world")
+    assert body.count("_optix_get_transform_list_size") == 6
+    assert body.count("_optix_get_transform_list_handle") == 6
+    assert body.count("_optix_get_static_transform_from_handle") == 6
+    # Forward matrices for object-to-world points/vectors and world-to-object normals.
+    assert body.count("_optix_get_instance_transform_from_handle") == 3
+    assert body.count("_optix_get_instance_inverse_transform_from_handle") == 3
+    assert body.count("trap;") == 6  # motion transforms
+    with pytest.raises(CompileError, match="3-tuple"):
+        @ox.closest_hit
+        def bad():
+            optix.object_to_world_point(1.0)
+        ox.compile_ptx([bad], arch="sm_90")
+
+
 def test_compile_is_remembered(compiled):
     assert ox.compile_ptx(ALL, arch="sm_90") is compiled
 

@@ -488,3 +488,107 @@ def emit_programs(programs, param_types, *, params_name: str = LAUNCH_PARAMS_NAM
         b.call(body, body_type, call_args)
         b.ret()
     return mcg.render()
+
+
+# -- rules: object/world transforms of points, vectors and normals ----------------------------
+#
+# OptiX gives the transforms between the traced root and the hit primitive as a list of
+# handles (0 nearest the root); each is an instance or a static transform with both its
+# object-to-world matrix and the inverse (3x4 row-major, in global memory). Composing
+# them walks that list: towards the root (last index first) for object-to-world, from the
+# root for world-to-object. Normals go through the inverse transpose, which swaps the
+# matrix used. Motion transforms would need interpolation at the ray time: they trap.
+
+_TRANSFORM_INSTANCE, _TRANSFORM_STATIC = 4, 1
+_STATIC_FORWARD_OFFSET, _STATIC_INVERSE_OFFSET = 16, 64
+
+
+def _transform_rule(name: str, to_world: bool, kind: str) -> None:
+    def infer(call):
+        _check_no_keywords(call)
+        if len(call.arg_types) != 1 or not _is_triple(call.arg_types[0]):
+            raise TypeError(f"takes one 3-tuple (x, y, z) or float3, the {kind}")
+        return TupleType([f32] * 3)
+
+    def lower(cg, call, args):
+        return _emit_transform(cg, _triple(cg, args[0], call.node, kind), to_world, kind)
+
+    register(name, infer, lower)
+
+
+def _emit_transform(cg, xyz: list[Value], to_world: bool, kind: str) -> KValue:
+    b, eb, fn = cg.b, cg.entry_builder, cg.fn
+    forward = to_world != (kind == "normal")  # which matrix of each transform
+    slots = [eb.alloca(ll.float) for _ in range(3)]
+    counter = eb.alloca(ll.i32)
+    matrix_slot = eb.alloca(ll.i64)
+    for slot, value in zip(slots, xyz):
+        b.store(value, slot)
+    (count,) = _ptx_call(cg, "_optix_get_transform_list_size", [ll.i32], [])
+    b.store(count if to_world else const_int(ll.i32, 0), counter)
+    head, body, instance, not_instance, static, motion, apply, done = (
+        fn.append_block(f"xform.{part}") for part in
+        ("head", "body", "instance", "other", "static", "motion", "apply", "done"))
+    b.br(head)
+
+    b.position_at_end(head)
+    k = b.load(counter)
+    more = b.icmp("sgt", k, const_int(ll.i32, 0)) if to_world else b.icmp("slt", k, count)
+    b.cbranch(more, body, done)
+
+    b.position_at_end(body)
+    index = b.binop("sub", k, const_int(ll.i32, 1)) if to_world else k
+    (handle,) = _ptx_call(cg, "_optix_get_transform_list_handle", [ll.i64], [index])
+    (kind_value,) = _ptx_call(cg, "_optix_get_transform_type_from_handle", [ll.i32], [handle])
+    b.cbranch(b.icmp("eq", kind_value, const_int(ll.i32, _TRANSFORM_INSTANCE)), instance,
+              not_instance)
+
+    b.position_at_end(instance)
+    function = ("_optix_get_instance_transform_from_handle" if forward
+                else "_optix_get_instance_inverse_transform_from_handle")
+    (address,) = _ptx_call(cg, function, [ll.i64], [handle])
+    b.store(address, matrix_slot)
+    b.br(apply)
+
+    b.position_at_end(not_instance)
+    b.cbranch(b.icmp("eq", kind_value, const_int(ll.i32, _TRANSFORM_STATIC)), static, motion)
+
+    b.position_at_end(static)
+    (address,) = _ptx_call(cg, "_optix_get_static_transform_from_handle", [ll.i64], [handle])
+    offset = _STATIC_FORWARD_OFFSET if forward else _STATIC_INVERSE_OFFSET
+    b.store(b.binop("add", address, const_int(ll.i64, offset)), matrix_slot)
+    b.br(apply)
+
+    b.position_at_end(motion)
+    b.inline_asm(ll.FunctionType(ll.void, []), "trap;", "", [], side_effects=True)
+    b.unreachable()
+
+    b.position_at_end(apply)
+    pointer = b.cast("inttoptr", b.load(matrix_slot), ll.PointerType(ll.float, ll.GLOBAL))
+    m = [b.load(b.gep(pointer, [const_int(ll.i64, e)]), align=4) for e in range(12)]
+    x, y, z = (b.load(slot) for slot in slots)
+    out = []
+    for row in range(3):
+        if kind == "normal":  # the transpose of the 3x3 part
+            terms = [(m[row], x), (m[4 + row], y), (m[8 + row], z)]
+        else:
+            terms = [(m[4 * row], x), (m[4 * row + 1], y), (m[4 * row + 2], z)]
+        total = b.binop("fmul", *terms[0])
+        for a, v in terms[1:]:
+            total = b.binop("fadd", total, b.binop("fmul", a, v))
+        if kind == "point":
+            total = b.binop("fadd", total, m[4 * row + 3])
+        out.append(total)
+    for slot, value in zip(slots, out):
+        b.store(value, slot)
+    step = const_int(ll.i32, -1 if to_world else 1)
+    b.store(b.binop("add", k, step), counter)
+    b.br(head)
+
+    b.position_at_end(done)
+    return KValue(TupleType([f32] * 3), [b.load(slot) for slot in slots])
+
+
+for _kind in ("point", "vector", "normal"):
+    _transform_rule(f"optix.object_to_world_{_kind}", True, _kind)
+    _transform_rule(f"optix.world_to_object_{_kind}", False, _kind)
