@@ -18,7 +18,7 @@ import time
 import traceback
 
 BENCHMARKS = ["launch_overhead", "bandwidth", "compile_latency", "saxpy", "kernels",
-              "rng", "gemm"]
+              "rng", "gemm", "conv"]
 
 
 def _flatten(prefix: str, value, out: dict) -> None:

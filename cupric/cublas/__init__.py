@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib
 
+from .._lazy import attach
+
 _API = (
     "Handle", "HandleOptions", "default_handle",
     "axpy", "blas_dot", "dotu", "dotc", "nrm2", "asum", "iamax", "iamin", "scal", "copy",
@@ -25,23 +27,14 @@ _API = (
 
 __all__ = ["lib", "lt", "is_available", "CublasError", *_API]
 
+__getattr__, __dir__ = attach(__name__, globals(), {
+    "lib": ("cupric.cublas.lib", None),
+    "lt": ("cupric.cublas.lt", None),
+    "CublasError": ("cupric.cublas.lib", "CublasError"),
+    **{name: ("cupric.cublas.api", name) for name in _API},
+})
+
 
 def is_available() -> bool:
     """Whether cuBLAS can be loaded (``pip install nvidia-cublas`` otherwise)."""
     return importlib.import_module("cupric.cublas.lib").is_available()
-
-
-def __getattr__(name: str):
-    if name in ("lib", "lt"):
-        return importlib.import_module(f"cupric.cublas.{name}")
-    if name == "CublasError":
-        return importlib.import_module("cupric.cublas.lib").CublasError
-    if name in _API:
-        value = getattr(importlib.import_module("cupric.cublas.api"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'cupric.cublas' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))

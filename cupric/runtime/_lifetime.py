@@ -76,6 +76,9 @@ def _release_quietly_at_exit(release, handle, args, label) -> None:
         if not expected:
             warnings.warn(f"cupric: releasing {label} at exit failed: {exc}",
                           RuntimeWarning, stacklevel=1)
+    except Exception as exc:  # a library's own release (cuBLAS, cuDNN, ...): reported
+        warnings.warn(f"cupric: releasing {label} at exit failed: {exc}",
+                      RuntimeWarning, stacklevel=1)
 
 
 def _drain_at_exit() -> None:
