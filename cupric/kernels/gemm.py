@@ -13,9 +13,10 @@ import numpy as np
 import cupric
 from cupric.device import blockIdx, local, shared, syncthreads, threadIdx
 from cupric.kernels._common import Call
-from cupric.types import f32, f64
+from cupric.types import f32, f64, i32
 
-__all__ = ["gemm", "sgemm", "dgemm", "blocked_kernel", "tiled_kernel", "BM", "BN", "BK"]
+__all__ = ["gemm", "sgemm", "dgemm", "blocked_kernel", "tiled_kernel", "BM", "BN", "BK",
+           "TILE"]
 
 #: Register-blocked kernel: block tile (BM x BN), k-slice depth BK, 256 threads in a
 #: 16 x 16 arrangement, each with a TM x TN sub-tile (two 4-row and two 4-column halves
@@ -32,9 +33,37 @@ PAD = 4
 TILE = 16
 
 
-def _make_blocked(elem):
+@cupric.device_function
+def _flat_get(arr, row, col, ld):
+    return arr[row * ld + col]
+
+
+@cupric.device_function
+def _flat_set(arr, row, col, ld, value):
+    arr[row * ld + col] = value
+
+
+@cupric.device_function
+def _strided_get(arr, row, col, ld):
+    return arr[row, col]
+
+
+@cupric.device_function
+def _strided_set(arr, row, col, ld, value):
+    arr[row, col] = value
+
+
+def _make_blocked(elem, flat):
+    """The register-blocked kernel. `flat`: operands are 1-D views of row-major
+    matrices, addressed with 32-bit offsets row * ld + col (the host checks they fit);
+    otherwise 2-D arrays of any strides, addressed by the compiler in 64 bits. 32-bit
+    addressing saves the registers that keep the kernel at two blocks per SM."""
+    get = _flat_get if flat else _strided_get
+    put = _flat_set if flat else _strided_set
+
     @cupric.kernel
-    def blocked_kernel(a, b, out, alpha, beta):
+    def blocked_kernel(a, b, out, m: i32, n: i32, kk: i32, lda: i32, ldb: i32, ldc: i32,
+                       alpha, beta):
         a_s = shared.array((2, BK, BM + PAD), elem)
         b_s = shared.array((2, BK, BN), elem)
         acc = local.array((TM, TN), elem)
@@ -42,9 +71,6 @@ def _make_blocked(elem):
         b_frag = local.array(TN, elem)
         a_next = local.array(4, elem)
         b_next = local.array(4, elem)
-        m = a.shape[0]
-        kk = a.shape[1]
-        n = b.shape[1]
         t = threadIdx.x
         tx4 = (t & 15) * 4
         ty4 = (t >> 4) * 4
@@ -55,18 +81,20 @@ def _make_blocked(elem):
             for j in range(TN):
                 acc[i, j] = zero
         tiles = (kk + BK - 1) // BK
-        # Stage slice 0: thread t moves A elements (row q*32 + t//8, column t%8) and B
-        # elements (row q*2 + t//128, column t%128), q = 0..3.
+        # Thread t stages A elements (rows q*32 + t//8, column t%8) and B elements
+        # (rows q*2 + t//128, column t%128) of each slice, q = 0..3.
+        arow = bm + (t >> 3)
+        acol = t & 7
+        brow = t >> 7
+        bcol = bn + (t & 127)
         for q in range(4):
-            ar = bm + q * 32 + (t >> 3)
-            ac = t & 7
-            a_next[q] = a[ar, ac] if ar < m and ac < kk else zero
-            br = q * 2 + (t >> 7)
-            bc = bn + (t & 127)
-            b_next[q] = b[br, bc] if br < kk and bc < n else zero
+            ar = arow + q * 32
+            a_next[q] = get(a, ar, acol, lda) if ar < m and acol < kk else zero
+            br = brow + q * 2
+            b_next[q] = get(b, br, bcol, ldb) if br < kk and bcol < n else zero
         for q in range(4):
-            a_s[0, t & 7, q * 32 + (t >> 3)] = a_next[q]
-            b_s[0, q * 2 + (t >> 7), t & 127] = b_next[q]
+            a_s[0, acol, q * 32 + (t >> 3)] = a_next[q]
+            b_s[0, brow + q * 2, t & 127] = b_next[q]
         syncthreads()
         for kt in range(tiles):
             cur = kt & 1
@@ -75,12 +103,11 @@ def _make_blocked(elem):
                 # Issue the next slice's global loads now; they land while we compute.
                 k0 = (kt + 1) * BK
                 for q in range(4):
-                    ar = bm + q * 32 + (t >> 3)
-                    ac = k0 + (t & 7)
-                    a_next[q] = a[ar, ac] if ar < m and ac < kk else zero
-                    br = k0 + q * 2 + (t >> 7)
-                    bc = bn + (t & 127)
-                    b_next[q] = b[br, bc] if br < kk and bc < n else zero
+                    ar = arow + q * 32
+                    ac = k0 + acol
+                    a_next[q] = get(a, ar, ac, lda) if ar < m and ac < kk else zero
+                    br = k0 + brow + q * 2
+                    b_next[q] = get(b, br, bcol, ldb) if br < kk and bcol < n else zero
             for k in range(BK):
                 for i in range(4):
                     a_frag[i] = a_s[cur, k, ty4 + i]
@@ -93,18 +120,21 @@ def _make_blocked(elem):
             if more:
                 nxt = 1 - cur
                 for q in range(4):
-                    a_s[nxt, t & 7, q * 32 + (t >> 3)] = a_next[q]
-                    b_s[nxt, q * 2 + (t >> 7), t & 127] = b_next[q]
+                    a_s[nxt, acol, q * 32 + (t >> 3)] = a_next[q]
+                    b_s[nxt, brow + q * 2, t & 127] = b_next[q]
             syncthreads()
+        # One store path (C is read only when beta is nonzero): a second copy of the
+        # epilogue would cost registers.
+        scaled = beta != zero
         for i in range(TM):
             row = bm + ty4 + i + (60 if i >= 4 else 0)
             for j in range(TN):
                 col = bn + tx4 + j + (60 if j >= 4 else 0)
                 if row < m and col < n:
-                    if beta != zero:
-                        out[row, col] = alpha * acc[i, j] + beta * out[row, col]
-                    else:
-                        out[row, col] = alpha * acc[i, j]
+                    v = alpha * acc[i, j]
+                    if scaled:
+                        v += beta * get(out, row, col, ldc)
+                    put(out, row, col, ldc, v)
 
     return blocked_kernel
 
@@ -140,30 +170,39 @@ def _make_tiled(elem):
 
 
 _TYPES = {np.dtype("f4"): f32, np.dtype("f8"): f64}
-_FACTORIES = {"blocked": _make_blocked, "tiled": _make_tiled}
 _KERNELS: dict = {}
 _LOCK = threading.Lock()
 
 
-def _kernel(kind: str, dtype):
-    key = (kind, np.dtype(dtype))
+def _kernel(kind: str, dtype, flat: bool = False):
+    key = (kind, np.dtype(dtype), flat)
     kern = _KERNELS.get(key)
     if kern is None:
         with _LOCK:
             kern = _KERNELS.get(key)
             if kern is None:
-                kern = _KERNELS[key] = _FACTORIES[kind](_TYPES[key[1]])
+                elem = _TYPES[key[1]]
+                kern = _make_blocked(elem, flat) if kind == "blocked" else _make_tiled(elem)
+                _KERNELS[key] = kern
     return kern
 
 
-def blocked_kernel(dtype):
-    """The register-blocked GEMM kernel for float32 or float64 (made once)."""
-    return _kernel("blocked", dtype)
+def blocked_kernel(dtype, flat: bool = True):
+    """The register-blocked GEMM kernel for float32 or float64 (made once): `flat` for
+    row-major operands as 1-D views with 32-bit offsets, else 2-D operands of any
+    strides."""
+    return _kernel("blocked", dtype, flat)
 
 
 def tiled_kernel(dtype):
     """The 16x16 shared-memory tiled GEMM kernel for float32 or float64 (made once)."""
     return _kernel("tiled", dtype)
+
+
+def _row_major(call, arr):
+    """The 1-D view of a C-contiguous matrix, or None."""
+    contiguous = arr.flags.c_contiguous if call.simulator else arr.is_c_contiguous
+    return call.flat(arr, "matrix") if contiguous else None
 
 
 def gemm(a, b, out=None, *, alpha=1.0, beta=0.0, algorithm="blocked", stream=None):
@@ -205,7 +244,7 @@ def gemm(a, b, out=None, *, alpha=1.0, beta=0.0, algorithm="blocked", stream=Non
     >>> c = gemm(a, b)                       # a: (m, k), b: (k, n)   # doctest: +SKIP
     >>> gemm(a, b, c, alpha=2.0, beta=1.0)   # c = 2 a @ b + c        # doctest: +SKIP
     """
-    if algorithm not in _FACTORIES:
+    if algorithm not in ("blocked", "tiled"):
         raise ValueError(f"gemm: algorithm must be 'blocked' or 'tiled', got {algorithm!r}")
     call = Call("gemm", stream)
     floats = tuple(_TYPES)
@@ -224,13 +263,23 @@ def gemm(a, b, out=None, *, alpha=1.0, beta=0.0, algorithm="blocked", stream=Non
     dst, result = call.output(out, "out", (m, n), dtype)
     if m == 0 or n == 0:
         return result
-    args = (am, bm, dst, dtype.type(alpha), dtype.type(beta))
-    if algorithm == "blocked":
-        grid = ((n + BN - 1) // BN, (m + BM - 1) // BM)
-        call.launch(blocked_kernel(dtype), grid, THREADS, *args)
-    else:
+    scalars = (dtype.type(alpha), dtype.type(beta))
+    if algorithm == "tiled":
         grid = ((n + TILE - 1) // TILE, (m + TILE - 1) // TILE)
-        call.launch(tiled_kernel(dtype), grid, (TILE, TILE), *args)
+        call.launch(tiled_kernel(dtype), grid, (TILE, TILE), am, bm, dst, *scalars)
+        return result
+    grid = ((n + BN - 1) // BN, (m + BM - 1) // BM)
+    dims = (np.int32(m), np.int32(n), np.int32(k))
+    flat = [_row_major(call, x) for x in (am, bm, dst)]
+    if all(x is not None for x in flat) and max(m * k, k * n, m * n) < 2 ** 31:
+        call.launch(blocked_kernel(dtype, True), grid, THREADS, *flat, *dims,
+                    np.int32(k), np.int32(n), np.int32(n), *scalars)
+    else:
+        if max(m, n, k) >= 2 ** 31:
+            raise ValueError(f"gemm: dimensions {m}x{k} @ {k}x{n} exceed 2^31 - 1")
+        zero = np.int32(0)
+        call.launch(blocked_kernel(dtype, False), grid, THREADS, am, bm, dst, *dims,
+                    zero, zero, zero, *scalars)
     return result
 
 

@@ -51,8 +51,11 @@ def _cases():
         ("transpose", transpose.transpose_kernel(np.float32), f"{A2.format('f32')}, "
          f"{A2.format('f32')}", 4, ("ld.shared",)),
         ("gemm", gemm.blocked_kernel(np.float32),
-         f"{A2.format('f32')}, {A2.format('f32')}, {A2.format('f32')}, f32, f32", 8,
+         f"{f4}, {f4}, {f4}, i32, i32, i32, i32, i32, i32, f32, f32", 8,
          ("ld.shared.v4.f32", "fma.rn.f32")),
+        ("gemm", gemm.blocked_kernel(np.float64, flat=False),
+         f"{A2.format('f64')}, {A2.format('f64')}, {A2.format('f64')}, i32, i32, i32, "
+         "i32, i32, i32, f64, f64", 8, ("ld.shared.v2.f64", "fma.rn.f64")),
         ("gemm", gemm.tiled_kernel(np.float64),
          f"{A2.format('f64')}, {A2.format('f64')}, {A2.format('f64')}, f64, f64", 2, ()),
         ("sort", sort.bitonic_sort_shared_kernel, u4, 0, ("bar.sync",)),
@@ -66,7 +69,7 @@ def _cases():
     ]
 
 
-@pytest.mark.parametrize("index", range(15))
+@pytest.mark.parametrize("index", range(16))
 def test_kernel_ptx(index):
     module, kern, signature, nc_loads, needles = _cases()[index]
     require_lowering(module)

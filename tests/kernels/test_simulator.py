@@ -161,6 +161,10 @@ def test_gemm(rng, algorithm):
     expect = 2 * a2 @ b2 - 0.5 * c
     gemm.dgemm(a2, b2, c, alpha=2.0, beta=-0.5)
     np.testing.assert_allclose(c, expect, rtol=1e-12)
+    # A transposed (column-major) operand takes the strided kernel.
+    bt = np.ascontiguousarray(b.T).T
+    np.testing.assert_allclose(gemm.gemm(a, bt, algorithm=algorithm), a @ b, rtol=1e-4,
+                               atol=1e-3)
     with pytest.raises(ValueError, match="inner dimensions"):
         gemm.gemm(a, a)
     with pytest.raises(TypeError, match="float32"):
