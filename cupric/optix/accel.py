@@ -709,6 +709,12 @@ def _accel_options_struct(options: AccelBuildOptions, operation: int):
     return struct
 
 
+def _ordered(stream):
+    """`stream`, or the legacy default stream (which OptiX uses for stream 0)."""
+    from cupric.runtime.memory import LEGACY_STREAM
+    return stream if stream is not None else LEGACY_STREAM
+
+
 def _stream_value(stream):
     from cupric.runtime.memory import stream_handle
     from . import lib
@@ -767,7 +773,10 @@ class AccelStructure:
         context._call(lib.optixAccelComputeMemoryUsage, context.handle, c_options, c_inputs,
                       len(inputs), sizes)
         _, c_stream = _stream_value(stream)
-        temp = empty(max(int(sizes.tempSizeInBytes), 1), np.uint8, stream=stream)
+        # Scratch memory lives in stream order (legacy default stream without a stream), so
+        # freeing it after the build needs no device-wide wait.
+        ordered = _ordered(stream)
+        temp = empty(max(int(sizes.tempSizeInBytes), 1), np.uint8, stream=ordered)
         output = empty(max(int(sizes.outputSizeInBytes), 1), np.uint8, stream=stream)
         if output.ptr % ACCEL_BUFFER_BYTE_ALIGNMENT or temp.ptr % ACCEL_BUFFER_BYTE_ALIGNMENT:
             raise RuntimeError("device allocation not 128-byte aligned")
@@ -793,7 +802,7 @@ class AccelStructure:
                 compacted.close(stream=stream)
             raise
         finally:
-            temp.close(stream=stream)  # freed in stream order, after the build
+            temp.close(stream=ordered)  # freed in stream order, after the build
         del keep
         self = cls.__new__(cls)
         self.context = context
@@ -904,14 +913,15 @@ class AccelStructure:
         c_options = _accel_options_struct(self.options, _OPERATION_UPDATE)
         _, c_stream = _stream_value(stream)
         temp_size = self.sizes[2]
-        temp = empty(max(temp_size, 1), np.uint8, stream=stream)
+        ordered = _ordered(stream)
+        temp = empty(max(temp_size, 1), np.uint8, stream=ordered)
         handle = lib.ffi.new("OptixTraversableHandle *", self._handle)
         try:
             self.context._call(lib.optixAccelBuild, self.context.handle, c_stream, c_options,
                                c_inputs, len(inputs), temp.ptr, temp_size, self.buffer.ptr,
                                self.buffer.nbytes, handle, lib.ffi.NULL, 0)
         finally:
-            temp.close(stream=stream)
+            temp.close(stream=ordered)
         del keep
         self.inputs = inputs
         self._handle = int(handle[0])

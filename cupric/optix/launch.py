@@ -149,7 +149,7 @@ def launch(pipeline, sbt, dims, *params, stream=None) -> None:
     The launch runs asynchronously: arrays passed, the SBT and the acceleration
     structures traced must stay alive until it finished (synchronize `stream`).
     """
-    from cupric.runtime.memory import stream_handle, to_device
+    from cupric.runtime.memory import LEGACY_STREAM, stream_handle, to_device
     from . import lib
     from .pipeline import Pipeline
     from .sbt import ShaderBindingTable
@@ -166,8 +166,11 @@ def launch(pipeline, sbt, dims, *params, stream=None) -> None:
     handle = pipeline.handle
     pipeline.context.device.primary_context().make_current()
     c_stream = lib.ffi.cast("CUstream", stream_handle(stream))
+    # The parameters are allocated, copied and freed in stream order (the legacy default
+    # stream when none is given): no device-wide wait, whatever the launch's stream.
+    ordered = stream if stream is not None else LEGACY_STREAM
     if record.dtype.itemsize:
-        buffer = to_device(record.view(np.uint8), stream=stream)
+        buffer = to_device(record.view(np.uint8), stream=ordered)
         address, size = buffer.ptr, record.dtype.itemsize
     else:
         buffer, address, size = None, 0, 0
@@ -176,4 +179,4 @@ def launch(pipeline, sbt, dims, *params, stream=None) -> None:
                                width, height, depth)
     finally:
         if buffer is not None:
-            buffer.close(stream=stream)  # freed in stream order, after the launch
+            buffer.close(stream=ordered)  # freed in stream order, after the launch
