@@ -7,6 +7,8 @@ report for the next process. `Artifact.image()` then picks what the driver shoul
 
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -111,7 +113,8 @@ def storage_key(key: str | None, options: CompileOptions, want: Sequence[str],
     options = options.resolve()
     want = _normalize_want(want)
     if key is not None:
-        origin: tuple = ("key", key)
+        # Where libNVVM comes from can change with these; see `_same_libnvvm` for upgrades.
+        origin: tuple = ("key", key, os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"))
     else:
         if ir is None:
             raise ValueError("storage_key needs the caller's key or the IR")
@@ -162,7 +165,30 @@ def lookup(key: str, *, options: CompileOptions | None = None,
         return None
     options = (options or CompileOptions()).resolve()
     entry = store.get(storage_key(key, options, want))
-    return None if entry is None else _from_entry(entry, True)
+    if entry is None or not _same_libnvvm(entry.meta.get("nvvm_file")):
+        return None
+    return _from_entry(entry, True)
+
+
+def _file_identity(path: str) -> list:
+    st = os.stat(path)
+    return [path, st.st_size, st.st_mtime_ns]
+
+
+def _same_libnvvm(recorded) -> bool:
+    """Whether the libNVVM that built an entry is still installed, unchanged.
+
+    The frontend's key leaves out the libNVVM version so that a hit never loads libNVVM;
+    instead each entry records the library file it came from, and one `stat` here (a few
+    microseconds) turns an upgraded or removed libNVVM into a miss and a rebuild.
+    """
+    if not recorded:
+        return True  # entries of `build` calls keyed by IR hash the release instead
+    path, size, mtime_ns = recorded
+    try:
+        return _file_identity(path) == [path, size, mtime_ns]
+    except OSError:
+        return False
 
 
 def build(ir: str | bytes | Sequence[str | bytes], *, options: CompileOptions | None = None,
@@ -255,5 +281,6 @@ def build(ir: str | bytes | Sequence[str | bytes], *, options: CompileOptions | 
             "resource_usage": {k: v.to_dict() for k, v in artifact.resource_usage.items()},
             "nvvm_release": artifact.nvvm_release, "linker": artifact.linker,
             "linker_release": artifact.linker_release,
+            "nvvm_file": _file_identity(libnvvm().path),
         })
     return artifact

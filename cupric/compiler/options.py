@@ -187,7 +187,12 @@ class CompileOptions:
         """nvJitLink options (`nvJitLinkCreate`) for linking PTX into a cubin."""
         arch = self._require_arch()
         # Like ptxas (which it runs), nvJitLink refuses -g together with optimization.
-        flags = [f"-arch={arch}", f"-O{0 if self.debug else self.opt_level}", "-verbose"]
+        # nvJitLink takes -O0 and -O3 only; intermediate levels go to its ptxas pass.
+        level = 0 if self.debug else self.opt_level
+        if level in (0, 3):
+            flags = [f"-arch={arch}", f"-O{level}", "-verbose"]
+        else:
+            flags = [f"-arch={arch}", f"-Xptxas=-O{level}", "-verbose"]
         if self.debug:
             flags.append("-g")
         elif self.lineinfo:

@@ -260,3 +260,14 @@ def test_artifact_image_prefers_the_cubin(cache):
     built = backend.build(exp_kernel(), options=CompileOptions(arch="sm_90"), cache=cache)
     major = built.linker_release[0]
     assert built.image(driver=(major, 0)) == ("cubin", built.cubin)
+
+
+def test_a_changed_libnvvm_turns_a_frontend_hit_into_a_miss(cache, monkeypatch):
+    options = CompileOptions(arch="sm_80")
+    key = make_key("test-libnvvm-identity")
+    backend.build(exp_kernel(), options=options, key=key, cache=cache)
+    assert backend.lookup(key, options=options, cache=KernelCache(cache.root)) is not None
+    real = backend._file_identity
+    monkeypatch.setattr(backend, "_file_identity",
+                        lambda path: [path, real(path)[1] + 1, real(path)[2]])
+    assert backend.lookup(key, options=options, cache=KernelCache(cache.root)) is None

@@ -67,7 +67,8 @@ def test_flag_tables():
     options = CompileOptions(arch="sm_80", opt_level=2, lineinfo=True, max_registers=64)
     assert "-generate-line-info" in options.nvvm_flags()
     assert "-maxreg=64" in options.nvvm_flags()
-    assert options.nvjitlink_flags() == ["-arch=sm_80", "-O2", "-verbose", "-lineinfo",
+    # nvJitLink itself takes -O0/-O3 only: other levels reach its ptxas pass.
+    assert options.nvjitlink_flags() == ["-arch=sm_80", "-Xptxas=-O2", "-verbose", "-lineinfo",
                                          "-maxrregcount=64"]
     assert options.ptxas_flags() == ["-arch=sm_80", "-O2", "-v", "-lineinfo", "--maxrregcount=64"]
     debug = CompileOptions(arch="sm_80", debug=True, lineinfo=True)
@@ -99,3 +100,13 @@ def test_cache_key_is_stable_text():
                    "maxreg=0")
     assert CompileOptions().cache_key().startswith("arch=auto;")
     assert len({CompileOptions(arch="sm_90", opt_level=n).cache_key() for n in range(4)}) == 4
+
+
+@pytest.mark.parametrize("level", [0, 1, 2, 3])
+def test_every_opt_level_links_through_nvjitlink(level):
+    from _backend_samples import exp_kernel
+    from cupric.compiler import backend
+
+    artifact = backend.build(exp_kernel(), options=CompileOptions(arch="sm_90", opt_level=level),
+                             cache=False, linker="nvjitlink", want=("cubin",))
+    assert artifact.linker == "nvjitlink" and artifact.cubin
