@@ -35,7 +35,6 @@ def check_dims(dims) -> tuple[int, int, int]:
 
 
 def _array_values(value, t, index: int) -> list:
-    from cupric.types import ArrayType  # noqa: F401  (documents the type handled)
     if isinstance(value, np.ndarray):
         raise TypeError(f"launch parameter {index} is a host NumPy array; copy it to the "
                         f"device first (cupric.runtime.to_device)")

@@ -16,7 +16,7 @@ from cupric.optix import lib
 from cupric.optix.accel import accel_ffi
 from cupric.optix.context import DeviceContext
 from cupric.optix.denoiser import denoiser_ffi
-from cupric.types import Array, f32, u32, u64
+from cupric.types import Array, f32, u64
 
 ffi = lib.ffi
 

@@ -16,7 +16,7 @@ import cupric
 import cupric.optix.api as ox
 from cupric import runtime as rt
 from cupric.device import bits, grid, optix
-from cupric.types import Array, f32, i32, u32, u64
+from cupric.types import Array, f32, u32, u64
 
 pytestmark = pytest.mark.gpu
 
@@ -408,3 +408,37 @@ def test_closing_order_is_safe(ctx):
     pipeline = ctx.create_pipeline([group, ctx.miss_group()], PIPELINE_OPTIONS)
     pipeline.close()
     group.close()
+
+
+def test_builtin_spheres(ctx):
+    """Spheres through OptiX's built-in intersection module: the hit distance of each
+    pixel against the analytic one."""
+    options = ox.PipelineCompileOptions(num_payload_values=3, num_attribute_values=2,
+                                        primitive_types=("sphere",))
+    module = ctx.compile_module([camera, nothing, which_instance], pipeline_options=options)
+    spheres = ctx.builtin_intersection_module("sphere", pipeline_options=options)
+    centers = rt.to_device(np.array([[-0.4, 0.0, 0.5], [0.45, 0.1, 0.2]], dtype=np.float32))
+    radii = rt.to_device(np.array([0.3, 0.25], dtype=np.float32))
+    gas = ctx.build_accel([ox.SphereInput(centers, radii)])
+    groups = [ctx.raygen_group(module, camera), ctx.miss_group(module, nothing),
+              ctx.hit_group(module, closest_hit=which_instance, intersection_module=spheres)]
+    pipeline = ctx.create_pipeline(groups, options)
+    sbt = ox.create_sbt(raygen=ox.make_records(groups[0]), miss=ox.make_records(groups[1]),
+                        hitgroup=ox.make_records(groups[2]))
+    image = poisoned_image()
+    pipeline.launch(sbt, (W, H), image, gas.handle)
+    rt.synchronize()
+    result = image.get()
+    px, py = rays()
+    depth = np.full((H, W), np.inf)
+    for (cx, cy, cz), r in (((-0.4, 0.0, 0.5), 0.3), ((0.45, 0.1, 0.2), 0.25)):
+        d2 = (px - cx) ** 2 + (py - cy) ** 2
+        inside = d2 < r * r - 1e-3
+        t = (cz + 1.0) - np.sqrt(np.maximum(r * r - d2, 0.0))
+        depth = np.where(inside, np.minimum(depth, t), depth)
+    hit = np.isfinite(depth)
+    assert hit.sum() > 40
+    assert (result[hit, 0] == 1).all()  # instance_id 0 + 1 (no instancing)
+    np.testing.assert_allclose(result[hit, 1], depth[hit], atol=1e-4)
+    for obj in (sbt, pipeline, *groups, gas, spheres, module):
+        obj.close()

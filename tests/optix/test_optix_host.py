@@ -256,7 +256,7 @@ def test_objects_have_no_public_constructors():
             cls()
 
 
-# -- launch parameters ------------------------------------------------------------------------------
+# -- launch parameters --------------------------------------------------------------------------
 
 def test_pack_launch_params():
     types = (ArrayType(f32, 2, "C"), u64, i32)

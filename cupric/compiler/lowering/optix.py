@@ -276,7 +276,7 @@ def _trace_lower(cg, call, args):
 register("optix.trace", _trace_infer, _trace_lower)
 
 
-# -- rules: steering traversal ----------------------------------------------------------------------
+# -- rules: steering traversal ------------------------------------------------------------------
 
 def _report_infer(call):
     _check_no_keywords(call)
