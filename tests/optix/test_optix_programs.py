@@ -185,6 +185,19 @@ def test_intrinsics_refuse_to_run_outside_programs():
         render(None, 0)
 
 
+def test_plain_kernels_refuse_optix_functions():
+    import cupric
+    import cupric.compiler.lowering.optix  # noqa: F401  (the rules are known)
+
+    @cupric.kernel
+    def kernel(out: Array[i32, 1]):
+        x, y, z = optix.launch_index()
+        out[0] = x
+
+    with pytest.raises(CompileError, match="only in OptiX programs"):
+        kernel.inspect_ptx(arch="sm_90")
+
+
 def test_program_decorators():
     @ox.raygen(name="camera")
     def rg():

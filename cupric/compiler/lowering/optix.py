@@ -49,6 +49,13 @@ _CONSTRAINT = {"i32": "r", "i64": "l", "float": "f"}
 
 def _ptx_call(cg, function: str, results: list[ll.LLType], args: list[Value]):
     """Emit `call (outs), function, (ins);` as inline PTX; returns the result Values."""
+    if not cg.mcg.lowering_state.get("optix_programs"):
+        # Only OptiX resolves `_optix_*` calls: a CUDA kernel using them would fail to
+        # load with an unresolved-symbol error far from the cause.
+        raise cg.error(cg.src.tree, "OptiX device functions (cupric.device.optix) work only "
+                       "in OptiX programs", hint="decorate the function with "
+                       "cupric.optix.raygen, miss, closest_hit, ... and compile it with "
+                       "DeviceContext.compile_module")
     outs = ", ".join(f"${k}" for k in range(len(results)))
     ins = ", ".join(f"${len(results) + k}" for k in range(len(args)))
     text = "call "
@@ -449,6 +456,7 @@ def emit_programs(programs, param_types, *, params_name: str = LAUNCH_PARAMS_NAM
 
     mcg = ModuleCodegen("cupric_optix", debug=debug, lineinfo=lineinfo, fast_math=fast_math,
                         c_division=c_division, bounds_check=bounds_check)
+    mcg.lowering_state["optix_programs"] = True
     members = params_layout(param_types)
     params_type = ll.StructType(members) if members else None
     if params_type is not None:
