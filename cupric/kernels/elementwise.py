@@ -35,7 +35,37 @@ def vecadd_kernel(a, b, out):
     step = gridsize(1)
     # Four neighbouring elements per thread and trip: with 16-byte aligned arrays (the
     # launch checks) the compiler merges them into one 128-bit load or store.
-    while i < quads:
+    # Two groups a grid apart per trip (the compiler does not unroll grid-stride loops
+    # by itself): four 128-bit loads in flight per thread before the stores.
+    while i + step < quads:
+        j = i * 4
+        h = (i + step) * 4
+        a0 = a[j]
+        a1 = a[j + 1]
+        a2 = a[j + 2]
+        a3 = a[j + 3]
+        c0 = a[h]
+        c1 = a[h + 1]
+        c2 = a[h + 2]
+        c3 = a[h + 3]
+        b0 = b[j]
+        b1 = b[j + 1]
+        b2 = b[j + 2]
+        b3 = b[j + 3]
+        d0 = b[h]
+        d1 = b[h + 1]
+        d2 = b[h + 2]
+        d3 = b[h + 3]
+        out[j] = a0 + b0
+        out[j + 1] = a1 + b1
+        out[j + 2] = a2 + b2
+        out[j + 3] = a3 + b3
+        out[h] = c0 + d0
+        out[h + 1] = c1 + d1
+        out[h + 2] = c2 + d2
+        out[h + 3] = c3 + d3
+        i += 2 * step
+    if i < quads:
         j = i * 4
         a0 = a[j]
         a1 = a[j + 1]
@@ -49,7 +79,6 @@ def vecadd_kernel(a, b, out):
         out[j + 1] = a1 + b1
         out[j + 2] = a2 + b2
         out[j + 3] = a3 + b3
-        i += step
     k = quads * 4 + grid(1)
     if k < n:
         out[k] = a[k] + b[k]
@@ -62,7 +91,35 @@ def saxpy_kernel(a, x, y, out):
     quads = n >> 2
     i = grid(1)
     step = gridsize(1)
-    while i < quads:
+    while i + step < quads:
+        j = i * 4
+        h = (i + step) * 4
+        x0 = x[j]
+        x1 = x[j + 1]
+        x2 = x[j + 2]
+        x3 = x[j + 3]
+        u0 = x[h]
+        u1 = x[h + 1]
+        u2 = x[h + 2]
+        u3 = x[h + 3]
+        y0 = y[j]
+        y1 = y[j + 1]
+        y2 = y[j + 2]
+        y3 = y[j + 3]
+        w0 = y[h]
+        w1 = y[h + 1]
+        w2 = y[h + 2]
+        w3 = y[h + 3]
+        out[j] = a * x0 + y0
+        out[j + 1] = a * x1 + y1
+        out[j + 2] = a * x2 + y2
+        out[j + 3] = a * x3 + y3
+        out[h] = a * u0 + w0
+        out[h + 1] = a * u1 + w1
+        out[h + 2] = a * u2 + w2
+        out[h + 3] = a * u3 + w3
+        i += 2 * step
+    if i < quads:
         j = i * 4
         x0 = x[j]
         x1 = x[j + 1]
@@ -76,7 +133,6 @@ def saxpy_kernel(a, x, y, out):
         out[j + 1] = a * x1 + y1
         out[j + 2] = a * x2 + y2
         out[j + 3] = a * x3 + y3
-        i += step
     k = quads * 4 + grid(1)
     if k < n:
         out[k] = a * x[k] + y[k]
@@ -89,7 +145,27 @@ def copy_kernel(src, out):
     quads = n >> 2
     i = grid(1)
     step = gridsize(1)
-    while i < quads:
+    while i + step < quads:
+        j = i * 4
+        h = (i + step) * 4
+        v0 = src[j]
+        v1 = src[j + 1]
+        v2 = src[j + 2]
+        v3 = src[j + 3]
+        w0 = src[h]
+        w1 = src[h + 1]
+        w2 = src[h + 2]
+        w3 = src[h + 3]
+        out[j] = v0
+        out[j + 1] = v1
+        out[j + 2] = v2
+        out[j + 3] = v3
+        out[h] = w0
+        out[h + 1] = w1
+        out[h + 2] = w2
+        out[h + 3] = w3
+        i += 2 * step
+    if i < quads:
         j = i * 4
         v0 = src[j]
         v1 = src[j + 1]
@@ -99,7 +175,6 @@ def copy_kernel(src, out):
         out[j + 1] = v1
         out[j + 2] = v2
         out[j + 3] = v3
-        i += step
     k = quads * 4 + grid(1)
     if k < n:
         out[k] = src[k]

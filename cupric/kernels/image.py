@@ -29,7 +29,28 @@ def rgba2gray_kernel(pixels: Array[u32, 1], out: Array[u8, 1]):
     step = gridsize(1)
     # Four neighbouring pixels per thread and trip: one 128-bit load, one 32-bit store
     # when the arrays are 16-byte aligned (the launch checks).
-    while i < quads:
+    while i + step < quads:
+        # Two groups a grid apart per trip: two 128-bit loads in flight per thread.
+        j = i * 4
+        h = (i + step) * 4
+        p0 = pixels[j]
+        p1 = pixels[j + 1]
+        p2 = pixels[j + 2]
+        p3 = pixels[j + 3]
+        q0 = pixels[h]
+        q1 = pixels[h + 1]
+        q2 = pixels[h + 2]
+        q3 = pixels[h + 3]
+        out[j] = _gray8(p0)
+        out[j + 1] = _gray8(p1)
+        out[j + 2] = _gray8(p2)
+        out[j + 3] = _gray8(p3)
+        out[h] = _gray8(q0)
+        out[h + 1] = _gray8(q1)
+        out[h + 2] = _gray8(q2)
+        out[h + 3] = _gray8(q3)
+        i += 2 * step
+    if i < quads:
         j = i * 4
         p0 = pixels[j]
         p1 = pixels[j + 1]
@@ -39,7 +60,6 @@ def rgba2gray_kernel(pixels: Array[u32, 1], out: Array[u8, 1]):
         out[j + 1] = _gray8(p1)
         out[j + 2] = _gray8(p2)
         out[j + 3] = _gray8(p3)
-        i += step
     k = quads * 4 + grid(1)
     if k < n:
         out[k] = _gray8(pixels[k])

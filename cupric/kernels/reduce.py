@@ -95,17 +95,29 @@ def _make_reduce(acc, combine, load, quads):
         v2 = init
         v3 = init
         if quads:
-            while i < full:
+            while i + step < full:
+                # Two groups a grid apart per trip: two 128-bit loads in flight.
                 j = i * 4
+                h = (i + step) * 4
                 a0 = acc(load(x, y, j))
                 a1 = acc(load(x, y, j + 1))
                 a2 = acc(load(x, y, j + 2))
                 a3 = acc(load(x, y, j + 3))
-                v0 = combine(v0, a0)
-                v1 = combine(v1, a1)
-                v2 = combine(v2, a2)
-                v3 = combine(v3, a3)
-                i += step
+                c0 = acc(load(x, y, h))
+                c1 = acc(load(x, y, h + 1))
+                c2 = acc(load(x, y, h + 2))
+                c3 = acc(load(x, y, h + 3))
+                v0 = combine(combine(v0, a0), c0)
+                v1 = combine(combine(v1, a1), c1)
+                v2 = combine(combine(v2, a2), c2)
+                v3 = combine(combine(v3, a3), c3)
+                i += 2 * step
+            if i < full:
+                j = i * 4
+                v0 = combine(v0, acc(load(x, y, j)))
+                v1 = combine(v1, acc(load(x, y, j + 1)))
+                v2 = combine(v2, acc(load(x, y, j + 2)))
+                v3 = combine(v3, acc(load(x, y, j + 3)))
             k = full * 4 + grid(1)
             if k < n:
                 v0 = combine(v0, acc(load(x, y, k)))

@@ -30,6 +30,22 @@ def test_vecadd_saxpy_memcpy(rng, dtype):
     np.testing.assert_array_equal(elementwise.memcpy(a), a)
 
 
+def test_elementwise_two_groups_per_trip(rng):
+    # Past two grids of groups of four: every path of the grid-stride loops.
+    n = 2 * 4 * 4 * 256 + 37
+    a, b = random_array(rng, n, "f4"), random_array(rng, n, "f4")
+    np.testing.assert_array_equal(elementwise.vecadd(a, b), a + b)
+    np.testing.assert_allclose(elementwise.saxpy(2, a, b), 2 * a + b, rtol=1e-6)
+    np.testing.assert_array_equal(elementwise.memcpy(a), a)
+    np.testing.assert_allclose(reduce.sum(a), a.astype(np.float64).sum(), rtol=1e-4)
+    assert reduce.max(a)[()] == a.max()
+    img = rng.integers(0, 256, (n, 4), dtype=np.uint8).reshape(1, n, 4)
+    gray = image.rgba2gray(img)
+    weights = np.array(image.GRAY_WEIGHTS, np.float32)
+    expect = np.floor(img[..., :3].astype(np.float32) @ weights + np.float32(0.5))
+    assert np.abs(gray.astype(int) - expect.astype(int)).max() <= 1
+
+
 def test_elementwise_shapes_and_fill(rng):
     a = random_array(rng, (7, 9), "f4")
     b = random_array(rng, (7, 9), "f4")
