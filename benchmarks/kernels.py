@@ -637,8 +637,11 @@ class Suite:
         ref = cp.empty((cols, rows), cp.float32)
         c_t = self.fn("transpose")
         grid = ((cols + 31) // 32, (rows + 31) // 32)
+        out64 = cp.empty((cols, rows), cp.float32)
         impls = {
             "cupric": lambda: transpose.transpose(a, out=out, stream=self.s),
+            "cupric_tile64": lambda: transpose.transpose(a, out=out64, stream=self.s,
+                                                         tile_dim=64),
             "cuda_c": lambda: c_t(grid, (32, 8), (a, ref, np.int64(rows), np.int64(cols)),
                                   stream=self.stream),
             "cupy": lambda: cp.copyto(ref, a.T),
@@ -665,8 +668,9 @@ class Suite:
             na, nref = cuda.as_cuda_array(a), cuda.as_cuda_array(ref)
             impls["numba_cuda"] = lambda: n_transpose[grid, (32, 8), ns](na, nref)
         impls["cupric"]()
+        impls["cupric_tile64"]()
         self.stream.synchronize()
-        if not cp.array_equal(out, a.T):
+        if not (cp.array_equal(out, a.T) and cp.array_equal(out64, a.T)):
             raise AssertionError("cupric transpose gave a wrong result")
         return {"transpose": self._bandwidth(self.timer.compare(impls), 2 * 4 * rows * cols)}
 

@@ -1,5 +1,5 @@
-"""Matrix transpose through shared-memory tiles: a block reads a 32x32 tile with
-coalesced row loads, and writes it out transposed, again along rows, reading the tile
+"""Matrix transpose through shared-memory tiles: a block reads a square tile (32x32 by
+default, or 64x64) with coalesced row loads, and writes it out transposed, again along rows, reading the tile
 by columns from shared memory (padded by one column so those reads hit 32 banks)."""
 
 from __future__ import annotations
@@ -20,26 +20,33 @@ TILE_DIM = 32
 BLOCK_ROWS = 8
 
 
-def _make_transpose(elem):
+def _make_transpose(elem, tile_dim):
+    """The transpose kernel for tiles of `tile_dim` x `tile_dim` (a multiple of 32),
+    moved by 32 x BLOCK_ROWS threads."""
+
     @cupric.kernel
     def transpose_kernel(a, out):
-        tile = shared.array((TILE_DIM, TILE_DIM + 1), elem)
+        tile = shared.array((tile_dim, tile_dim + 1), elem)
         rows = a.shape[0]
         cols = a.shape[1]
         tx = threadIdx.x
         ty = threadIdx.y
-        col = blockIdx.x * TILE_DIM + tx
-        row = blockIdx.y * TILE_DIM + ty
-        for k in range(0, TILE_DIM, BLOCK_ROWS):
-            if col < cols and row + k < rows:
-                tile[ty + k, tx] = a[row + k, col]
+        col0 = blockIdx.x * tile_dim + tx
+        row0 = blockIdx.y * tile_dim + ty
+        for c in range(0, tile_dim, 32):
+            col = col0 + c
+            for k in range(0, tile_dim, BLOCK_ROWS):
+                if col < cols and row0 + k < rows:
+                    tile[ty + k, tx + c] = a[row0 + k, col]
         syncthreads()
         # out has shape (cols, rows): block (x, y) fills its tile (y, x).
-        out_col = blockIdx.y * TILE_DIM + tx
-        out_row = blockIdx.x * TILE_DIM + ty
-        for k in range(0, TILE_DIM, BLOCK_ROWS):
-            if out_col < rows and out_row + k < cols:
-                out[out_row + k, out_col] = tile[tx, ty + k]
+        out_col0 = blockIdx.y * tile_dim + tx
+        out_row0 = blockIdx.x * tile_dim + ty
+        for c in range(0, tile_dim, 32):
+            out_col = out_col0 + c
+            for k in range(0, tile_dim, BLOCK_ROWS):
+                if out_col < rows and out_row0 + k < cols:
+                    out[out_row0 + k, out_col] = tile[tx + c, ty + k]
 
     return transpose_kernel
 
@@ -51,19 +58,20 @@ _KERNELS: dict = {}
 _LOCK = threading.Lock()
 
 
-def transpose_kernel(dtype):
-    """The tiled transpose kernel for elements of `dtype` (made once)."""
-    key = np.dtype(dtype)
+def transpose_kernel(dtype, tile_dim: int = TILE_DIM):
+    """The tiled transpose kernel for elements of `dtype` and square tiles of
+    `tile_dim` (32 or 64) (made once)."""
+    key = (np.dtype(dtype), int(tile_dim))
     kern = _KERNELS.get(key)
     if kern is None:
         with _LOCK:
             kern = _KERNELS.get(key)
             if kern is None:
-                kern = _KERNELS[key] = _make_transpose(_TYPES[key])
+                kern = _KERNELS[key] = _make_transpose(_TYPES[key[0]], key[1])
     return kern
 
 
-def transpose(a, out=None, stream=None):
+def transpose(a, out=None, stream=None, *, tile_dim=TILE_DIM):
     """The transpose of a 2-D array, materialized: ``out[j, i] = a[i, j]``.
 
     Parameters
@@ -74,6 +82,9 @@ def transpose(a, out=None, stream=None):
     out : device array, optional
         Shape (a.shape[1], a.shape[0]), same dtype.
     stream : Stream or stream-like, optional
+    tile_dim : {32, 64}
+        Side of the square tile a block of 32 x 8 threads moves (4 or 16 elements per
+        thread).
 
     Returns
     -------
@@ -81,7 +92,7 @@ def transpose(a, out=None, stream=None):
 
     Cost
     ----
-    One launch of 32x8-thread blocks, one per 32x32 tile; reads and writes each element
+    One launch of 32x8-thread blocks, one per tile; reads and writes each element
     once, both coalesced: bandwidth-bound, close to a copy.
 
     Examples
@@ -93,7 +104,10 @@ def transpose(a, out=None, stream=None):
     src = call.array(a, "a", dtypes=NUMERIC, ndim=2)
     rows, cols = int(src.shape[0]), int(src.shape[1])
     dst, result = call.output(out, "out", (cols, rows), src.dtype)
+    if tile_dim not in (32, 64):
+        raise ValueError(f"transpose: tile_dim must be 32 or 64, got {tile_dim}")
     if rows and cols:
-        grid = ((cols + TILE_DIM - 1) // TILE_DIM, (rows + TILE_DIM - 1) // TILE_DIM)
-        call.launch(transpose_kernel(src.dtype), grid, (TILE_DIM, BLOCK_ROWS), src, dst)
+        grid = ((cols + tile_dim - 1) // tile_dim, (rows + tile_dim - 1) // tile_dim)
+        call.launch(transpose_kernel(src.dtype, tile_dim), grid, (32, BLOCK_ROWS), src,
+                    dst)
     return result

@@ -178,9 +178,10 @@ def test_transpose(rng, shape, dtype):
     require_lowering("transpose")
     from cupric.kernels import transpose
     a = random_array(rng, shape, dtype)
-    out = dev(poison(shape[::-1], dtype))
-    transpose.transpose(dev(a), out=out)
-    np.testing.assert_array_equal(host(out), a.T)
+    for tile_dim in (32, 64):
+        out = dev(poison(shape[::-1], dtype))
+        transpose.transpose(dev(a), out=out, tile_dim=tile_dim)
+        np.testing.assert_array_equal(host(out), a.T)
 
 
 @pytest.mark.parametrize("algorithm", ["blocked", "tiled"])

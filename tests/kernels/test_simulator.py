@@ -163,6 +163,7 @@ def test_transpose(rng, shape, dtype):
     np.testing.assert_array_equal(out, a.T)
     view = random_array(rng, (40, 50), dtype)[::3, 5:]
     np.testing.assert_array_equal(transpose.transpose(view), view.T)
+    np.testing.assert_array_equal(transpose.transpose(a, tile_dim=64), a.T)
 
 
 @pytest.mark.parametrize("algorithm", ["blocked", "tiled"])
