@@ -1005,6 +1005,12 @@ def _goal(name: str, kind: str, row: dict) -> str:
 
 
 def print_table(results: dict) -> None:
+    for name, info in (results.get("toolchain") or {}).items():
+        if "error" not in info:
+            regs = {k: v.get("registers") for k, v in info["cupric"].items()}
+            print(f"toolchain ({name}): libNVVM {info['nvvm']}, {info['linker']} "
+                  f"{info['linker_release']}; registers cupric {regs}, CUDA C "
+                  f"{info['cuda_c_registers']}")
     print(f"cupric.kernels on {results.get('device')}; d2d copy "
           f"{results.get('copy', {}).get('GBps', float('nan')):.0f} GB/s (read+write)")
     print("ratios are peer time / cupric time (>1: cupric faster)")
@@ -1025,6 +1031,32 @@ def print_table(results: dict) -> None:
         entry = results.get(name)
         if isinstance(entry, dict) and "error" in entry:
             print(f"{name}: FAILED {entry['error']}")
+
+
+def _toolchain(suite) -> dict:
+    """Which libNVVM and linker built cupric's kernels here, and registers per thread of
+    the kernels whose twins are compared (cupric's from the assembler's report, the CUDA
+    C twins' from the driver)."""
+    from cupric.kernels import gemm, scan
+    info: dict = {}
+    cases = {
+        "sgemm": (gemm.blocked_kernel(np.float32), "Array[f32, 1, 'C'], Array[f32, 1, 'C'], "
+                  "Array[f32, 1, 'C'], i32, i32, i32, i32, i32, i32, f32, f32",
+                  "sgemm_blocked"),
+        "scan_f32": (scan.scan_kernel(np.float32), "Array[f32, 1, 'C'], Array[f32, 1, 'C'], "
+                     "bool, i32, Array[u32, 1, 'C'], Array[i32, 1, 'C'], Array[f32, 1, 'C'], "
+                     "Array[f32, 1, 'C']", "scan_f32"),
+    }
+    for name, (kern, signature, twin) in cases.items():
+        try:
+            art = kern.compile(signature)
+            info[name] = {"nvvm": str(art.nvvm_release), "linker": str(art.linker),
+                          "linker_release": str(art.linker_release),
+                          "cupric": {k: v.to_dict() for k, v in art.resource_usage.items()},
+                          "cuda_c_registers": suite.fn(twin).attributes["num_regs"]}
+        except Exception as exc:  # diagnostics only: reported, never fatal
+            info[name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    return info
 
 
 def run(json_path: str | None = None, only=None) -> dict:
@@ -1049,6 +1081,7 @@ def run(json_path: str | None = None, only=None) -> dict:
             results[name] = {"error": f"{type(exc).__name__}: {exc}"[:400]}
         suite.stream.synchronize()
         cp.get_default_memory_pool().free_all_blocks()
+    results["toolchain"] = _toolchain(suite)
     results["summary"] = summarize(results)
     print_table(results)
     if json_path:
