@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import sys
 import threading
 
 import numpy as np
@@ -361,7 +360,7 @@ def _make_fast_path(kern, key, args, written, prepared):
                 continue
             setup.append(f"if n{w} and n{o} and p{w} < p{o} + n{o} * {osize} and "
                          f"p{o} < p{w} + n{w} * {wsize}: return _slow(g, b, st, sh, args)")
-    body = [f"def fast(g, b, st, sh, args):",
+    body = ["def fast(g, b, st, sh, args):",
             f"    if len(args) != {len(args)}: return _slow(g, b, st, sh, args)",
             f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args" if names else "",
             f"    if not ({' and '.join(checks) or 'True'}): return _slow(g, b, st, sh, args)"]
@@ -407,9 +406,12 @@ def param_types(arg_types) -> list:
 _SIM_NOTICE = [False]
 
 
+_CHOSEN = "CUPRIC_SIMULATOR is set"
+
+
 def _simulator_reason() -> str | None:
     if os.environ.get("CUPRIC_SIMULATOR", "") not in ("", "0"):
-        return "CUPRIC_SIMULATOR is set"
+        return _CHOSEN
     from cupric.runtime._driver import driver_available
     if not driver_available():
         return "no CUDA driver on this machine"
@@ -597,8 +599,10 @@ class Kernel:
     def _fallback(self, grid, block, shared_bytes, args):
         if not _SIM_NOTICE[0]:
             _SIM_NOTICE[0] = True
-            print(f"cupric: running kernels on the CPU simulator ({_simulator_reason()})",
-                  file=sys.stderr)
+            reason = _simulator_reason()
+            if reason != _CHOSEN:  # asked for by the user: nothing to point out
+                from cupric.simulator import notice_no_gpu
+                notice_no_gpu(reason)
         return self._simulate(grid, block, shared_bytes, args)
 
     def _new_entry(self, key, args):
