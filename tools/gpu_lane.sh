@@ -20,7 +20,7 @@ status=0
 if [ "${TESTS:-1}" = 1 ]; then
   # LANE=all also runs the CPU lane against the GPU machine's own toolchain.
   marker=(-m gpu); [ "${LANE:-gpu}" = all ] && marker=()
-  python3 -m pytest "${marker[@]}" -q -p no:cacheprovider -x --timeout=300 "${@:-tests}" 2>&1 | tee "$out/gpu_tests.log"
+  python3 -m pytest "${marker[@]}" -q -p no:cacheprovider --timeout=300 "${@:-tests}" 2>&1 | tee "$out/gpu_tests.log"
   status=${PIPESTATUS[0]}
 fi
 if [ "${BENCH:-0}" = 1 ]; then
