@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# The GPU machine's one entry point: install the carried wheels (cffi, pycparser for
-# Python 3.12), run the GPU test lane on the given targets (default: all of tests/), then,
-# with BENCH=1, the benchmarks; the short table comes last.
-#   device run:  bash tools/gpu_lane.sh [pytest targets...]       (carry: .whl)
-#                BENCH=1 bash tools/gpu_lane.sh        (tests, then benchmarks)
-#                LANE=all bash tools/gpu_lane.sh       (CPU lane too)
+# The GPU machine's one entry point: install the carried wheels (cffi, pycparser, pcpp for
+# Python 3.12), run the GPU test lane (each test folder in its own process, so that one
+# crash cannot hide the rest), then, with BENCH=1, the benchmarks; a short table comes last.
+#   device run:  bash tools/gpu_lane.sh [test folders or files...]   (carry: .whl)
+#                BENCH=1 bash tools/gpu_lane.sh                      (tests, then benchmarks)
+#                TESTS=0 BENCH=1 bash tools/gpu_lane.sh              (benchmarks only)
+#                LANE=all bash tools/gpu_lane.sh                     (CPU lane too)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/cupric-out}
-mkdir -p "$out"
+logs=/tmp/cupric-logs   # one log per test folder; joined into $out/gpu_tests.log
+mkdir -p "$out" "$logs"
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
@@ -17,13 +19,32 @@ fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 status=0
+summary=()
 if [ "${TESTS:-1}" = 1 ]; then
-  # LANE=all also runs the CPU lane against the GPU machine's own toolchain.
   marker=(-m gpu); [ "${LANE:-gpu}" = all ] && marker=()
-  python3 -m pytest "${marker[@]}" -q -p no:cacheprovider --timeout=300 "${@:-tests}" 2>&1 | tee "$out/gpu_tests.log"
-  status=${PIPESTATUS[0]}
+  if [ $# -gt 0 ]; then targets=("$@"); else
+    targets=(); for d in tests/*/; do targets+=("${d%/}"); done; fi
+  for target in "${targets[@]}"; do
+    name=$(basename "$target" .py)
+    python3 -m pytest "${marker[@]}" -q -rfE -p no:cacheprovider --timeout=300 \
+      "$target" > "$logs/$name.log" 2>&1
+    rc=$?
+    # rc 5: nothing selected (a folder without GPU tests) is not a failure.
+    [ $rc -ne 0 ] && [ $rc -ne 5 ] && status=1
+    line=$(grep -E "(passed|failed|error|no tests ran)" "$logs/$name.log" | tail -1)
+    [ $rc -ne 0 ] && [ $rc -ne 5 ] && grep -E "^(FAILED|ERROR) " "$logs/$name.log" | head -40
+    if [ $rc -gt 5 ] || [ -z "$line" ]; then
+      tail -25 "$logs/$name.log"; line="crashed (rc $rc)"
+    fi
+    summary+=("$(printf '%-40s %s' "$target" "$line")")
+  done
 fi
+[ -n "$(ls "$logs")" ] && for f in "$logs"/*.log; do echo "=== $f"; cat "$f"; done > "$out/gpu_tests.log"
 if [ "${BENCH:-0}" = 1 ]; then
-  python3 benchmarks/run_all.py --json "$out/bench.json" 2>&1 | tee "$out/bench.log"
+  python3 benchmarks/run_all.py --json "$out/bench.json" 2>&1 | tee "$out/bench.log" | tail -80
+fi
+if [ ${#summary[@]} -gt 0 ]; then
+  echo "--- GPU lane ---"
+  printf '%s\n' "${summary[@]}"
 fi
 exit $status
