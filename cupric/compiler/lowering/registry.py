@@ -117,3 +117,6 @@ def _load_builtin_rules() -> None:
     # The GPU-side standard library (cupric.device); each module registers its rules.
     from cupric.compiler.lowering import (atomic, bits, coop, half, io, mathx,  # noqa: F401
                                           memory, sync, vector, warp)
+    # OptiX device functions: registered here too, so that using one in a plain kernel
+    # gets OptiX's own "only in OptiX programs" error rather than "no lowering".
+    from cupric.compiler.lowering import optix  # noqa: F401
