@@ -15,7 +15,7 @@ import numpy as np
 
 import cupric
 from cupric.device import (FULL_MASK, atomic, bits, blockIdx, grid, gridsize, local,
-                           shared, syncthreads, threadIdx, warp)
+                           shared, syncthreads, syncwarp, threadIdx, warp)
 from cupric.kernels._common import SORTABLE, Call
 from cupric.types import i32, i64, u32
 
@@ -199,12 +199,13 @@ def radix_histogram_kernel(keys, counts, shift, tiles):
 
 @cupric.kernel
 def radix_scatter_kernel(src, dst, offsets, shift, tiles):
-    """Move each key of a tile to its place for this digit, stably: ranks within a warp
-    from `match_any`, across warps and rounds from shared counters; the tile is first
-    regrouped by digit in shared memory so that the global writes of a digit's run are
-    consecutive."""
+    """Move each key of a tile to its place for this digit, stably. Warp w ranks its own
+    run of RADIX_ITEMS x 32 consecutive keys round by round (ranks within a round from
+    `match_any`, across rounds from the warp's own digit counters, so no block barrier
+    per round); one scan across warps and digits then places the runs. The tile is
+    regrouped by digit in shared memory first, so that the global writes of a digit's
+    run are consecutive."""
     warp_counts = shared.array((RADIX_WARPS, RADIX), u32)
-    running = shared.array(RADIX, u32)
     starts = shared.array(RADIX, u32)
     slots = shared.array(RADIX_WARPS, u32)
     staged = shared.array(RADIX_TILE, u32)
@@ -216,35 +217,33 @@ def radix_scatter_kernel(src, dst, offsets, shift, tiles):
     n = len(src)
     base = i64(blockIdx.x) * RADIX_TILE
     below = (u32(1) << u32(lane)) - u32(1)
-    running[t] = u32(0)
+    for q in range(RADIX_WARPS):
+        warp_counts[q, t] = u32(0)
+    syncthreads()
+    first = base + w * (RADIX_ITEMS * 32)
     for r in range(RADIX_ITEMS):
-        for q in range(RADIX_WARPS):
-            warp_counts[q, t] = u32(0)
-        syncthreads()
-        g = base + r * RADIX_BLOCK + t
-        # Past the end: the largest key, ranked after every real key of the tile (it
-        # comes last), so it only occupies the tail of the staged tile.
+        g = first + r * 32 + lane
+        # Past the end: the largest key. Those come last in the tile, so they rank
+        # after every real key and only occupy the tail of the staged tile.
         key = src[g] if g < n else u32(_ALL_BITS)
         keys[r] = key
         d = (key >> shift) & u32(RADIX - 1)
         peers = warp.match_any(FULL_MASK, d)
         ahead = peers & below
-        if ahead == u32(0):
-            warp_counts[w, d] = u32(bits.popc(peers))
-        syncthreads()
-        # Thread t owns digit t: exclusive offsets of each warp's run, after the runs of
-        # earlier rounds.
-        s = running[t]
-        for q in range(RADIX_WARPS):
-            c = warp_counts[q, t]
-            warp_counts[q, t] = s
-            s += c
-        running[t] = s
-        syncthreads()
         ranks[r] = warp_counts[w, d] + u32(bits.popc(ahead))
-        syncthreads()
+        syncwarp()
+        if ahead == u32(0):
+            warp_counts[w, d] += u32(bits.popc(peers))
+        syncwarp()
+    syncthreads()
+    # Thread t owns digit t: each warp's run of it starts after the earlier warps' runs.
+    s = u32(0)
+    for q in range(RADIX_WARPS):
+        c = warp_counts[q, t]
+        warp_counts[q, t] = s
+        s += c
+    total = s
     # Exclusive scan of the tile's digit counts: where each digit's run starts.
-    total = running[t]
     v = total
     d: i32 = 1
     while d < 32:
@@ -273,7 +272,8 @@ def radix_scatter_kernel(src, dst, offsets, shift, tiles):
     syncthreads()
     for r in range(RADIX_ITEMS):
         key = keys[r]
-        staged[starts[(key >> shift) & u32(RADIX - 1)] + ranks[r]] = key
+        dk = (key >> shift) & u32(RADIX - 1)
+        staged[starts[dk] + warp_counts[w, dk] + ranks[r]] = key
     syncthreads()
     valid = n - base
     for r in range(RADIX_ITEMS):
