@@ -1,6 +1,7 @@
 """Plumbing shared by the ready kernels: where a call runs (the GPU, or the CPU simulator
 when there is none), turning user arrays into launchable ones with clear errors,
-allocating outputs, and choosing launch geometry that fills the device."""
+allocating outputs, launch geometry that fills the device, and the per-device workspace
+that reductions and scans reuse between calls."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import threading
 
 import numpy as np
 
-__all__ = ["on_simulator", "Call", "blocks_for", "sm_count", "NUMERIC", "FLOATS",
-           "INTEGERS", "SORTABLE"]
+__all__ = ["on_simulator", "Call", "Workspace", "blocks_for", "sm_count", "device_ordinal",
+           "same_shape", "same_dtype", "NUMERIC", "FLOATS", "INTEGERS", "SORTABLE"]
 
 #: dtypes every generic kernel accepts (cupric's scalar types).
 INTEGERS = tuple(np.dtype(t) for t in ("i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8"))
