@@ -33,7 +33,9 @@ if [ "${TESTS:-1}" = 1 ]; then
     [ $rc -ne 0 ] && [ $rc -ne 5 ] && status=1
     line=$(grep -E "(passed|failed|error|no tests ran)" "$logs/$name.log" | tail -1)
     [ $rc -ne 0 ] && [ $rc -ne 5 ] && grep -E "^(FAILED|ERROR) " "$logs/$name.log" | head -40
-    if [ $rc -gt 5 ] || [ -z "$line" ]; then
+    if [ $rc -eq 5 ]; then
+      line="no GPU tests"
+    elif [ $rc -gt 5 ] || [ -z "$line" ]; then
       tail -25 "$logs/$name.log"; line="crashed (rc $rc)"
     fi
     summary+=("$(printf '%-40s %s' "$target" "$line")")
