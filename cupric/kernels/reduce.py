@@ -176,8 +176,9 @@ def _make_reduce(acc, combine, load, quads):
     return reduce_kernel
 
 
-def _make_arg_reduce(acc, takes):
-    """A one-pass argmin/argmax kernel: values in cupric type `acc`, indices in i64."""
+def _make_arg_reduce(acc, takes, quads):
+    """A one-pass argmin/argmax kernel: values in cupric type `acc`, indices in i64;
+    `quads`: four neighbouring elements per load (else one: float16 inputs)."""
 
     @cupric.kernel
     def arg_reduce_kernel(x, init, out, partial_values, partial_index, counter):
@@ -192,12 +193,42 @@ def _make_arg_reduce(acc, takes):
         step = gridsize(1)
         v = init
         k = n
-        while i < n:
-            a = acc(x[i])
-            if takes(v, k, a, i):
-                v = a
-                k = i
-            i += step
+        if quads:
+            # Groups of four neighbours, visited in increasing index order per thread,
+            # so a tie keeps the first index without extra work.
+            full = n >> 2
+            while i < full:
+                j = i * 4
+                a0 = acc(x[j])
+                a1 = acc(x[j + 1])
+                a2 = acc(x[j + 2])
+                a3 = acc(x[j + 3])
+                if takes(v, k, a0, j):
+                    v = a0
+                    k = j
+                if takes(v, k, a1, j + 1):
+                    v = a1
+                    k = j + 1
+                if takes(v, k, a2, j + 2):
+                    v = a2
+                    k = j + 2
+                if takes(v, k, a3, j + 3):
+                    v = a3
+                    k = j + 3
+                i += step
+            r = full * 4 + grid(1)
+            if r < n:
+                a = acc(x[r])
+                if takes(v, k, a, r):
+                    v = a
+                    k = r
+        else:
+            while i < n:
+                a = acc(x[i])
+                if takes(v, k, a, i):
+                    v = a
+                    k = i
+                i += step
         d: i32 = 16
         while d > 0:
             ov = warp.shfl_xor(FULL_MASK, v, d)
@@ -301,15 +332,17 @@ def reduce_kernel(kind: str, acc_dtype, quads: bool = True):
     return kern
 
 
-def arg_reduce_kernel(kind: str, acc_dtype):
-    """The argmin/argmax kernel (`kind`) comparing values in `acc_dtype`."""
-    key = (kind, np.dtype(acc_dtype))
+def arg_reduce_kernel(kind: str, acc_dtype, quads: bool = True):
+    """The argmin/argmax kernel (`kind`) comparing values in `acc_dtype`, loading four
+    neighbouring elements at a time (`quads`) or one."""
+    key = (kind, np.dtype(acc_dtype), bool(quads))
     kern = _KERNELS.get(key)
     if kern is None:
         with _LOCK:
             kern = _KERNELS.get(key)
             if kern is None:
-                kern = _KERNELS[key] = _make_arg_reduce(_CUPRIC_TYPES[key[1]], _TAKES[kind])
+                kern = _KERNELS[key] = _make_arg_reduce(_CUPRIC_TYPES[key[1]], _TAKES[kind],
+                                                        key[2])
     return kern
 
 
@@ -510,7 +543,7 @@ def _arg(op, x, out, stream):
     flat = call.flat(xs, "x")
     dst, result = call.output(out, "out", (), np.int64)
     blocks = call.blocks(flat.size, BLOCK, 4)
-    kern = arg_reduce_kernel(op, acc)
+    kern = arg_reduce_kernel(op, acc, dtype != np.dtype(np.float16))
     if call.simulator:
         call.launch(kern, blocks, BLOCK, flat, init, dst.reshape(1),
                     call.scratch((blocks,), acc), call.scratch((blocks,), np.int64),

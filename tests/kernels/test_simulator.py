@@ -39,6 +39,8 @@ def test_elementwise_two_groups_per_trip(rng):
     np.testing.assert_array_equal(elementwise.memcpy(a), a)
     np.testing.assert_allclose(reduce.sum(a), a.astype(np.float64).sum(), rtol=1e-4)
     assert reduce.max(a)[()] == a.max()
+    a[[5000, 6001]] = a.max() + 1  # a tie across threads: the first index wins
+    assert reduce.argmax(a)[()] == 5000
     img = rng.integers(0, 256, (n, 4), dtype=np.uint8).reshape(1, n, 4)
     gray = image.rgba2gray(img)
     weights = np.array(image.GRAY_WEIGHTS, np.float32)
