@@ -143,13 +143,15 @@ def run(json_path: str | None = None) -> dict:
             p.launch(GRID, BLOCK, stream, 0, x_ptr, y_ptr, a, n)
             call, f, argv, null = p._call, p._func, p._argv, p._null
             s = stream.handle if backend == "bindings" else stream.ptr
+            # `argv` points into buffers that `p` owns: the closures keep `p` alive, or the
+            # kernel would read freed (and reused) argument memory.
             if backend == "bindings":
                 (err,) = call(f, GRID, 1, 1, BLOCK, 1, 1, 0, s, argv, 0)
-                return (lambda: call(f, GRID, 1, 1, BLOCK, 1, 1, 0, s, argv, 0)), sync
+                return (lambda p=p: call(f, GRID, 1, 1, BLOCK, 1, 1, 0, s, argv, 0)), sync
             err = call(f, GRID, 1, 1, BLOCK, 1, 1, 0, s, argv, null)
             if err:
                 raise RuntimeError(f"raw launch failed with CUresult {err}")
-            return (lambda: call(f, GRID, 1, 1, BLOCK, 1, 1, 0, s, argv, null)), sync
+            return (lambda p=p: call(f, GRID, 1, 1, BLOCK, 1, 1, 0, s, argv, null)), sync
         return setup
 
     def cuda_core():
