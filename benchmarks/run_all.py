@@ -1,8 +1,9 @@
-"""Run every benchmark in one process on a GPU and print one table last.
+"""Run every benchmark on a GPU and print one table last.
 
 Each benchmark module exposes `run(json_path=None) -> dict` measuring cupric beside its
-peers in the same process run. A benchmark that fails is reported with its error and makes
-the exit status non-zero; the others still run.
+peers in the same process run. Each module runs in a process of its own, so a fault that
+poisons the CUDA context in one cannot take the others down; a benchmark that fails is
+reported with its error and makes the exit status non-zero, and the others still run.
 
     python3 benchmarks/run_all.py [--json PATH] [--only NAME[,NAME...]]
 """
@@ -10,12 +11,12 @@ the exit status non-zero; the others still run.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
-import traceback
 
 BENCHMARKS = ["launch_overhead", "bandwidth", "compile_latency", "saxpy", "kernels",
               "rng", "gemm", "conv"]
@@ -35,8 +36,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="comma-separated benchmark names")
     args = parser.parse_args(argv)
     here = os.path.dirname(os.path.abspath(__file__))
-    sys.path.insert(0, here)
-    sys.path.insert(0, os.path.dirname(here))
     names = args.only.split(",") if args.only else BENCHMARKS
     results: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     failed = []
@@ -47,13 +46,19 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print(f"=== {name}", flush=True)
         started = time.perf_counter()
-        try:
-            module = importlib.import_module(name)
-            results[name] = module.run()
-        except Exception as exc:  # reported below and in the exit status
-            traceback.print_exc()
-            results[name] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
-            failed.append(name)
+        with tempfile.TemporaryDirectory() as tmp:
+            result_file = os.path.join(tmp, "result.json")
+            code = ("import json, sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]; "
+                    f"import {name} as b; r = b.run(); "
+                    "json.dump(r, open(sys.argv[3], 'w'), default=str)")
+            proc = subprocess.run([sys.executable, "-c", code, here, os.path.dirname(here),
+                                   result_file])
+            if proc.returncode == 0 and os.path.exists(result_file):
+                with open(result_file) as fh:
+                    results[name] = json.load(fh)
+            else:
+                results[name] = {"error": f"exit status {proc.returncode}"}
+                failed.append(name)
         print(f"=== {name} took {time.perf_counter() - started:.1f} s", flush=True)
     if args.json:
         with open(args.json, "w") as fh:
