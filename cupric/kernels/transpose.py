@@ -84,7 +84,8 @@ def transpose(a, out=None, stream=None, *, tile_dim=TILE_DIM):
     stream : Stream or stream-like, optional
     tile_dim : {32, 64}
         Side of the square tile a block of 32 x 8 threads moves (4 or 16 elements per
-        thread).
+        thread). 64 measured 10% slower on an H200 (40 registers and 16.6 KB of shared
+        memory per block: fewer resident blocks).
 
     Returns
     -------
