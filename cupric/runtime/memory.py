@@ -11,6 +11,7 @@ forms on a stream), and fills through `cuMemsetD8/16/32`.
 
 from __future__ import annotations
 
+import functools
 import operator
 import threading
 
@@ -73,6 +74,24 @@ def _device_of_context() -> int:
     none is, as the Runtime API does) and return the ordinal of its device."""
     from .context import current_device
     return current_device().ordinal
+
+
+def _in_own_context(method):
+    """Run a copy or fill with the buffer's own device current.
+
+    Memory from another device's stream-ordered pool is reachable only from that device
+    (peer access covers `cuMemAlloc` memory, not pools), so a copy issued from whichever
+    context happens to be current can fail with CUDA_ERROR_INVALID_VALUE.
+    """
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        device = self.device
+        if device < 0 or device == _device_of_context():
+            return method(self, *args, **kwargs)
+        from .device import Device
+        with Device(device).primary_context():
+            return method(self, *args, **kwargs)
+    return wrapper
 
 
 def _ready():
@@ -832,6 +851,7 @@ class DeviceBuffer:
             raise ValueError(f"{what} needs a C-contiguous buffer; this view has strides "
                              f"{self.strides} for shape {self.shape}")
 
+    @_in_own_context
     def copy_from(self, src, stream=None) -> None:
         """Copy `src` (a host array or device array) into this buffer.
 
@@ -899,6 +919,7 @@ class DeviceBuffer:
                                       stream_handle(stream)))
             self._stream = stream
 
+    @_in_own_context
     def copy_to(self, dst, stream=None) -> None:
         """Copy this buffer into `dst` (a host array or device array).
 
@@ -941,6 +962,7 @@ class DeviceBuffer:
             check(d.cuMemcpyDtoHAsync(_host_ptr(host), self.ptr, self.nbytes,
                                       stream_handle(stream)))
 
+    @_in_own_context
     def to_numpy(self, stream=None) -> np.ndarray:
         """A new host array with this buffer's contents (waits for the copy).
 
@@ -995,6 +1017,7 @@ class DeviceBuffer:
 
     # -- fills ---------------------------------------------------------------------
 
+    @_in_own_context
     def memset(self, value: int, width: int = 8, stream=None) -> None:
         """Set every `width`-bit word of the buffer's bytes to `value`.
 
@@ -1043,6 +1066,7 @@ class DeviceBuffer:
         """Set every byte to zero (`cuMemsetD8`)."""
         self.memset(0, 8, stream)
 
+    @_in_own_context
     def fill(self, value, stream=None) -> None:
         """Set every element to `value` (converted to the buffer's dtype), on the device.
 
