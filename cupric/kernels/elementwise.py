@@ -264,8 +264,9 @@ def vecadd(a, b, out=None, stream=None):
 
     Cost
     ----
-    One launch; reads 2 and writes 1 array: bandwidth-bound (about 85-90% of a
-    device-to-device copy's rate on large arrays). Integer sums wrap.
+    One launch; reads 2 and writes 1 array: bandwidth-bound (2^27 float32 on an H200:
+    98% of a device-to-device copy's rate, as fast as the same kernel in CUDA C). Host
+    cost about 17 us with CuPy arrays (4 us of it the launch). Integer sums wrap.
 
     Examples
     --------

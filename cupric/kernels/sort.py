@@ -317,8 +317,9 @@ def bitonic_sort(x, out=None, *, descending=False, stream=None):
     ----
     The length is padded to a power of two (at least 2048) in scratch memory; for
     2^p keys, p - 11 merge stages of up to p - 11 global passes each plus one
-    shared-memory pass: O(n log^2 n) work, about (p - 11)(p - 10)/2 + p - 9 launches.
-    Not stable (keys only).
+    shared-memory pass: O(n log^2 n) work, about (p - 11)(p - 10)/2 + p - 9 launches
+    (2^24 keys on an H200: 4.7 ms, as fast as the same network in CUDA C; `radix_sort`
+    is 5x faster). Not stable (keys only).
 
     Examples
     --------
@@ -375,7 +376,8 @@ def radix_sort(x, out=None, *, descending=False, stream=None):
     ----
     Scratch of 2 key arrays and 2 x 256 counters per 2048-key tile; 4 passes of 3
     launches (histogram, scan, scatter) plus 2 key transforms: about 12 reads and 5
-    writes of the keys, O(n) work.
+    writes of the keys, O(n) work (2^24 keys on an H200: 0.92 ms, 0.55x cupy.sort, whose
+    one-sweep radix sort moves the keys fewer times). Host cost about 190 us.
 
     Examples
     --------
