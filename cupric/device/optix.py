@@ -32,7 +32,8 @@ from __future__ import annotations
 
 from ._intrinsic import Intrinsic, OutsideKernelError
 
-__all__ = ["INTRINSICS", "LAUNCH_PARAMS_NAME", "OptixProgramError", "MAX_PAYLOAD_VALUES",
+__all__ = ["INTRINSICS", "AVAILABILITY", "ALTERNATIVES", "PROGRAM_KINDS", "LAUNCH_PARAMS_NAME",
+           "OptixProgramError", "MAX_PAYLOAD_VALUES",
            "MAX_ATTRIBUTE_VALUES",
            "HIT_KIND_TRIANGLE_FRONT_FACE", "HIT_KIND_TRIANGLE_BACK_FACE",
            "RAY_FLAG_NONE", "RAY_FLAG_DISABLE_ANYHIT", "RAY_FLAG_ENFORCE_ANYHIT",
@@ -210,6 +211,7 @@ gas_traversable_handle = _declare(
     "gas_traversable_handle", "gas_traversable_handle() -> u64: handle of the geometry "
     "acceleration structure holding the current primitive.")
 
+
 def _transform(direction: str, kind: str) -> OptixIntrinsic:
     source, target, order = {"object_to_world": ("object", "world", "leaf to root"),
                              "world_to_object": ("world", "object", "root to leaf")}[direction]
@@ -239,3 +241,76 @@ exception_code = _declare(
 throw_exception = _declare(
     "throw_exception", "throw_exception(code): raise a user exception with code 0..2**30-1; "
     "the pipeline's exception program runs (needs exception flag 'user').")
+
+
+# -- where each function may be called ------------------------------------------------------
+#
+# OptiX refuses a module whose program calls a device function outside the program types
+# the OptiX API reference lists for it ("Illegal call to optixGetObjectRayOrigin in
+# function __closesthit__... with semantic type CLOSESTHIT", OPTIX_ERROR_INVALID_FUNCTION_USE
+# for the whole module). cupric checks the same table while compiling, so the error names
+# the Python line and says what to use instead.
+
+#: The program kinds, in cupric's names (`cupric.optix.PROGRAM_KINDS` maps them to entry
+#: prefixes).
+PROGRAM_KINDS = ("raygen", "miss", "closest_hit", "any_hit", "intersection", "exception",
+                 "direct_callable", "continuation_callable")
+
+_ANY = frozenset(PROGRAM_KINDS)
+_RAY = frozenset({"intersection", "any_hit", "closest_hit", "miss"})
+_HIT = frozenset({"intersection", "any_hit", "closest_hit"})
+
+
+def _kinds(*kinds: str) -> frozenset:
+    return frozenset(kinds)
+
+
+#: Intrinsic name -> the program kinds that may call it (OptiX 9 API reference, "Available
+#: in ..." of each optix* device function the intrinsic compiles to).
+AVAILABILITY: dict[str, frozenset] = {
+    "optix.launch_index": _ANY,
+    "optix.launch_dimensions": _ANY,
+    "optix.trace": _kinds("raygen", "closest_hit", "miss", "direct_callable",
+                          "continuation_callable"),
+    "optix.get_payload": _RAY,
+    "optix.set_payload": _RAY,
+    "optix.world_ray_origin": _RAY,
+    "optix.world_ray_direction": _RAY,
+    "optix.object_ray_origin": _kinds("intersection", "any_hit"),
+    "optix.object_ray_direction": _kinds("intersection", "any_hit"),
+    "optix.ray_tmin": _RAY,
+    "optix.ray_tmax": _RAY,
+    "optix.ray_time": _RAY,
+    "optix.ray_flags": _RAY,
+    "optix.hit_kind": _kinds("any_hit", "closest_hit"),
+    "optix.triangle_barycentrics": _kinds("any_hit", "closest_hit"),
+    "optix.primitive_index": _HIT,
+    "optix.instance_index": _HIT,
+    "optix.instance_id": _HIT,
+    "optix.sbt_gas_index": _HIT,
+    "optix.get_attribute": _kinds("any_hit", "closest_hit"),
+    "optix.sbt_data_pointer": _ANY,
+    "optix.sbt_data": _ANY,
+    "optix.report_intersection": _kinds("intersection"),
+    "optix.ignore_intersection": _kinds("any_hit"),
+    "optix.terminate_ray": _kinds("any_hit"),
+    "optix.transform_list_size": _HIT,
+    "optix.transform_list_handle": _HIT,
+    "optix.transform_type": _ANY,
+    "optix.instance_transform": _ANY,
+    "optix.instance_inverse_transform": _ANY,
+    "optix.gas_traversable_handle": _HIT,
+    "optix.exception_code": _kinds("exception"),
+    "optix.throw_exception": _ANY - {"exception"},
+    # The transforms walk the current transform list (optixGetTransformListSize/Handle).
+    **{f"optix.{direction}_{kind}": _HIT for direction in ("object_to_world", "world_to_object")
+       for kind in ("point", "vector", "normal")},
+}
+
+#: What to call instead, where a common mistake has a standard replacement.
+ALTERNATIVES = {
+    "optix.object_ray_origin": "in closest-hit programs use "
+                               "world_to_object_point(world_ray_origin())",
+    "optix.object_ray_direction": "in closest-hit programs use "
+                                  "world_to_object_vector(world_ray_direction())",
+}

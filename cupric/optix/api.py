@@ -12,7 +12,7 @@ from .accel import (CURVE_TYPES, GEOMETRY_FLAGS, IDENTITY_TRANSFORM, INSTANCE_DT
                     AccelStructure, CurveInput, CustomPrimitiveInput, InstanceInput,
                     SphereInput, TriangleInput, make_instances)
 from .context import DEVICE_PROPERTIES, DeviceContext, create_context
-from .denoiser import Denoiser
+from .denoiser import Denoiser, DenoiserUnavailableError
 from .launch import launch
 from .lib import OptixError
 from .module import Module, OptixCompileError
@@ -42,5 +42,5 @@ __all__ = [
     "AccelStructure", "INSTANCE_DTYPE", "IDENTITY_TRANSFORM", "make_instances",
     "GEOMETRY_FLAGS", "CURVE_TYPES",
     # denoiser, errors
-    "Denoiser", "OptixError", "OptixCompileError",
+    "Denoiser", "DenoiserUnavailableError", "OptixError", "OptixCompileError",
 ]

@@ -9,12 +9,13 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import weakref
 
 from cupric.runtime._lifetime import Resource
 
 from .options import ContextOptions
 
-__all__ = ["DeviceContext", "create_context", "DEVICE_PROPERTIES"]
+__all__ = ["DeviceContext", "create_context", "DEVICE_PROPERTIES", "destroy_child"]
 
 _logger = logging.getLogger("cupric.optix")
 
@@ -44,6 +45,7 @@ class _Log:
     def __init__(self, user_callback) -> None:
         self.user_callback = user_callback
         self.messages: collections.deque = collections.deque(maxlen=_LOG_KEEP)
+        self.count = 0  # messages ever received: a mark for `since`
         self.lock = threading.Lock()
         self.pending: BaseException | None = None
 
@@ -54,6 +56,7 @@ class _Log:
         text = ffi.string(message).decode(errors="replace") if message != ffi.NULL else ""
         with self.lock:
             self.messages.append((int(level), tag_text, text))
+            self.count += 1
         if self.user_callback is not None:
             try:
                 self.user_callback(int(level), tag_text, text)
@@ -70,12 +73,53 @@ class _Log:
         if exc is not None:
             raise RuntimeError("the OptiX log callback raised an exception") from exc
 
+    def since(self, mark: int) -> list:
+        """The messages received after `count` was `mark` (those still kept)."""
+        with self.lock:
+            new = min(self.count - mark, len(self.messages))
+            return list(self.messages)[len(self.messages) - new:] if new > 0 else []
 
-def _destroy_context(handle, _callback, _cu_context) -> None:
+
+class _Lifetime:
+    """Whether a context's OptiX handle still exists; shared by the context's release and
+    the releases of every object made from it (which must never reach OptiX with a handle
+    that `optixDeviceContextDestroy` already freed along with its context).
+
+    Held by the finalizers, never referencing the context itself, so that it can die.
+    `lock` (reentrant: a release may run from a drain inside another release of the same
+    thread) makes "is the context alive? then destroy the child" one step.
+    """
+
+    __slots__ = ("lock", "destroyed")
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.destroyed = False
+
+
+def _destroy_context(handle, lifetime, _callback, _cu_context) -> None:
     # `_callback` (the cffi callback object) and the CUDA context (`_cu_context`) are
     # arguments only to stay alive until OptiX no longer uses them.
     from . import lib
-    lib.check(lib.optixDeviceContextDestroy(handle))
+    with lifetime.lock:
+        lib.check(lib.optixDeviceContextDestroy(handle))
+        lifetime.destroyed = True
+
+
+def destroy_child(destroy, handle, context) -> None:
+    """Release `handle` of an object made from `context` with OptiX's `destroy` function,
+    unless the context is already destroyed (OptiX freed the object with it).
+
+    The release functions of modules, program groups, pipelines and denoisers call this;
+    their finalizers hold `context` (the Resource, not its raw handle), so a context is
+    never destroyed by garbage collection before the objects made from it.
+    """
+    from . import lib
+    lifetime = context._lifetime
+    with lifetime.lock:
+        if lifetime.destroyed:
+            return
+        lib.check(destroy(handle))
 
 
 class DeviceContext(Resource):
@@ -101,7 +145,8 @@ class DeviceContext(Resource):
     can do that).
     """
 
-    __slots__ = ("device", "options", "_log", "_cu_context", "_callback")
+    __slots__ = ("device", "options", "_log", "_cu_context", "_callback", "_lifetime",
+                 "_children", "_children_lock")
 
     def __init__(self, *args, **kwargs) -> None:
         raise TypeError("make an OptiX device context with "
@@ -129,13 +174,94 @@ class DeviceContext(Resource):
         self._log = log
         self._cu_context = cu_context
         self._callback = callback
-        self._init_resource(out[0], _destroy_context, callback, cu_context)
+        self._lifetime = _Lifetime()
+        self._children: list = []
+        self._children_lock = threading.Lock()
+        self._init_resource(out[0], _destroy_context, self._lifetime, callback, cu_context)
         try:
+            self._log.raise_pending()
             self._configure_cache(options)
         except BaseException:
             self.close()
             raise
         return self
+
+    def _adopt(self, child) -> None:
+        """Record `child` (a Module, ProgramGroup, Pipeline or Denoiser that now owns its
+        handle) so that `close` can close it first; then raise an error of the log
+        callback from its creation, closing the child (its handle is valid and owned, so
+        nothing leaks)."""
+        ref = weakref.ref(child)
+        with self._children_lock:
+            # Dead entries are dropped as the list grows, not by weakref callbacks: a
+            # callback would run inside garbage collection, possibly while this very
+            # lock is held by the same thread.
+            if len(self._children) >= 64 and len(self._children) % 64 == 0:
+                self._children = [r for r in self._children if r() is not None]
+            self._children.append(ref)
+        try:
+            self._log.raise_pending()
+        except BaseException:
+            child.close()
+            raise
+
+    def _create_call(self, function, *args) -> None:
+        """Call an OptiX function that makes an object; raise on failure. On success a
+        log-callback error stays pending for `_adopt`, once the new handle is owned."""
+        from . import lib
+        result = function(*args)
+        if result != 0:
+            self._log.raise_pending()
+            lib.check(result)
+
+    def close(self) -> None:
+        """Destroy the context, after closing every object made from it that is still
+        open (newest first: pipelines before their program groups before their modules).
+        A second call does nothing.
+
+        Objects made from it stay usable as Python objects but are closed: using them
+        raises `ClosedError`. Releases that garbage collection queued for its objects run
+        first; one that runs later finds the context destroyed and does nothing
+        (optixDeviceContextDestroy freed them).
+
+        Raises
+        ------
+        OptixError
+            OptiX failed to destroy an object or the context; every object and the
+            context are closed anyway, and the first failure is raised.
+        """
+        from cupric.runtime._lifetime import drain, pending_count
+        if self.closed:
+            return
+        # Run queued releases first. A release drops the last reference to what its
+        # object kept alive (a pipeline's groups, a group's modules), whose own release is
+        # queued only once that drain returns: one pass per level of that chain (three
+        # deep for OptiX objects). A pass does nothing while another thread drains; what
+        # that thread releases later finds the context destroyed (see destroy_child).
+        for _level in range(4):
+            if not pending_count():
+                break
+            drain()
+        with self._children_lock:
+            children = [r() for r in reversed(self._children)]
+            self._children = []
+        first: BaseException | None = None
+        for child in children:
+            if child is None or child.closed:
+                continue
+            try:
+                child.close()
+            except Exception as exc:  # raised below, after the context is destroyed
+                if first is None:
+                    first = exc
+        try:
+            super().close()
+        except Exception as exc:
+            if first is None:
+                raise
+            raise exc from first
+        if first is not None:
+            raise first
 
     def _configure_cache(self, options: ContextOptions) -> None:
         from . import lib

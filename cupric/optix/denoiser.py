@@ -9,15 +9,87 @@ it was trained on.
 
 from __future__ import annotations
 
+import os
+import re
+import sys
 import threading
 
 import numpy as np
 
 from cupric.runtime._lifetime import Resource
 
+from .lib import OptixError
 from .options import DenoiserOptions
 
-__all__ = ["Denoiser", "PIXEL_FORMATS", "image_struct", "denoiser_layers", "denoiser_ffi"]
+__all__ = ["Denoiser", "DenoiserUnavailableError", "PIXEL_FORMATS", "image_struct",
+           "denoiser_layers", "denoiser_ffi", "DEFAULT_WEIGHTS_FILE", "missing_weights_error"]
+
+#: Where Linux drivers install the denoiser's trained weights (read by libnvoptix when a
+#: denoiser is created; not part of the shared library itself).
+DEFAULT_WEIGHTS_FILE = "/usr/share/nvidia/nvoptix.bin"
+
+_OPTIX_ERROR_INTERNAL_ERROR = 7990
+# OptiX 9 logs "Unable to load denoiser weights: Could not open optix denoiser weights
+# file /usr/share/nvidia/nvoptix.bin" (tag DENOISER) when the file is missing.
+_WEIGHTS_PATH = re.compile(r"weights file\s+(\S+)", re.IGNORECASE)
+
+
+class DenoiserUnavailableError(OptixError):
+    """The driver's OptiX runtime cannot create a denoiser: the trained network weights
+    that it loads at creation are missing from this driver installation.
+
+    An environment limitation, not a usage error: a driver installed without its OptiX
+    data files (common in containers that mount only the compute part of the driver;
+    the file comes with the ``graphics`` driver capability). `weights_file` names the file
+    OptiX could not open (None when OptiX did not say), `log` holds OptiX's message.
+    """
+
+    def __init__(self, code: int, name: str, description: str,
+                 weights_file: str | None = None, log: str = "") -> None:
+        self.weights_file = weights_file
+        self.log = log
+        super().__init__(code, name, description)
+
+    def __reduce__(self):
+        return (type(self), (self.code, self.name, self.description, self.weights_file,
+                             self.log))
+
+
+def missing_weights_error(code: int, name: str, messages,
+                          weights_exist=os.path.exists) -> DenoiserUnavailableError | None:
+    """The `DenoiserUnavailableError` that explains a failed ``optixDenoiserCreate``, or
+    None if the failure is not about missing weights. Needs no driver.
+
+    Parameters
+    ----------
+    code, name : the OptiX result of the failed call.
+    messages : list of (level, tag, text)
+        What the context logged during the call.
+    weights_exist : callable
+        Path -> bool (a parameter for tests).
+    """
+    for _level, tag, text in messages:
+        if "denoiser weights" not in text.lower():
+            continue
+        found = _WEIGHTS_PATH.search(text)
+        path = found.group(1) if found else None
+        where = f" ({path})" if path else ""
+        return DenoiserUnavailableError(
+            code, name, f"the OptiX denoiser is unavailable: this driver installation "
+            f"has no denoiser weights file{where}, which OptiX loads to create a denoiser. "
+            f"Install the driver's OptiX data (in a container: the 'graphics' driver "
+            f"capability). OptiX logged: [{tag}] {text.strip()}", path, text.strip())
+    # OptiX logs the reason at level "error"; with the context's log level below that
+    # the message is lost, but an absent default file still tells.
+    if code == _OPTIX_ERROR_INTERNAL_ERROR and sys.platform.startswith("linux") and \
+            not weights_exist(DEFAULT_WEIGHTS_FILE):
+        return DenoiserUnavailableError(
+            code, name, f"the OptiX denoiser is unavailable: {DEFAULT_WEIGHTS_FILE}, the "
+            f"denoiser weights file of Linux drivers, does not exist (OptiX returned "
+            f"{name} without a log message at the context's log level). Install the "
+            f"driver's OptiX data (in a container: the 'graphics' driver capability).",
+            DEFAULT_WEIGHTS_FILE)
+    return None
 
 # OptixPixelFormat by (NumPy kind+size, channels)
 PIXEL_FORMATS = {("f2", 2): 0x2207, ("f2", 3): 0x2201, ("f2", 4): 0x2202,
@@ -176,9 +248,10 @@ def denoiser_layers(options: DenoiserOptions, max_size, color, output, albedo=No
     return layer, guides, keep
 
 
-def _destroy_denoiser(handle, _context) -> None:
+def _destroy_denoiser(handle, context) -> None:
     from . import lib
-    lib.check(lib.optixDenoiserDestroy(handle))
+    from .context import destroy_child
+    destroy_child(lib.optixDenoiserDestroy, handle, context)
 
 
 class Denoiser(Resource):
@@ -218,8 +291,20 @@ class Denoiser(Resource):
         c_options.denoiseAlpha = int(options.denoise_alpha)
         out = lib.ffi.new("OptixDenoiser *")
         context.device.primary_context().make_current()
-        context._call(lib.optixDenoiserCreate, context.handle, options.model_kind,
-                      foreign_pointer(c_options, "OptixDenoiserOptions *"), out)
+        mark = context._log.count
+        result = lib.optixDenoiserCreate(context.handle, options.model_kind,
+                                         foreign_pointer(c_options, "OptixDenoiserOptions *"),
+                                         out)
+        if result != 0:
+            context._log.raise_pending()
+            try:
+                lib.check(result)
+            except OptixError as exc:
+                unavailable = missing_weights_error(exc.code, exc.name,
+                                                    context._log.since(mark))
+                if unavailable is None:
+                    raise
+                raise unavailable from exc
         self = cls.__new__(cls)
         self.context = context
         self.options = options
@@ -227,6 +312,7 @@ class Denoiser(Resource):
         self._size = None
         self._state = self._scratch = self._intensity = None
         self._init_resource(out[0], _destroy_denoiser, context)
+        context._adopt(self)
         return self
 
     def _label(self) -> str:

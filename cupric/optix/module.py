@@ -73,25 +73,34 @@ def pipeline_compile_options_struct(options: PipelineCompileOptions):
 def call_with_log(context, function, *args):
     """Call an OptiX function whose last-but-one arguments are a log buffer and its size
     (module, program group and pipeline creation); raise `OptixCompileError` with the log
-    on failure and return the log text."""
+    on failure and return the log text.
+
+    Raises
+    ------
+    OptixCompileError
+        The call failed; the message carries OptiX's log.
+    """
     from . import lib
     ffi = lib.ffi
     log = ffi.new("char[]", _LOG_BYTES)
     size = ffi.new("size_t *", _LOG_BYTES)
     result = function(*args[:-1], log, size, args[-1])
-    context._log.raise_pending()
     text = ffi.string(log).decode(errors="replace")
     if result != 0:
+        context._log.raise_pending()
         try:
             lib.check(result)
         except OptixError as exc:
             raise OptixCompileError(exc.code, exc.name, exc.description, text) from None
+    # On success a log-callback error stays pending: the caller owns the new handle first
+    # (`DeviceContext._adopt`), so that raising it leaks nothing.
     return text
 
 
-def _destroy_module(handle, _context) -> None:
+def _destroy_module(handle, context) -> None:
     from . import lib
-    lib.check(lib.optixModuleDestroy(handle))
+    from .context import destroy_child
+    destroy_child(lib.optixModuleDestroy, handle, context)
 
 
 class Module(Resource):
@@ -157,6 +166,7 @@ class Module(Resource):
         self.compile_log = log
         self.builtin = builtin
         self._init_resource(handle, _destroy_module, context)
+        context._adopt(self)
         return self
 
     @classmethod
@@ -221,9 +231,9 @@ class Module(Resource):
                                             pipeline_options.uses_motion_blur,
                                             build_options.build_flags)
         out = lib.ffi.new("OptixModule *")
-        context._call(lib.optixBuiltinISModuleGet, context.handle, module_struct,
-                      pipeline_struct, foreign_pointer(builtin, "OptixBuiltinISOptions *"),
-                      out)
+        context._create_call(lib.optixBuiltinISModuleGet, context.handle, module_struct,
+                             pipeline_struct,
+                             foreign_pointer(builtin, "OptixBuiltinISOptions *"), out)
         del keep
         return cls._new(context, out[0], None, None, module_options, pipeline_options, "",
                         builtin=primitive)

@@ -106,9 +106,11 @@ def program_group_desc(kind: str, parts: dict):
     return desc, keep
 
 
-def _destroy_group(handle, _context, _modules) -> None:
+def _destroy_group(handle, context, _modules) -> None:
+    # `_modules` keeps the group's modules alive until the group is destroyed.
     from . import lib
-    lib.check(lib.optixProgramGroupDestroy(handle))
+    from .context import destroy_child
+    destroy_child(lib.optixProgramGroupDestroy, handle, context)
 
 
 class StackSizes(dict):
@@ -200,6 +202,7 @@ class ProgramGroup(Resource):
         self.pipeline_options = options.pop() if options else None
         self.compile_log = log
         self._init_resource(out[0], _destroy_group, context, self.modules)
+        context._adopt(self)
         return self
 
     def _label(self) -> str:
@@ -225,9 +228,12 @@ class ProgramGroup(Resource):
         return StackSizes.from_struct(struct)
 
 
-def _destroy_pipeline(handle, _context, _groups) -> None:
+def _destroy_pipeline(handle, context, _groups) -> None:
+    # `_groups` keeps the pipeline's program groups (and their modules) alive until the
+    # pipeline is destroyed.
     from . import lib
-    lib.check(lib.optixPipelineDestroy(handle))
+    from .context import destroy_child
+    destroy_child(lib.optixPipelineDestroy, handle, context)
 
 
 class Pipeline(Resource):
@@ -314,6 +320,7 @@ class Pipeline(Resource):
         self.compile_log = log
         self.stack_sizes = None
         self._init_resource(out[0], _destroy_pipeline, context, groups)
+        context._adopt(self)
         try:
             self.set_stack_sizes()
         except BaseException:

@@ -400,3 +400,155 @@ def test_denoiser_calls(fake):
     denoiser.close()
     assert len(memory.live) == live - 3  # state, scratch, intensity
     context.close()
+
+
+def _destroyed_names(table):
+    return [name for name, _ in table.destroyed]
+
+
+def test_closing_the_context_closes_its_objects_first(fake):
+    """What crashed the first GPU run: a pipeline released (by its finalizer, from
+    another thread's drain) after its context was destroyed. Closing the context now
+    closes what is still open, newest first, and a later release does nothing."""
+    import gc
+
+    from cupric.runtime._lifetime import drain
+    from cupric.runtime.errors import ClosedError
+    table, memory = fake
+    context = _context(table)
+    pco = ox.PipelineCompileOptions(num_payload_values=1)
+    module = context.compile_module([rg, ms, ch], pipeline_options=pco)
+    groups = [context.raygen_group(module, rg), context.miss_group(module, ms)]
+    pipeline = context.create_pipeline(groups, pco)
+    denoiser = context.create_denoiser()
+    context.close()
+    assert _destroyed_names(table) == [
+        "optixDenoiserDestroy", "optixPipelineDestroy", "optixProgramGroupDestroy",
+        "optixProgramGroupDestroy", "optixModuleDestroy", "optixDeviceContextDestroy"]
+    assert all(obj.closed for obj in (module, *groups, pipeline, denoiser))
+    with pytest.raises(ClosedError):
+        pipeline.set_stack_sizes()
+    del module, groups, pipeline, denoiser
+    gc.collect()
+    drain()
+    assert len(table.destroyed) == 6  # nothing released twice, nothing after the context
+    context.close()  # a second close does nothing
+    assert len(table.destroyed) == 6
+
+
+def test_objects_dropped_before_the_context_are_released_before_it(fake):
+    import gc
+    table, memory = fake
+    context = _context(table)
+    pco = ox.PipelineCompileOptions(num_payload_values=1)
+    module = context.compile_module([rg, ms], pipeline_options=pco)
+    group = context.raygen_group(module, rg)
+    handle = int(ffi.cast("uintptr_t", group.handle))
+    del module  # the group keeps it alive
+    gc.collect()
+    assert table.destroyed == []
+    del group
+    gc.collect()  # queued, not run: finalizers never call OptiX from a GC pass
+    assert table.destroyed == []
+    context.close()  # runs the queued releases first
+    assert table.destroyed[0] == ("optixProgramGroupDestroy", handle)
+    assert _destroyed_names(table) == ["optixProgramGroupDestroy", "optixModuleDestroy",
+                                       "optixDeviceContextDestroy"]
+
+
+def test_a_release_after_the_context_is_destroyed_does_nothing(fake):
+    from cupric.optix.pipeline import _destroy_pipeline
+    table, memory = fake
+    context = _context(table)
+    context.close()
+    _destroy_pipeline(ffi.cast("OptixPipeline", 0x1234), context, ())
+    assert _destroyed_names(table) == ["optixDeviceContextDestroy"]
+
+
+def test_a_failed_creation_registers_no_release(fake, monkeypatch):
+    import gc
+
+    from cupric.runtime._lifetime import drain, pending_count
+    table, memory = fake
+    context = _context(table)
+    monkeypatch.setattr(table, "optixPipelineCreate",
+                        lambda *args: 7001, raising=False)  # OPTIX_ERROR_INVALID_VALUE
+    pco = ox.PipelineCompileOptions(num_payload_values=1)
+    module = context.compile_module([rg, ms], pipeline_options=pco)
+    group = context.raygen_group(module, rg)
+    with pytest.raises(ox.OptixCompileError):
+        context.create_pipeline([group], pco)
+    gc.collect()
+    assert pending_count() == 0
+    drain()
+    assert table.destroyed == []
+
+
+def test_a_log_callback_error_at_creation_closes_the_new_object(fake, monkeypatch):
+    table, memory = fake
+
+    def refuse(level, tag, message):
+        raise KeyError("from the user's callback")
+
+    context = _context(table, log_callback=refuse)
+    create = table.optixModuleCreate
+
+    def logging_create(*args):
+        table.log_callback(4, b"COMPILER", b"compiling", ffi.NULL)
+        return create(*args)
+
+    monkeypatch.setattr(table, "optixModuleCreate", logging_create)
+    with pytest.raises(RuntimeError, match="log callback") as info:
+        context.compile_module([rg, ms], pipeline_options=ox.PipelineCompileOptions())
+    assert isinstance(info.value.__cause__, KeyError)
+    # The module was made and owned, then destroyed: nothing leaks.
+    assert _destroyed_names(table) == ["optixModuleDestroy"]
+    context.close()
+
+
+def test_denoiser_without_weights_raises_a_typed_error(fake, monkeypatch):
+    """The GPU machine's driver install lacked the weights file: OptiX logged why and
+    returned OPTIX_ERROR_INTERNAL_ERROR. cupric raises DenoiserUnavailableError naming
+    the file, and registers no release for the handle that was never made."""
+    from cupric.runtime._lifetime import pending_count
+    table, memory = fake
+    context = _context(table)
+    path = b"/usr/share/nvidia/nvoptix.bin"
+    results = [7990, 7001]  # then OPTIX_ERROR_INVALID_VALUE, without a log message
+
+    def create(context_handle, kind, options, out):
+        result = results.pop(0)
+        if result == 7990:
+            table.log_callback(2, b"DENOISER", b"Unable to load denoiser weights: Could "
+                               b"not open optix denoiser weights file " + path, ffi.NULL)
+        return result
+
+    # Patched before first use: lib keeps the table entries it resolved.
+    monkeypatch.setattr(table, "optixDenoiserCreate", create)
+    with pytest.raises(ox.DenoiserUnavailableError) as info:
+        context.create_denoiser(ox.DenoiserOptions(model="ldr"))
+    error = info.value
+    assert isinstance(error, ox.OptixError)
+    assert error.name == "OPTIX_ERROR_INTERNAL_ERROR" and error.code == 7990
+    assert error.weights_file == path.decode()
+    assert "no denoiser weights file (/usr/share/nvidia/nvoptix.bin)" in str(error)
+    assert pending_count() == 0
+    # Other failures stay plain OptixErrors.
+    with pytest.raises(ox.OptixError) as info:
+        context.create_denoiser()
+    assert not isinstance(info.value, ox.DenoiserUnavailableError)
+    context.close()
+    assert _destroyed_names(table) == ["optixDeviceContextDestroy"]
+
+
+def test_missing_weights_without_a_log_message():
+    from cupric.optix.denoiser import DEFAULT_WEIGHTS_FILE, missing_weights_error
+    error = missing_weights_error(7990, "OPTIX_ERROR_INTERNAL_ERROR", [],
+                                  weights_exist=lambda path: False)
+    if error is not None:  # Linux: the default location tells
+        assert error.weights_file == DEFAULT_WEIGHTS_FILE
+        assert DEFAULT_WEIGHTS_FILE in str(error)
+    assert missing_weights_error(7990, "OPTIX_ERROR_INTERNAL_ERROR", [],
+                                 weights_exist=lambda path: True) is None
+    assert missing_weights_error(7001, "OPTIX_ERROR_INVALID_VALUE", [],
+                                 weights_exist=lambda path: False) is None

@@ -63,14 +63,17 @@ def which_instance(image: IMAGE, handle: u64):
 
 @ox.closest_hit
 def world_hit(image: IMAGE, handle: u64):
-    # The hit point computed in object space and carried to world space must be where
-    # the world-space ray is at tmax.
+    # The world ray carried into object space, its hit point there carried back to world
+    # space, must be where the world-space ray is at tmax (OptiX leaves object-space
+    # directions unnormalized, so t is the same in both spaces). A closest-hit program
+    # has no object-space ray of its own: OptiX allows optixGetObjectRayOrigin/Direction
+    # only in intersection and any-hit programs.
     t = optix.ray_tmax()
-    ox_, oy, oz = optix.object_ray_origin()
-    dx, dy, dz = optix.object_ray_direction()
-    wx, wy, wz = optix.object_to_world_point((ox_ + t * dx, oy + t * dy, oz + t * dz))
     rx, ry, rz = optix.world_ray_origin()
     sx, sy, sz = optix.world_ray_direction()
+    ox_, oy, oz = optix.world_to_object_point((rx, ry, rz))
+    dx, dy, dz = optix.world_to_object_vector((sx, sy, sz))
+    wx, wy, wz = optix.object_to_world_point((ox_ + t * dx, oy + t * dy, oz + t * dz))
     optix.set_payload(0, optix.instance_id() + 1)
     optix.set_payload(1, bits.bitcast(wx - (rx + t * sx), u32))
     back_x, back_y, back_z = optix.world_to_object_point((wx, wy, wz))
@@ -226,7 +229,7 @@ def render(ctx, module, closest, handle, *, intersection=None, hit_data=None,
             image = poisoned_image()
             pipeline.launch(sbt, (W, H), image, handle)
             rt.synchronize()
-            result = image.get()
+            result = image.to_numpy()
     for group in groups:
         group.close()
     return result
@@ -278,7 +281,7 @@ def test_render_matches_a_plain_cupric_kernel(ctx, module):
     rt.synchronize()
     expected, edge = reference_triangles(QUAD, QUAD_INDICES)
     assert_matches(optix_image, expected, edge)
-    assert_matches(kernel_image.get(), expected, edge)
+    assert_matches(kernel_image.to_numpy(), expected, edge)
 
 
 def test_compaction_keeps_the_image(ctx, module):
@@ -380,7 +383,13 @@ def test_denoiser_lowers_error(ctx, rng, model, guides):
                       np.full_like(x, 0.5, dtype=np.float64)], axis=-1).astype(np.float32)
     noisy = np.clip(clean + rng.normal(0, 0.08, clean.shape), 0, 1).astype(np.float32)
     options = ox.DenoiserOptions(model=model, guide_albedo=guides, guide_normal=guides)
-    with ctx.create_denoiser(options) as denoiser:
+    try:
+        denoiser = ctx.create_denoiser(options)
+    except ox.DenoiserUnavailableError as exc:
+        # The driver install lacks the denoiser's weights file: the environment cannot
+        # run the denoiser at all, which is not a cupric failure. The error names the file.
+        pytest.skip(f"OptiX denoiser unavailable on this machine: {exc.description}")
+    with denoiser:
         denoiser.setup(width, height)
         color = rt.to_device(noisy)
         output = rt.to_device(np.full_like(noisy, np.nan))
@@ -392,7 +401,7 @@ def test_denoiser_lowers_error(ctx, rng, model, guides):
             extra["normal"] = rt.to_device(normal)
         denoiser.invoke(color, output, **extra)
         rt.synchronize()
-        result = output.get()
+        result = output.to_numpy()
     assert not np.isnan(result).any()
     error_before = np.mean((noisy - clean) ** 2)
     error_after = np.mean((result - clean) ** 2)
@@ -408,6 +417,29 @@ def test_closing_order_is_safe(ctx):
     pipeline = ctx.create_pipeline([group, ctx.miss_group()], PIPELINE_OPTIONS)
     pipeline.close()
     group.close()
+
+
+def test_closing_the_context_first_is_safe(ctx):
+    """Closing a context closes what was made from it (newest first), and objects that
+    die afterwards, or died before without being released yet, never reach OptiX with a
+    handle the context took with it (this crashed inside optixPipelineDestroy once)."""
+    import gc
+    context = ox.create_context(rt.Device(0))
+    module = context.compile_module([camera, nothing], pipeline_options=PIPELINE_OPTIONS)
+    dropped = context.compile_module([camera], pipeline_options=PIPELINE_OPTIONS)
+    groups = [context.raygen_group(module, camera), context.miss_group(module, nothing)]
+    pipeline = context.create_pipeline(groups, PIPELINE_OPTIONS)
+    del dropped
+    gc.collect()  # its release is queued, not run
+    context.close()
+    assert pipeline.closed and module.closed and all(g.closed for g in groups)
+    with pytest.raises(rt.ClosedError):
+        groups[0].pack_header()
+    with pytest.raises(rt.ClosedError):
+        pipeline.set_stack_sizes()
+    del pipeline, groups, module
+    gc.collect()
+    rt.synchronize()  # drains queued releases
 
 
 def test_builtin_spheres(ctx):
@@ -428,7 +460,7 @@ def test_builtin_spheres(ctx):
     image = poisoned_image()
     pipeline.launch(sbt, (W, H), image, gas.handle)
     rt.synchronize()
-    result = image.get()
+    result = image.to_numpy()
     px, py = rays()
     depth = np.full((H, W), np.inf)
     for (cx, cy, cz), r in (((-0.4, 0.0, 0.5), 0.3), ((0.45, 0.1, 0.2), 0.25)):

@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+import cupric
 import cupric.optix.api as ox
 from cupric.compiler.errors import CompileError
 from cupric.device import optix
@@ -68,7 +69,9 @@ def on_exception(image: IMAGE, handle: u64):
     image[y, x] = f32(optix.exception_code())
 
 
-@ox.direct_callable
+# Everything a hit has: OptiX allows these only in closest-hit (some also in any-hit and
+# intersection) programs, and refuses the module otherwise.
+@ox.closest_hit
 def instanced():
     n = optix.transform_list_size()
     if n > 0:
@@ -88,7 +91,16 @@ def instanced():
     optix.throw_exception(7)
 
 
-ALL = [render, background, closest, skip_backfaces, sphere_hit, on_exception, instanced]
+@ox.direct_callable
+def tint():
+    x, _, _ = optix.launch_index()
+    weight = optix.sbt_data(f32, 1)
+    if weight[0] < 0.0 and x == 0:
+        optix.throw_exception(5)
+
+
+ALL = [render, background, closest, skip_backfaces, sphere_hit, on_exception, instanced,
+       tint]
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +118,8 @@ def test_entry_names_are_optix_program_names(compiled):
     ptx = compiled.ptx
     for name in ("__raygen__render", "__miss__background", "__closesthit__shade",
                  "__anyhit__skip_backfaces", "__intersection__sphere_hit",
-                 "__exception__on_exception", "__direct_callable__instanced"):
+                 "__exception__on_exception", "__closesthit__instanced",
+                 "__direct_callable__tint"):
         assert re.search(rf"\.visible \.entry {name}\(\s*\)", ptx), name
     assert list(compiled.entries) == [p.entry_name for p in ALL]
     assert ".target sm_90" in ptx
@@ -141,7 +154,7 @@ def test_device_functions_lower_to_optix_calls(compiled):
     assert "_optix_report_intersection_3, (" in isect
     assert "_optix_get_object_ray_origin_x" in isect and "_optix_get_ray_tmin" in isect
     assert "_optix_get_exception_code" in _entry_body(ptx, "__exception__on_exception")
-    callable_body = _entry_body(ptx, "__direct_callable__instanced")
+    callable_body = _entry_body(ptx, "__closesthit__instanced")
     for call in ("_optix_get_transform_list_size", "_optix_get_transform_list_handle",
                  "_optix_get_transform_type_from_handle",
                  "_optix_get_instance_transform_from_handle",
@@ -152,6 +165,10 @@ def test_device_functions_lower_to_optix_calls(compiled):
                  "_optix_get_world_ray_direction_z", "_optix_get_ray_time",
                  "_optix_get_payload", "_optix_throw_exception_0"):
         assert call in callable_body, call
+    tint_body = _entry_body(ptx, "__direct_callable__tint")
+    for call in ("_optix_get_launch_index_x", "_optix_get_sbt_data_ptr_64",
+                 "_optix_throw_exception_0"):
+        assert call in tint_body, call
 
 
 def test_trace_passes_all_operands(compiled):
@@ -279,6 +296,50 @@ def test_launch_params_dtype_matches_the_c_layout():
     assert launch_params_dtype(()).itemsize == 0
 
 
+def test_every_optix_intrinsic_says_where_it_may_be_called():
+    assert set(optix.AVAILABILITY) == set(optix.INTRINSICS)
+    assert all(kinds and kinds <= set(optix.PROGRAM_KINDS)
+               for kinds in optix.AVAILABILITY.values())
+    assert set(optix.PROGRAM_KINDS) == set(ox.program.__globals__["PROGRAM_KINDS"])
+
+
+def test_a_function_outside_its_program_kinds_is_a_compile_error():
+    # OptiX refuses such a module as a whole (OPTIX_ERROR_INVALID_FUNCTION_USE, "Illegal
+    # call to optixGetObjectRayOrigin in function __closesthit__..."): cupric says where.
+    @ox.closest_hit
+    def object_ray_in_closest_hit():
+        ox_, oy, oz = optix.object_ray_origin()
+        optix.set_payload(0, u32(ox_))
+
+    with pytest.raises(CompileError) as info:
+        ox.compile_ptx([object_ray_in_closest_hit], arch="sm_90")
+    text = str(info.value)
+    assert "object_ray_origin() cannot be called in a closest-hit program" in text
+    assert "any-hit and intersection programs only" in text
+    assert "world_to_object_point(world_ray_origin())" in text  # the hint
+    assert "optix.object_ray_origin()" in text.splitlines()[1]  # the source line
+
+    @ox.any_hit
+    def trace_in_any_hit(handle: u64):
+        optix.trace(handle, (0.0, 0.0, 0.0), (0.0, 0.0, 1.0), 0.0, 1.0)
+
+    with pytest.raises(CompileError, match="trace\\(\\) cannot be called in an any-hit"):
+        ox.compile_ptx([trace_in_any_hit], arch="sm_90")
+
+    # Through a device function called by the program, too.
+    @cupric.device_function
+    def helper():
+        return optix.exception_code()
+
+    @ox.raygen
+    def code_in_raygen(image: IMAGE, handle: u64):
+        image[0, 0] = f32(helper())
+
+    with pytest.raises(CompileError, match="exception_code\\(\\) cannot be called in a "
+                                           "ray-generation program"):
+        ox.compile_ptx([code_in_raygen], arch="sm_90")
+
+
 def test_fit_ptx_version():
     ptx = "//\n.version 9.5\n.target sm_90\n"
     assert fit_ptx_version(ptx, (9, 0)) == "//\n.version 9.0\n.target sm_90\n"
@@ -289,7 +350,8 @@ def test_fit_ptx_version():
 
 
 def test_transforms_walk_the_transform_list():
-    @ox.closest_hit
+    # An any-hit program: OptiX gives object-space rays only to any-hit and intersection.
+    @ox.any_hit
     def to_world():
         ox_, oy, oz = optix.object_ray_origin()
         wx, wy, wz = optix.object_to_world_point((ox_, oy, oz))
@@ -301,7 +363,7 @@ def test_transforms_walk_the_transform_list():
         optix.set_payload(0, u32(wx + ny + vz + a + e + k))
 
     ptx = ox.compile_ptx([to_world], arch="sm_90").ptx
-    body = _entry_body(ptx, "__closesthit__to_world")
+    body = _entry_body(ptx, "__anyhit__to_world")
     assert body.count("_optix_get_transform_list_size") == 6
     assert body.count("_optix_get_transform_list_handle") == 6
     assert body.count("_optix_get_static_transform_from_handle") == 6

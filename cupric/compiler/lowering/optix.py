@@ -21,12 +21,13 @@ from cupric.compiler.codegen.values import KValue, abi_lltypes, flat_lltypes
 from cupric.compiler.ir import types as ll
 from cupric.compiler.ir.module import GlobalVariable, symbol
 from cupric.compiler.ir.values import Value, const_float, const_int
-from cupric.compiler.lowering.registry import register
+from cupric.compiler.lowering.registry import register as _register
 from cupric.compiler.typing.ktypes import NONE, TupleType, WeakType
-from cupric.device.optix import LAUNCH_PARAMS_NAME
+from cupric.device.optix import ALTERNATIVES, AVAILABILITY, LAUNCH_PARAMS_NAME
 from cupric.types import ArrayType, ScalarType, bool_, f32, i32, u32, u64
 
-__all__ = ["PROGRAM_PREFIXES", "LAUNCH_PARAMS_NAME", "emit_programs", "params_layout"]
+__all__ = ["PROGRAM_PREFIXES", "LAUNCH_PARAMS_NAME", "emit_programs", "params_layout",
+           "program_kind"]
 
 #: Program kind -> entry-name prefix OptiX looks for.
 PROGRAM_PREFIXES = {
@@ -40,6 +41,49 @@ PROGRAM_PREFIXES = {
     "continuation_callable": "__continuation_callable__",
 }
 
+
+_KIND_WORDS = {"raygen": "ray-generation", "miss": "miss", "closest_hit": "closest-hit",
+               "any_hit": "any-hit", "intersection": "intersection",
+               "exception": "exception", "direct_callable": "direct-callable",
+               "continuation_callable": "continuation-callable"}
+
+
+def program_kind(entry_name: str) -> str | None:
+    """The program kind of a PTX entry name (by its OptiX prefix), or None."""
+    for kind, prefix in PROGRAM_PREFIXES.items():
+        if entry_name.startswith(prefix):
+            return kind
+    return None
+
+
+def _check_availability(cg, name: str, node) -> None:
+    """Refuse an OptiX device function in a program kind OptiX does not allow it in.
+
+    OptiX would refuse the whole module (OPTIX_ERROR_INVALID_FUNCTION_USE) with a log
+    naming the C function and the PTX entry; this names the Python line instead. Device
+    functions called by a program are checked under the kind of the program whose
+    compilation first reaches them (they are emitted once per module), which can only miss
+    a misuse that OptiX then still reports, never refuse a legal call.
+    """
+    kind = cg.mcg.lowering_state.get("optix_program_kind")
+    allowed = AVAILABILITY.get(name)
+    if kind is None or allowed is None or kind in allowed:
+        return
+    words = [_KIND_WORDS[k] for k in PROGRAM_PREFIXES if k in allowed]
+    where = words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+    article = "an" if _KIND_WORDS[kind][0] in "aeiou" else "a"
+    raise cg.error(node, f"cupric.device.{name}() cannot be called in {article} "
+                         f"{_KIND_WORDS[kind]} program (OptiX allows it in {where} "
+                         f"programs only)", hint=ALTERNATIVES.get(name))
+
+
+def register(name: str, infer, lower) -> None:
+    """Register an OptiX intrinsic's rule; its lowering first checks `AVAILABILITY`."""
+    def checked(cg, call, args):
+        _check_availability(cg, name, call.node)
+        return lower(cg, call, args)
+
+    _register(name, infer, checked)
 
 
 # -- inline PTX helpers -----------------------------------------------------------------------
@@ -472,6 +516,8 @@ def emit_programs(programs, param_types, *, params_name: str = LAUNCH_PARAMS_NAM
                             hint="results leave a program through payloads, attributes "
                                  "or arrays")
         mcg.lowering_state["kernel"] = typed
+        # Read by _check_availability while this program's body is emitted.
+        mcg.lowering_state["optix_program_kind"] = program_kind(entry_name)
         body, body_type = mcg.device_function(typed)
         fn = mcg.module.add_function(entry_name, ll.FunctionType(ll.void, []), [])
         mcg.module.mark_kernel(fn)
