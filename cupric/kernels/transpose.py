@@ -1,6 +1,7 @@
 """Matrix transpose through shared-memory tiles: a block reads a square tile (32x32 by
-default, or 64x64) with coalesced row loads, and writes it out transposed, again along rows, reading the tile
-by columns from shared memory (padded by one column so those reads hit 32 banks)."""
+default, or 64x64) with coalesced row loads, and writes it out transposed, again along
+rows, reading the tile by columns from shared memory (padded by one column so those
+reads hit 32 banks)."""
 
 from __future__ import annotations
 
