@@ -2,7 +2,8 @@
 its performance depends on: no local memory, no register spills in the cubin, read-only
 inputs through the non-coherent cache (ld.global.nc), 128-bit global accesses in the
 bandwidth-bound kernels (for 16-byte aligned arrays), shuffles in reductions, vector
-shared-memory loads in the GEMM inner loop. Kernels whose intrinsics have no lowering yet are skipped."""
+shared-memory loads in the GEMM inner loop. Kernels whose intrinsics have no lowering
+yet are skipped."""
 
 from __future__ import annotations
 
