@@ -186,9 +186,22 @@ def _borrow(obj, name: str, stream) -> tuple[DeviceBuffer, str | None]:
         if obj.dtype == np.uint16 and obj in _BF16_BUFFERS:
             return obj, "bf16"
         return obj, None
+    # PyTorch refuses to export a tensor that records autograd (DLPack raises BufferError,
+    # the array interface RuntimeError), with a message that names neither the operation
+    # nor the argument. cuDNN calls here are not recorded by autograd either, so the
+    # caller's fix is the same memory without the graph: say so up front.
+    if getattr(obj, "requires_grad", False) is True:
+        raise TypeError(f"{name} is a PyTorch tensor that requires grad; cupric.cudnn "
+                        f"does not record autograd: pass .detach() (the same memory, no "
+                        f"copy) and compute gradients with the *_backward functions")
     from cupric.runtime.interop import as_device_array
     try:
         buf = as_device_array(obj, stream)
+    except BufferError as exc:
+        # DLPack's way of saying no (a producer refusing to export, e.g. PyTorch's
+        # conjugate bit, or a capsule cupric cannot read): name the operation and the
+        # argument, which the exporter's message does not.
+        raise TypeError(f"{name} could not be borrowed through DLPack: {exc}") from exc
     except TypeError as exc:
         foreign = _foreign(obj)
         if foreign is None or not hasattr(obj, "view"):
@@ -263,7 +276,9 @@ def tensor(obj, name: str, op: str, *, stream=None, ndims=(4,), types=FLOAT_TYPE
     Raises
     ------
     TypeError
-        For a host array, a non-array, or an element type the operation does not take.
+        For a host array, a non-array, a PyTorch tensor that requires grad (pass
+        ``.detach()``), an array its producer refuses to export, or an element type the
+        operation does not take.
     ValueError
         For a wrong number of dimensions, a read-only output, strides that are not whole
         elements, or a layout other than channels-first/channels-last dense.

@@ -12,11 +12,13 @@ from __future__ import annotations
 import math
 import threading
 
+import numpy as np
+
 from . import _validate as V
 from .descriptors import LegacyDescriptor, describe, legacy_dims, scalars
 
 __all__ = ["activation_forward", "activation_backward", "relu", "sigmoid", "tanh", "elu",
-           "swish", "gelu", "LEGACY_MODES", "MODES"]
+           "swish", "gelu", "largest_below", "LEGACY_MODES", "MODES"]
 
 # cudnnActivationMode_t values (fixed by the C API; a CPU test compares them).
 LEGACY_MODES = {"sigmoid": 0, "relu": 1, "tanh": 2, "clipped_relu": 3, "elu": 4,
@@ -33,10 +35,45 @@ def _coef(mode: str, alpha: float | None, clip: float | None, op: str) -> float:
     if mode == "clipped_relu":
         if clip is None:
             raise ValueError(f"{op}: clipped_relu needs clip= (the upper bound)")
+        if math.isnan(float(clip)):
+            raise ValueError(f"{op}: clip must be a number, got {clip!r}")
         return float(clip)
     if mode == "elu":
         return 1.0 if alpha is None else float(alpha)
     return 0.0
+
+
+def largest_below(value: float, etype: str) -> float:
+    """The largest number of element type `etype` strictly below `value`.
+
+    Every element of an `etype` tensor is such a number, so ``v <= largest_below(c)``
+    holds exactly when ``v < c``; the result is exact in float32 (float64 for "f64"),
+    whatever precision cuDNN compares in.
+
+    Examples
+    --------
+    >>> largest_below(1.5, "f16")
+    1.4990234375
+    """
+    value = float(value)
+    if etype == "f64":
+        return math.nextafter(value, -math.inf)
+    # bfloat16 numbers are the float32 numbers whose low 16 bits are zero: find the
+    # float32 answer first, then round it down onto bfloat16.
+    dtype = np.float16 if etype == "f16" else np.float32
+    with np.errstate(over="ignore"):
+        v = dtype(value)
+    if float(v) >= value:
+        v = np.nextafter(v, dtype(-np.inf))
+    if etype != "bf16":
+        return float(v)
+    bits = int(np.array(v, np.float32).view(np.uint32))
+    high = bits >> 16
+    if bits & 0xFFFF and bits >> 31:
+        # Dropping the low bits of a negative number moves it up, toward zero: one
+        # bfloat16 step further down (larger magnitude) is the floor.
+        high += 1
+    return float(np.array(high << 16, np.uint32).view(np.float32))
 
 
 _descriptors: dict[tuple, LegacyDescriptor] = {}
@@ -89,7 +126,8 @@ def activation_forward(x, mode: str = "relu", *, out=None, alpha: float | None =
     alpha : float, optional
         ELU's alpha (default 1).
     clip : float, optional
-        Upper bound of clipped ReLU.
+        Upper bound of clipped ReLU: ``min(max(x, 0), clip)``, as PyTorch's
+        ``hardtanh(x, 0, clip)`` (``relu6`` for clip = 6).
     beta : float
         Swish's beta: ``x * sigmoid(beta * x)`` (1 gives SiLU).
     handle : Handle, optional
@@ -138,6 +176,11 @@ def activation_backward(dy, x, y=None, mode: str = "relu", *, out=None,
                         beta: float = 1.0, handle=None, stream=None):
     """``dx = f'(x) * dy``.
 
+    At the kinks of ReLU and clipped ReLU the derivative taken is 0 (no gradient where
+    ``x <= 0`` or ``x >= clip``), as PyTorch and TensorFlow take it; cuDNN alone would
+    pass the gradient at ``x == clip``, so cupric narrows the bound it hands cuDNN (see
+    `largest_below`).
+
     Parameters
     ----------
     dy : device array
@@ -176,6 +219,13 @@ def activation_backward(dy, x, y=None, mode: str = "relu", *, out=None,
         ty = V.tensor(y, "y", op, stream=s, ndims=_ANY_NDIM, layouts=False)
         _same_layout(tx, ty, ("x", "y"), op)
         V.same_type(op, ("x", tx), ("y", ty))
+    if mode == "clipped_relu":
+        # cuDNN passes the gradient where x == clip (0 < x <= clip); PyTorch's hardtanh
+        # and relu6 and TensorFlow's relu6 give 0 there (0 < x < clip), and so does
+        # cupric. Lowering the bound to the largest element below clip makes cuDNN's
+        # test "<= bound" the same as "< clip" for every element of the tensor, whether
+        # cuDNN compares x or y (y == clip exactly where x >= clip).
+        coef = largest_below(coef, tx.etype)
     from . import lib
     d = _activation_descriptor(mode, coef, float(beta))
     one, zero = scalars(tx.etype)

@@ -125,7 +125,8 @@ def softmax_backward(y, dy, axis: int = -1, *, log: bool = False, out=None, hand
     y : device array
         The forward output (softmax, or log-softmax when `log`).
     dy : device array
-        Gradient of the output, same shape.
+        Gradient of the output: same shape, and laid out as `y` (same strides; cuDNN
+        refuses the pair otherwise).
     axis, log
         As in the forward call.
     out : device array, optional
@@ -134,6 +135,12 @@ def softmax_backward(y, dy, axis: int = -1, *, log: bool = False, out=None, hand
     Returns
     -------
     dx
+
+    Raises
+    ------
+    TypeError, ValueError
+        For mismatched element types or shapes, an axis out of range, strides cuDNN
+        cannot address along it, or `y` and `dy` laid out differently.
     """
     op = "log_softmax_backward" if log else "softmax_backward"
     from .handle import resolve, stream_of
@@ -143,12 +150,22 @@ def softmax_backward(y, dy, axis: int = -1, *, log: bool = False, out=None, hand
     V.same_type(op, ("y", ty), ("dy", tdy))
     if tdy.shape != ty.shape:
         raise ValueError(f"{op}: dy has shape {tdy.shape} but y has {ty.shape}")
-    softmax_layout(ty.shape, ty.strides, axis, op)  # refuses a bad axis before allocating
+    # Refuses a bad axis before allocating.
+    _mode, y_dims, y_strides = softmax_layout(ty.shape, ty.strides, axis, op)
+    _mode, dy_dims, dy_strides = softmax_layout(tdy.shape, tdy.strides, axis, op)
+    if dy_strides != y_strides:
+        # cudnnSoftmaxBackward answers a bare CUDNN_STATUS_BAD_PARAM when y and dy are
+        # laid out differently (seen on cuDNN 9.19 with an NCHW y and an NHWC dy, while
+        # the same call with both NHWC runs): say which and why before any launch.
+        raise ValueError(f"{op}: y and dy must be laid out alike, but y of shape "
+                         f"{ty.shape} has element strides {ty.strides} and dy "
+                         f"{tdy.strides}; make one like the other (e.g. "
+                         f".contiguous(memory_format=...) in PyTorch)")
     tdx = V.output(out, ty.shape, ty.etype, ty.layout, "out", op, s, ndims=(ty.ndim,))
-    descs = []
-    for t in (ty, tdy, tdx):
-        _mode, d, st = softmax_layout(t.shape, t.strides, axis, op)
-        descs.append(tensor_descriptor(t.etype, d, st))
+    _mode, dx_dims, dx_strides = softmax_layout(tdx.shape, tdx.strides, axis, op)
+    descs = [tensor_descriptor(ty.etype, y_dims, y_strides),
+             tensor_descriptor(tdy.etype, dy_dims, dy_strides),
+             tensor_descriptor(tdx.etype, dx_dims, dx_strides)]
     one, zero = scalars(ty.etype)
     from . import lib
     h = resolve(handle, stream)

@@ -785,3 +785,88 @@ def test_workspace_grows_in_stream_order(monkeypatch):
     h.close()   # borrowed handle: its workspace is still freed, in stream order
     assert events == [("alloc", 1 << 20, 0x77), ("alloc", 4 << 20, 0x77),
                       ("free", first, 0x77), ("free", bigger, 0x77)]
+
+
+# --------------------------------------------------------------------------------------
+# Inputs PyTorch will not export, and clipped ReLU's bound
+
+
+class _RequiresGrad(FakeDeviceArray):
+    """What a PyTorch tensor with requires_grad looks like to cupric: exporting it fails
+    (PyTorch raises BufferError from __dlpack__, RuntimeError from the array interface)."""
+
+    requires_grad = True
+
+    @property
+    def __cuda_array_interface__(self):
+        raise RuntimeError("Can't get __cuda_array_interface__ on Variable that requires "
+                           "grad. If gradients aren't needed, use var.detach()")
+
+    def __dlpack__(self, stream=None, max_version=None):
+        raise BufferError("Can't export tensors that require gradient, use tensor.detach()")
+
+
+class _RefusesExport(FakeDeviceArray):
+    @property
+    def __cuda_array_interface__(self):
+        raise AttributeError("no array interface")
+
+    def __dlpack__(self, stream=None, max_version=None):
+        raise BufferError("Can't export tensors with the conjugate bit set")
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+
+def test_requires_grad_input_is_refused_before_the_gpu():
+    with pytest.raises(TypeError, match=r"conv_forward: w is a PyTorch tensor that "
+                                        r"requires grad.*\.detach\(\)"):
+        dnn.conv_forward(FakeDeviceArray((2, 4, 8, 8)), _RequiresGrad((4, 4, 3, 3)))
+    with pytest.raises(TypeError, match=r"activation_forward\('relu'\): x is a PyTorch"):
+        dnn.relu(_RequiresGrad((3, 4)))
+    # requires_grad False (a detached tensor) is an ordinary input.
+    plain = FakeDeviceArray((3, 4))
+    plain.requires_grad = False
+    assert V.tensor(plain, "x", "op", ndims=(2,), layouts=False).shape == (3, 4)
+
+
+def test_refused_export_names_the_argument():
+    with pytest.raises(TypeError, match=r"softmax: x could not be borrowed through DLPack: "
+                                        r"Can't export tensors with the conjugate bit") as info:
+        dnn.softmax(_RefusesExport((3, 4)))
+    assert isinstance(info.value.__cause__, BufferError)
+
+
+def _bf16_numbers():
+    """Every finite non-negative bfloat16 number, in order, as float64."""
+    bits = (np.arange(0, 0x7F80, dtype=np.uint32) << 16)
+    return bits.view(np.float32).astype(np.float64)
+
+
+@pytest.mark.parametrize("etype", ["f16", "bf16", "f32", "f64"])
+@pytest.mark.parametrize("value", [1.5, 6.0, 0.1, 1e-3, 3.0e38, 65504.0, 1e5, -0.1, 0.0,
+                                   math.inf])
+def test_largest_below(etype, value):
+    from cupric.cudnn.activation import largest_below
+    below = largest_below(value, etype)
+    assert below < value
+    # Nothing of the element type lies strictly between: the next number up is >= value.
+    if etype == "f64":
+        up = math.nextafter(below, math.inf)
+    elif etype == "bf16":
+        numbers = _bf16_numbers()
+        numbers = np.concatenate([-numbers[:0:-1], numbers, [math.inf]])
+        assert below in numbers
+        up = numbers[np.searchsorted(numbers, below, side="right")]
+    else:
+        dtype = np.float16 if etype == "f16" else np.float32
+        assert float(dtype(below)) == below
+        with np.errstate(over="ignore"):     # the step above the largest is inf
+            up = float(np.nextafter(dtype(below), dtype(np.inf)))
+    assert up >= value
+
+
+def test_clip_must_be_a_number():
+    from cupric.cudnn.activation import _coef
+    with pytest.raises(ValueError, match="clip must be a number"):
+        _coef("clipped_relu", None, math.nan, "activation_forward('clipped_relu')")

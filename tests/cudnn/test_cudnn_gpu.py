@@ -7,6 +7,8 @@ Run on a GPU machine with ``python3 -m pytest -q -m gpu tests/cudnn``.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -55,6 +57,16 @@ def randn(shape, etype="f32", gen=None, channels_last=False, scale=1.0):
     return x
 
 
+def leaf(x):
+    """A float64 autograd leaf holding `x`'s values, for the PyTorch reference.
+
+    Always a copy: ``x.double()`` of a float64 `x` is `x` itself, and ``requires_grad_()``
+    on it would make the input that cupric is then given a tensor PyTorch refuses to
+    export.
+    """
+    return x.detach().to(torch.float64, copy=True).requires_grad_()
+
+
 def poisoned(shape, etype="f32", channels_last=False):
     """An output buffer full of NaN: any element an operation forgets to write shows."""
     y = torch.full(shape, float("nan"), device="cuda", dtype=TYPES[etype])
@@ -80,8 +92,15 @@ def check_close(actual, reference, etype, what=""):
     assert actual.shape == reference.shape, what
     assert torch.isfinite(actual).all(), f"{what}: non-finite values (unwritten output?)"
     scale = max(reference.abs().max().item(), 1e-30)
-    err = (actual - reference).abs().max().item() / scale
-    assert err <= TOL[etype], f"{what}: max error {err:.3g} x max|ref| > {TOL[etype]}"
+    diff = (actual - reference).abs()
+    err = diff.max().item() / scale
+    if err > TOL[etype]:
+        at = np.unravel_index(int(diff.argmax()), tuple(diff.shape))
+        at = tuple(int(i) for i in at)
+        raise AssertionError(f"{what}: max error {err:.3g} x max|ref| > {TOL[etype]} at "
+                             f"{at}: got {actual[at].item()!r}, expected "
+                             f"{reference[at].item()!r}; {int((diff > TOL[etype] * scale).sum())} "
+                             f"of {diff.numel()} elements off")
 
 
 # --------------------------------------------------------------------------------------
@@ -136,8 +155,8 @@ def test_conv_forward_and_gradients(case, etype, channels_last, gen):
     x = randn(x_shape, etype, gen, channels_last)
     w = randn(w_shape, etype, gen, channels_last, scale=0.3)
     args = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
-    xd = x.double().requires_grad_()
-    wd = w.double().requires_grad_()
+    xd = leaf(x)
+    wd = leaf(w)
     ref = F.conv2d(xd, wd, **args)
     out = poisoned(ref.shape, etype, channels_last)
     y = dnn.conv_forward(x, w, out=out, options=EXACT, **args)
@@ -263,20 +282,44 @@ def test_bfloat16_results_chain(gen):
 
 
 @pytest.mark.parametrize("etype", ["f16", "bf16", "f32"])
-@pytest.mark.parametrize("activation", [None, "relu", "gelu"])
-def test_matmul(etype, activation, gen):
+@pytest.mark.parametrize("activation,with_bias", [(None, False), (None, True),
+                                                  ("relu", True), ("gelu", True)])
+def test_matmul(etype, activation, with_bias, gen):
     a = randn((3, 64, 32), etype, gen)
     b = randn((3, 32, 48), etype, gen)
-    bias = randn((48,), etype, gen)
-    ref = ACTS[activation](a.double() @ b.double() + bias.double())
+    bias = randn((48,), etype, gen) if with_bias else None
+    ref = a.double() @ b.double()
+    ref = ACTS[activation](ref + bias.double() if with_bias else ref)
     out = poisoned(ref.shape, etype)
+    h = dnn.Handle.create()
     try:
-        dnn.matmul(a, b, bias=bias, activation=activation, out=out, options=EXACT)
+        dnn.matmul(a, b, bias=bias, activation=activation, out=out, options=EXACT, handle=h)
     except dnn.NoEngineError as exc:
+        h.close()
         if etype == "f32":
             pytest.xfail(f"no float32 matmul engine with this epilogue here: {exc}")
         raise
-    check_close(out, ref, etype, "matmul")
+    h.synchronize()
+    with _plans_on_failure(h):
+        check_close(out, ref, etype, "matmul")
+    h.close()
+
+
+@contextlib.contextmanager
+def _plans_on_failure(handle):
+    """Add the engines (cuDNN's JSON of each cached plan) to a failing check's message:
+    which engine computed a wrong result is what the next step needs."""
+    try:
+        yield
+    except AssertionError as exc:
+        described = []
+        for plan in handle.plans.values():
+            try:
+                text = plan.json()
+            except Exception as json_exc:  # the description is extra; say why it is missing
+                text = f"(no JSON: {type(json_exc).__name__}: {json_exc})"
+            described.append(f"engine {plan.engine}: {text[:600]}")
+        raise AssertionError(f"{exc}\nplans: {'; '.join(described) or 'none'}") from exc
 
 
 # --------------------------------------------------------------------------------------
@@ -287,19 +330,47 @@ def test_matmul(etype, activation, gen):
 @pytest.mark.parametrize("etype,channels_last", [("f32", False), ("f32", True), ("f16", True)])
 def test_pooling(mode, etype, channels_last, gen):
     x = randn((2, 6, 11, 13), etype, gen, channels_last)
-    xd = x.double().requires_grad_()
+    # The reference runs on the CPU in NCHW: PyTorch's CUDA channels-last avg_pool2d
+    # backward ignores the padding offset (pytorch/pytorch#188344), which made the first
+    # GPU run compare cupric's correct NHWC average-pooling gradients with wrong ones.
+    xd = x.detach().cpu().to(torch.float64).contiguous().requires_grad_()
     if mode == "max":
         ref = F.max_pool2d(xd, 3, 2, 1)
     else:
         ref = F.avg_pool2d(xd, 3, 2, 1, count_include_pad=mode == "avg_include_pad")
     out = poisoned(ref.shape, etype, channels_last)
     dnn.pool_forward(x, mode, window=3, stride=2, padding=1, out=out)
-    check_close(out, ref, etype, f"{mode} forward")
+    check_close(out, ref.detach().cuda(), etype, f"{mode} forward")
     dy = randn(ref.shape, etype, gen, channels_last)
-    ref.backward(dy.double())
+    ref.backward(dy.double().cpu())
     dx = poisoned(x.shape, etype, channels_last)
     dnn.pool_backward(dy, x, out, mode, window=3, stride=2, padding=1, out=dx)
-    check_close(dx, xd.grad, etype, f"{mode} backward")
+    check_close(dx, xd.grad.cuda(), etype, f"{mode} backward")
+
+
+def test_avg_pool_backward_by_hand():
+    """Average pooling's gradient counted out on a tiny case, in both layouts: every input
+    element gets dy / 9 from each window covering it (padding counted in the 9)."""
+    n, c, h, w, oh, ow = 1, 2, 4, 5, 2, 3
+    x = torch.randn((n, c, h, w), device="cuda")
+    dy = torch.arange(1.0, 1.0 + n * c * oh * ow, device="cuda").reshape(n, c, oh, ow)
+    expected = torch.zeros((n, c, h, w), dtype=torch.float64)
+    for ch in range(c):
+        for oy in range(oh):
+            for ox in range(ow):
+                for ky in range(3):
+                    for kx in range(3):
+                        iy, ix = 2 * oy - 1 + ky, 2 * ox - 1 + kx
+                        if 0 <= iy < h and 0 <= ix < w:
+                            expected[0, ch, iy, ix] += dy[0, ch, oy, ox].item() / 9
+    for channels_last in (False, True):
+        fmt = torch.channels_last if channels_last else torch.contiguous_format
+        xs, dys = x.contiguous(memory_format=fmt), dy.contiguous(memory_format=fmt)
+        y = dnn.pool_forward(xs, "avg_include_pad", window=3, stride=2, padding=1)
+        dx = poisoned(x.shape, "f32", channels_last)
+        dnn.pool_backward(dys, xs, y, "avg_include_pad", window=3, stride=2, padding=1,
+                          out=dx)
+        check_close(dx, expected.cuda(), "f32", f"by hand, channels_last={channels_last}")
 
 
 def test_pool_shorthands(gen):
@@ -328,7 +399,7 @@ ACT_CASES = {
 def test_activation(mode, etype, shape, channels_last, gen):
     fn, kw = ACT_CASES[mode]
     x = randn(shape, etype, gen, channels_last, scale=2.0)
-    xd = x.double().requires_grad_()
+    xd = leaf(x)
     ref = fn(xd)
     out = poisoned(shape, etype, channels_last)
     try:
@@ -346,6 +417,32 @@ def test_activation(mode, etype, shape, channels_last, gen):
     check_close(dx, xd.grad, etype, f"{mode} backward")
     dx2 = dnn.activation_backward(dy, x, mode=mode, **kw)       # y recomputed
     check_close(dx2, xd.grad, etype, f"{mode} backward without y")
+
+
+@pytest.mark.parametrize("etype", ["f32", "f16", "bf16", "f64"])
+def test_relu_gradients_at_the_kinks(etype):
+    """Elements exactly at 0 and at clip get no gradient, as PyTorch's relu and hardtanh
+    (cuDNN by itself passes it at x == clip)."""
+    values = [-1.0, 0.0, 0.5, 1.5, 2.0, 1.0, 0.0, 1.5]
+    x = torch.tensor(values, device="cuda", dtype=TYPES[etype])
+    dy = torch.ones_like(x)
+    for mode, kw, fn in (("clipped_relu", {"clip": 1.5}, lambda t: F.hardtanh(t, 0.0, 1.5)),
+                         ("relu", {}, F.relu)):
+        xd = leaf(x)
+        fn(xd).backward(dy.double())
+        for y in (None, dnn.activation_forward(x, mode, **kw)):
+            dx = dnn.activation_backward(dy, x, y, mode, **kw)
+            got = as_torch(dx, etype).double()
+            assert torch.equal(got, xd.grad), f"{mode}: {got.tolist()} != {xd.grad.tolist()}"
+
+
+def test_requires_grad_input_is_a_clear_error(gen):
+    x = randn((2, 3, 8, 8), gen=gen).requires_grad_()
+    with pytest.raises(TypeError, match=r"relu.*x is a PyTorch tensor that requires grad.*"
+                                        r"\.detach\(\)"):
+        dnn.relu(x)
+    y = dnn.relu(x.detach())        # what the message says to do
+    check_close(y, F.relu(x.detach().double()), "f32", "relu of the detached tensor")
 
 
 def test_activation_in_place_and_shorthands(gen):
@@ -381,7 +478,7 @@ def test_activation_numerical_gradient(gen):
                           ((6, 7, 9), 1, False)])
 def test_softmax(shape, axis, channels_last, etype, log, gen):
     x = randn(shape, etype, gen, channels_last, scale=3.0)
-    xd = x.double().requires_grad_()
+    xd = leaf(x)
     ref = (F.log_softmax if log else F.softmax)(xd, dim=axis)
     out = poisoned(shape, etype, channels_last)
     dnn.softmax_forward(x, axis, log=log, out=out)
@@ -389,8 +486,15 @@ def test_softmax(shape, axis, channels_last, etype, log, gen):
     dy = randn(shape, etype, gen, channels_last)
     ref.backward(dy.double())
     dx = poisoned(shape, etype, channels_last)
-    # The reference gradient is taken at the exact output; feed cuDNN the same.
-    dnn.softmax_backward(ref.detach().to(TYPES[etype]), dy, axis, log=log, out=dx)
+    # The reference gradient is taken at the exact output; feed cuDNN the same. PyTorch's
+    # softmax returns a contiguous (NCHW) tensor whatever its input's layout, and cuDNN
+    # takes y and dy only laid out alike: put y in dy's layout.
+    y = ref.detach().to(TYPES[etype])
+    if channels_last:
+        with pytest.raises(ValueError, match="y and dy must be laid out alike"):
+            dnn.softmax_backward(y.contiguous(), dy, axis, log=log, out=dx)
+        y = y.contiguous(memory_format=torch.channels_last)
+    dnn.softmax_backward(y, dy, axis, log=log, out=dx)
     check_close(dx, xd.grad, etype, "softmax backward")
 
 
@@ -425,9 +529,9 @@ def test_batch_norm_training_and_backward(etype, channels_last, gen):
     rm = randn((c,), "f32", gen)
     rv = torch.rand(c, device="cuda", generator=gen) + 0.5
     rm_ref, rv_ref = rm.double().clone(), rv.double().clone()
-    xd = x.double().requires_grad_()
-    wd = weight.double().requires_grad_()
-    bd = bias.double().requires_grad_()
+    xd = leaf(x)
+    wd = leaf(weight)
+    bd = leaf(bias)
     ref = F.batch_norm(xd, rm_ref, rv_ref, wd, bd, training=True, momentum=0.1, eps=1e-5)
     out = poisoned((n, c, h, w), etype, channels_last)
     res = dnn.batch_norm_training(x, weight, bias, rm, rv, momentum=0.1, eps=1e-5, out=out)
@@ -514,13 +618,18 @@ def test_dropout(etype, gen):
 # A small network, forward and backward, against autograd
 
 
-def _matmul(a, b):
+def _matmul(a, b, handle=None, paths=None):
     """cupric's graph matmul; PyTorch's where no float32 engine without TF32 exists (the
-    network test is about chaining the other operations)."""
+    network test is about chaining the other operations). `paths` records which ran."""
     try:
-        return as_torch(dnn.matmul(a, b, options=EXACT))
+        result = as_torch(dnn.matmul(a, b, options=EXACT, handle=handle))
+        path = "cupric"
     except dnn.NoEngineError:
-        return a @ b
+        result = a @ b
+        path = "torch"
+    if paths is not None:
+        paths.append(path)
+    return result
 
 
 def test_small_network_step(gen):
@@ -533,7 +642,7 @@ def test_small_network_step(gen):
     w2 = randn((16 * 8 * 8, 10), gen=gen, scale=0.05)
     labels = torch.randint(0, 10, (n,), device="cuda", generator=gen)
 
-    params = [t.double().requires_grad_() for t in (w1, b1, gamma, beta, w2)]
+    params = [leaf(t) for t in (w1, b1, gamma, beta, w2)]
     rw1, rb1, rg, rbeta, rw2 = params
     h1 = F.relu(F.conv2d(x.double(), rw1, rb1, padding=1))
     h2 = F.batch_norm(h1, None, None, rg, rbeta, training=True, eps=1e-5)
@@ -542,12 +651,27 @@ def test_small_network_step(gen):
     loss = F.nll_loss(F.log_softmax(logits, -1), labels)
     loss.backward()
 
-    # cupric: the same step, every intermediate allocated by cupric.
+    # cupric: the same step, every intermediate allocated by cupric, each checked against
+    # its float64 counterpart so that a failure names the step that went wrong.
     c1 = dnn.conv2d(x, w1, b1, padding=1, activation="relu", options=EXACT)
+    check_close(c1, h1.detach(), "f32", "network conv+bias+relu")
     bn = dnn.batch_norm_training(c1, gamma, beta, eps=1e-5)
+    check_close(bn.y, h2.detach(), "f32", "network batch norm")
     p = dnn.max_pool2d(bn.y, 2)
+    check_close(p, h3.detach(), "f32", "network max pool")
     flat = as_torch(p).reshape(n, -1)
-    out = _matmul(flat, w2)
+    paths = []
+    h = dnn.Handle.create()
+    out = _matmul(flat, w2, h, paths)
+    h.synchronize()
+    # The product of the very same float32 operands in float64: what the matmul alone
+    # should give, whatever the error upstream.
+    exact = flat.double() @ w2.double()
+    with _plans_on_failure(h):
+        check_close(out, exact, "f32", f"network matmul ({paths[-1]}) against its own "
+                                       f"operands in float64")
+    h.close()
+    check_close(out, logits.detach(), "f32", f"network logits ({paths[-1]} matmul)")
     lsm = as_torch(dnn.log_softmax(out, -1))
     check_close(lsm, F.log_softmax(logits, -1).detach(), "f32", "network output")
     d_lsm = torch.zeros_like(lsm)

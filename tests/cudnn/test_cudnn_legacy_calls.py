@@ -158,6 +158,44 @@ def test_activation_calls(h, record):
     assert mode[0] == REAL.CUDNN_ACTIVATION_ELU and coef[0] == pytest.approx(0.3)
 
 
+@pytest.mark.parametrize("dtype,etype", [("float32", "f32"), ("float16", "f16"),
+                                         ("float64", "f64")])
+def test_clipped_relu_backward_bound(h, record, fake_alloc, dtype, etype):
+    """The forward clips at `clip`; the backward hands cuDNN the largest element below
+    it, so that cuDNN's inclusive test gives no gradient at x == clip (PyTorch's
+    convention)."""
+    from cupric.cudnn.activation import largest_below
+    rec = record(cudnnActivationForward=None, cudnnActivationBackward=None)
+    x, dy, dx = (FakeDeviceArray((3, 5), dtype) for _ in range(3))
+    dnn.activation_backward(dy, x, mode="clipped_relu", clip=1.5, out=dx, handle=h)
+    mode, nan, coef = FFI.new("cudnnActivationMode_t *"), \
+        FFI.new("cudnnNanPropagation_t *"), FFI.new("double *")
+    forward = rec.only("cudnnActivationForward")
+    libmod.check(REAL.cudnnGetActivationDescriptor(forward[1], mode, nan, coef))
+    assert mode[0] == REAL.CUDNN_ACTIVATION_CLIPPED_RELU and coef[0] == 1.5
+    backward = rec.only("cudnnActivationBackward")
+    libmod.check(REAL.cudnnGetActivationDescriptor(backward[1], mode, nan, coef))
+    assert mode[0] == REAL.CUDNN_ACTIVATION_CLIPPED_RELU
+    assert coef[0] == largest_below(1.5, etype) < 1.5
+    assert tensor_of(backward[7])[0] == etype
+
+
+def test_softmax_backward_refuses_mixed_layouts(h, record):
+    rec = record(cudnnSoftmaxBackward=None)
+    y, dy = FakeDeviceArray((2, 10, 3, 4)), nhwc((2, 10, 3, 4))
+    with pytest.raises(ValueError, match=r"softmax_backward: y and dy must be laid out "
+                                         r"alike.*\(120, 12, 4, 1\).*\(120, 1, 40, 10\)"):
+        dnn.softmax_backward(y, dy, 1, handle=h)
+    assert rec.calls == []
+    # The output may differ from them.
+    dnn.softmax_backward(nhwc((2, 10, 3, 4)), dy, 1, out=FakeDeviceArray((2, 10, 3, 4)),
+                         handle=h)
+    args = rec.only("cudnnSoftmaxBackward")
+    assert tensor_of(args[4]) == tensor_of(args[6]) == ("f32", (2, 10, 12, 1),
+                                                        (120, 1, 10, 1))
+    assert tensor_of(args[9]) == ("f32", (2, 10, 12, 1), (120, 12, 1, 1))
+
+
 def test_activation_backward_recomputes_y(h, record, fake_alloc):
     rec = record(cudnnActivationForward=None, cudnnActivationBackward=None)
     x, dy = FakeDeviceArray((4, 4)), FakeDeviceArray((4, 4))
