@@ -54,6 +54,10 @@ class SimArray:
             _raise(self, idx)
         if type(value) is np.ndarray:
             return SimArray(value, self._name)
+        if type(value) is np.void:
+            # A struct element: a record view, so that `a[i].x` reads and `a[i].x = v`
+            # writes the array, as compiled code does.
+            return self._a.view(np.recarray)[idx]
         return value
 
     def __setitem__(self, idx, value) -> None:
