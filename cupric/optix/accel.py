@@ -846,7 +846,7 @@ class AccelStructure:
         else:
             from cupric.runtime.context import synchronize
             synchronize()
-        return int(self._compacted_size.get()[0])
+        return int(self._compacted_size.to_numpy()[0])
 
     def compact(self, stream=None) -> "AccelStructure":
         """A compacted copy of this structure (optixAccelCompact), or self when

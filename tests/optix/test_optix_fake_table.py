@@ -38,7 +38,9 @@ class FakeBuffer:
         self.closed = True
         self.memory.live.pop(self.ptr)
 
-    def get(self):
+    def to_numpy(self, stream=None):
+        # DeviceBuffer's name: the library must not call anything a real buffer lacks
+        # (accel.compacted_size once called .get(), which only this stand-in had).
         return self.host.copy()
 
     def copy_from(self, source, stream=None) -> None:
@@ -193,7 +195,7 @@ class FakeTable:
         return 0
 
     def optixLaunch(self, pipeline, stream, params, size, sbt, width, height, depth):
-        record = self.memory.at(params).get().tobytes() if size else b""
+        record = self.memory.at(params).to_numpy().tobytes() if size else b""
         self.calls.append(("launch", record, size, sbt.raygenRecord, sbt.missRecordCount,
                            sbt.hitgroupRecordStrideInBytes, width, height, depth))
         return 0

@@ -442,9 +442,10 @@ def test_closing_the_context_first_is_safe(ctx):
     rt.synchronize()  # drains queued releases
 
 
-def test_builtin_spheres(ctx):
-    """Spheres through OptiX's built-in intersection module: the hit distance of each
-    pixel against the analytic one."""
+@pytest.mark.parametrize("instanced", [False, True], ids=["gas", "instance"])
+def test_builtin_spheres(ctx, instanced):
+    """Spheres through OptiX's built-in intersection module, traced directly and through
+    an identity instance: the hit distance of each pixel against the analytic one."""
     options = ox.PipelineCompileOptions(num_payload_values=3, num_attribute_values=2,
                                         primitive_types=("sphere",))
     module = ctx.compile_module([camera, nothing, which_instance], pipeline_options=options)
@@ -457,8 +458,12 @@ def test_builtin_spheres(ctx):
     pipeline = ctx.create_pipeline(groups, options)
     sbt = ox.create_sbt(raygen=ox.make_records(groups[0]), miss=ox.make_records(groups[1]),
                         hitgroup=ox.make_records(groups[2]))
+    ias = instances = None
+    if instanced:
+        instances = rt.to_device(ox.make_instances([gas]))
+        ias = ctx.build_accel([ox.InstanceInput(instances)])
     image = poisoned_image()
-    pipeline.launch(sbt, (W, H), image, gas.handle)
+    pipeline.launch(sbt, (W, H), image, (ias or gas).handle)
     rt.synchronize()
     result = image.to_numpy()
     px, py = rays()
@@ -470,7 +475,13 @@ def test_builtin_spheres(ctx):
         depth = np.where(inside, np.minimum(depth, t), depth)
     hit = np.isfinite(depth)
     assert hit.sum() > 40
-    assert (result[hit, 0] == 1).all()  # instance_id 0 + 1 (no instancing)
+    assert not np.isnan(result).any(), "a pixel was never written"
+    # What each pixel saw, for the failure message: the miss program writes (0, -1, -1),
+    # the closest-hit program (1, t, 0); a trace that ran neither returns its (0, 0, 0).
+    seen = {k: np.unique(result[hit, k], return_counts=True) for k in range(3)}
+    assert (result[hit, 0] == 1).all(), (  # instance_id 0 + 1 (no instancing)
+        f"spheres not hit: per-channel (values, counts) over the {hit.sum()} pixels the "
+        f"spheres cover: {seen}; OptiX log: {ctx.log[-5:]}")
     np.testing.assert_allclose(result[hit, 1], depth[hit], atol=1e-4)
-    for obj in (sbt, pipeline, *groups, gas, spheres, module):
+    for obj in (sbt, pipeline, *groups, *([ias] if ias else []), gas, spheres, module):
         obj.close()
