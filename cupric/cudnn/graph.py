@@ -396,7 +396,10 @@ class PlanOptions:
         Configurations timed when autotuning.
     allow_tf32 : bool
         Let float32 convolutions use TF32 tensor cores (10-bit mantissa inputs, float32
-        accumulation); PyTorch's default for convolutions too.
+        accumulation); PyTorch's default for convolutions too. A float32 matmul needs
+        it: cuDNN's float32 matmul engines run at TF32 precision without saying so, and
+        ``allow_tf32=False`` makes such a graph raise `NoEngineError` (see
+        `ieee_matmul_refusal`).
     deterministic : bool
         Skip engines whose results may differ from run to run (atomics).
     allow_reduced_precision_reduction : bool
@@ -657,6 +660,35 @@ def _time(handle, plan: Plan, pointers, repeats: int = 3) -> float:
 _MAX_CACHED_PLANS = 1024
 
 
+def ieee_matmul_refusal(spec: GraphSpec, options: PlanOptions) -> str | None:
+    """Why a graph with a float32 matmul cannot honor ``allow_tf32=False``, or None.
+
+    The float32 matmul engine cuDNN 9.19 proposes (global index 0, finalize mode
+    ``BLAS_MATMUL``) computes at TF32 precision (errors up to 2.8e-4 of the largest
+    result of a K = 32 product, measured on an H200 against float64) while its
+    numerical notes carry neither ``TENSOR_CORE`` nor ``DOWN_CONVERT_INPUTS``, the notes
+    `PlanOptions.rejects` (and PyTorch) filter TF32 engines by. No engine is therefore
+    known to compute a float32 matmul in IEEE float32: such a graph is refused up front
+    rather than run at a precision the caller turned down. Float32 convolutions are not
+    affected (the GPU lane checks them without TF32 at 2e-5).
+    """
+    if options.allow_tf32:
+        return None
+    for op in spec.ops:
+        if op.kind != "matmul":
+            continue
+        operands = [spec.tensors[op.tensor(role)].etype for role in ("a", "b")]
+        if "f32" in operands:
+            return _IEEE_MATMUL_REFUSAL
+    return None
+
+
+_IEEE_MATMUL_REFUSAL = ("float32 matmul with allow_tf32=False: cuDNN's float32 matmul "
+                        "engines run at TF32 precision without saying so in their "
+                        "numerical notes, so none is known to give IEEE float32 results; "
+                        "allow TF32 (PlanOptions(allow_tf32=True)) or use cuBLAS")
+
+
 def plan_for(handle, spec: GraphSpec, options: PlanOptions | None = None,
              pointers=None) -> Plan:
     """The cached plan of a graph on a handle, built (and autotuned) on first use.
@@ -673,7 +705,8 @@ def plan_for(handle, spec: GraphSpec, options: PlanOptions | None = None,
     Raises
     ------
     NoEngineError
-        When no configuration finalizes.
+        When no configuration finalizes, or for a float32 matmul with
+        ``allow_tf32=False`` (see `ieee_matmul_refusal`), before any cuDNN call.
 
     Cost
     ----
@@ -696,6 +729,9 @@ def plan_for(handle, spec: GraphSpec, options: PlanOptions | None = None,
         plan = cache.get(key)
         if plan is not None:
             return plan
+        refusal = ieee_matmul_refusal(spec, options)
+        if refusal is not None:
+            raise NoEngineError(spec.name, [(None, refusal)])
         from . import lib
         try:
             graph = spec.build(handle)
@@ -794,7 +830,9 @@ def matmul(a, b, *, bias=None, activation: str | None = None, out=None, handle=N
     TypeError, ValueError
         For mismatched element types or shapes, naming the operand.
     NoEngineError
-        When no engine fuses this combination of types and shapes.
+        When no engine fuses this combination of types and shapes; and for float32
+        operands with ``options.allow_tf32`` False, before any cuDNN call (cuDNN's
+        float32 matmul engines run at TF32 precision, see `ieee_matmul_refusal`).
     """
     from . import _validate as V
     from .handle import resolve, stream_of
@@ -803,6 +841,9 @@ def matmul(a, b, *, bias=None, activation: str | None = None, out=None, handle=N
     ta = V.tensor(a, "a", op, stream=s, ndims=(2, 3), layouts=False)
     tb = V.tensor(b, "b", op, stream=s, ndims=(2, 3), layouts=False)
     etype = V.same_type(op, ("a", ta), ("b", tb))
+    if etype == "f32" and not (options or DEFAULT_OPTIONS).allow_tf32:
+        # Refused before anything is allocated or built (see ieee_matmul_refusal).
+        raise NoEngineError(op, [(None, _IEEE_MATMUL_REFUSAL)])
     if ta.ndim != tb.ndim:
         raise ValueError(f"{op}: a has {ta.ndim} dimensions but b has {tb.ndim}")
     a_dims, a_strides = _as_batched(ta)

@@ -870,3 +870,30 @@ def test_clip_must_be_a_number():
     from cupric.cudnn.activation import _coef
     with pytest.raises(ValueError, match="clip must be a number"):
         _coef("clipped_relu", None, math.nan, "activation_forward('clipped_relu')")
+
+
+def test_float32_matmul_without_tf32_is_refused_before_cuDNN(fake_handle, monkeypatch):
+    def no_build(self, handle):
+        raise AssertionError("the graph must not be built")
+
+    monkeypatch.setattr(G.GraphSpec, "build", no_build)
+    exact = G.PlanOptions(allow_tf32=False)
+    with pytest.raises(G.NoEngineError, match="float32 matmul with allow_tf32=False.*TF32"):
+        dnn.matmul(FakeDeviceArray((4, 5)), FakeDeviceArray((5, 6)), options=exact,
+                   handle=fake_handle)
+    assert not fake_handle.plans
+    spec = G.GraphSpec("mm")
+    a = spec.tensor((1, 4, 5), (20, 5, 1), "f32")
+    b = spec.tensor((1, 5, 6), (30, 6, 1), "f32")
+    c = spec.tensor((1, 4, 6), (24, 6, 1), "f32")
+    spec.matmul(a, b, c)
+    assert "TF32" in G.ieee_matmul_refusal(spec, exact)
+    assert G.ieee_matmul_refusal(spec, G.PlanOptions()) is None      # TF32 allowed
+    half = G.GraphSpec("mm16")
+    ua, ub, uc = (half.tensor(d, st, "f16") for d, st in (((1, 4, 5), (20, 5, 1)),
+                                                           ((1, 5, 6), (30, 6, 1)),
+                                                           ((1, 4, 6), (24, 6, 1))))
+    half.matmul(ua, ub, uc)
+    assert G.ieee_matmul_refusal(half, exact) is None
+    # Convolutions are filtered by their engines' notes, not refused.
+    assert G.ieee_matmul_refusal(_spec(), exact) is None
