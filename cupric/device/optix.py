@@ -163,7 +163,9 @@ instance_index = _declare(
     "acceleration structure (0 without instancing).")
 instance_id = _declare(
     "instance_id", "instance_id() -> i32: the user id given to the hit instance "
-    "(OptixInstance.instanceId).")
+    "(OptixInstance.instanceId). Without an instance above the hit (a GAS traced "
+    "directly) the API reference says 0, but OptiX 9.0 (driver 580) returned -1 "
+    "(0xFFFFFFFF) for built-in spheres: do not rely on it there.")
 sbt_gas_index = _declare(
     "sbt_gas_index", "sbt_gas_index() -> i32: the SBT record index of the hit primitive's "
     "build input within its geometry acceleration structure.")

@@ -81,6 +81,16 @@ def world_hit(image: IMAGE, handle: u64):
 
 
 @ox.closest_hit
+def which_sphere(image: IMAGE, handle: u64):
+    # primitive_index, not instance_id: traced as a lone GAS (no instance above the hit),
+    # OptiX 9.0 on driver 580 returned instance_id 0xFFFFFFFF, not the 0 that its API
+    # reference states (measured on an H200 with built-in spheres).
+    optix.set_payload(0, optix.primitive_index() + 1)
+    optix.set_payload(1, bits.bitcast(optix.ray_tmax(), u32))
+    optix.set_payload(2, bits.bitcast(f32(optix.instance_index()), u32))
+
+
+@ox.closest_hit
 def sbt_color(image: IMAGE, handle: u64):
     color = optix.sbt_data(f32, 2)
     optix.set_payload(0, 1)
@@ -445,16 +455,17 @@ def test_closing_the_context_first_is_safe(ctx):
 @pytest.mark.parametrize("instanced", [False, True], ids=["gas", "instance"])
 def test_builtin_spheres(ctx, instanced):
     """Spheres through OptiX's built-in intersection module, traced directly and through
-    an identity instance: the hit distance of each pixel against the analytic one."""
+    an identity instance: which sphere each pixel hits and at what distance, against the
+    analytic ones; pixels clear of both spheres miss."""
     options = ox.PipelineCompileOptions(num_payload_values=3, num_attribute_values=2,
                                         primitive_types=("sphere",))
-    module = ctx.compile_module([camera, nothing, which_instance], pipeline_options=options)
+    module = ctx.compile_module([camera, nothing, which_sphere], pipeline_options=options)
     spheres = ctx.builtin_intersection_module("sphere", pipeline_options=options)
     centers = rt.to_device(np.array([[-0.4, 0.0, 0.5], [0.45, 0.1, 0.2]], dtype=np.float32))
     radii = rt.to_device(np.array([0.3, 0.25], dtype=np.float32))
     gas = ctx.build_accel([ox.SphereInput(centers, radii)])
     groups = [ctx.raygen_group(module, camera), ctx.miss_group(module, nothing),
-              ctx.hit_group(module, closest_hit=which_instance, intersection_module=spheres)]
+              ctx.hit_group(module, closest_hit=which_sphere, intersection_module=spheres)]
     pipeline = ctx.create_pipeline(groups, options)
     sbt = ox.create_sbt(raygen=ox.make_records(groups[0]), miss=ox.make_records(groups[1]),
                         hitgroup=ox.make_records(groups[2]))
@@ -468,20 +479,29 @@ def test_builtin_spheres(ctx, instanced):
     result = image.to_numpy()
     px, py = rays()
     depth = np.full((H, W), np.inf)
-    for (cx, cy, cz), r in (((-0.4, 0.0, 0.5), 0.3), ((0.45, 0.1, 0.2), 0.25)):
+    nearest = np.zeros((H, W), dtype=np.int64)  # 1 + index of the sphere hit first
+    clear = np.ones((H, W), dtype=bool)  # rays well away from both spheres
+    for index, ((cx, cy, cz), r) in enumerate((((-0.4, 0.0, 0.5), 0.3),
+                                              ((0.45, 0.1, 0.2), 0.25))):
         d2 = (px - cx) ** 2 + (py - cy) ** 2
         inside = d2 < r * r - 1e-3
+        clear &= d2 > r * r + 1e-3
         t = (cz + 1.0) - np.sqrt(np.maximum(r * r - d2, 0.0))
-        depth = np.where(inside, np.minimum(depth, t), depth)
+        closer = inside & (t < depth)
+        nearest[closer] = index + 1
+        depth = np.where(closer, t, depth)
     hit = np.isfinite(depth)
-    assert hit.sum() > 40
+    assert hit.sum() > 40 and clear.sum() > 40
     assert not np.isnan(result).any(), "a pixel was never written"
-    # What each pixel saw, for the failure message: the miss program writes (0, -1, -1),
-    # the closest-hit program (1, t, 0); a trace that ran neither returns its (0, 0, 0).
+    # What each pixel saw, for a failure message: the miss program writes (0, -1, -1), the
+    # closest-hit program (sphere + 1, t, instance index); a trace that ran neither
+    # returns its (0, 0, 0).
     seen = {k: np.unique(result[hit, k], return_counts=True) for k in range(3)}
-    assert (result[hit, 0] == 1).all(), (  # instance_id 0 + 1 (no instancing)
-        f"spheres not hit: per-channel (values, counts) over the {hit.sum()} pixels the "
-        f"spheres cover: {seen}; OptiX log: {ctx.log[-5:]}")
+    assert np.array_equal(result[hit, 0], nearest[hit]), (
+        f"wrong or no sphere hit: per-channel (values, counts) over the {hit.sum()} "
+        f"pixels the spheres cover: {seen}")
     np.testing.assert_allclose(result[hit, 1], depth[hit], atol=1e-4)
+    assert (result[hit, 2] == 0).all()  # the one instance, or none
+    assert (result[clear, 0] == 0).all() and (result[clear, 1] == -1).all()
     for obj in (sbt, pipeline, *groups, *([ias] if ias else []), gas, spheres, module):
         obj.close()
