@@ -26,7 +26,7 @@ _API = (
     "TriangleInput", "CustomPrimitiveInput", "SphereInput", "CurveInput", "InstanceInput",
     "AccelStructure", "INSTANCE_DTYPE", "IDENTITY_TRANSFORM", "make_instances",
     "GEOMETRY_FLAGS", "CURVE_TYPES",
-    "Denoiser", "OptixError", "OptixCompileError",
+    "Denoiser", "DenoiserUnavailableError", "OptixError", "OptixCompileError",
 )
 
 __all__ = ["lib", "is_available", *_API]
