@@ -145,3 +145,43 @@ def test_linker_makes_cubin_and_reports_errors():
     assert lk.closed
     with pytest.raises(ValueError, match="kind"):
         linker.link([b"\x00\x01garbage"], arch="sm_80")
+
+
+def test_linker_links_lto_ir_from_libnvvm():
+    """LTO-IR made by libNVVM (`-gen-lto`) and a PTX module link into one cubin."""
+    from cupric.runtime import linker
+    if not linker.is_available():
+        pytest.skip("nvJitLink not installed")
+    nvvm = pytest.importorskip("cuda.bindings.nvvm")
+    from cupric.compiler.nvvm import ir_header, ir_version_metadata, kernel_annotation
+
+    try:
+        from cupric.compiler import toolchain
+        toolchain.libnvvm()
+    except ImportError as exc:
+        pytest.skip(f"libNVVM not installed: {exc}")
+    ir = (ir_header() + "\n"
+          "define void @twice(i32 addrspace(1)* %p) {\n"
+          "  %v = load i32, i32 addrspace(1)* %p\n"
+          "  %w = shl i32 %v, 1\n"
+          "  store i32 %w, i32 addrspace(1)* %p\n"
+          "  ret void\n}\n"
+          + "!nvvm.annotations = !{!0}\n"
+          + kernel_annotation("twice", "void (i32 addrspace(1)*)", 0) + "\n"
+          + ir_version_metadata(1) + "\n")
+    prog = nvvm.create_program()
+    try:
+        data = ir.encode()
+        nvvm.add_module_to_program(prog, data, len(data), "twice")
+        options = ["-arch=compute_90", "-gen-lto"]
+        nvvm.compile_program(prog, len(options), options)
+        size = nvvm.get_compiled_result_size(prog)
+        lto = bytearray(size)
+        nvvm.get_compiled_result(prog, lto)
+    finally:
+        nvvm.destroy_program(prog)
+    with linker.Linker(linker.LinkerOptions(arch="sm_90", lto=True)) as lk:
+        lk.add(bytes(lto), kind="ltoir", name="twice.ltoir")
+        lk.add(PTX.replace("sm_80", "sm_90"), name="fill.ptx")
+        cubin = lk.link()
+    assert cubin[:4] == b"\x7fELF" and b"twice" in cubin
