@@ -16,6 +16,7 @@ import numpy as np
 
 from cupric.runtime._lifetime import Resource
 from cupric.runtime.errors import ClosedError
+from cupric.runtime.shared_handles import SharedHandles, stream_parts
 
 from . import _validate as V
 
@@ -223,13 +224,6 @@ def _destroy(raw: int, owned: _Owned) -> None:
             workspace.close()
 
 
-def _stream_parts(stream):
-    """(raw handle, object kept alive or None) of a stream-like value."""
-    from cupric.runtime.memory import stream_handle
-    if stream is None:
-        return 0, None
-    return stream_handle(stream), (None if isinstance(stream, int) else stream)
-
 
 class Handle(Resource):
     """A cuBLAS handle bound to one device and one stream (no public constructor).
@@ -262,8 +256,7 @@ class Handle(Resource):
                  "_math", "_atomics", "_owned", "_lock", "_multi", "_ctx", "_lt_plans",
                  "_key")
 
-    _shared: dict[tuple[int, int], "Handle"] = {}
-    _shared_lock = threading.Lock()
+    _shared = SharedHandles()
 
     def __init__(self, *args, **kwargs):
         raise TypeError("Handle has no public constructor; use cublas.Handle.get(device, "
@@ -277,7 +270,7 @@ class Handle(Resource):
         self = cls.__new__(cls)
         self._ptr = int(raw)
         self._device = device
-        self._stream_ptr, self._stream_obj = _stream_parts(stream)
+        self._stream_ptr, self._stream_obj = stream_parts(stream)
         self._device_scalars = False
         self._math = 0
         self._atomics = False
@@ -356,21 +349,7 @@ class Handle(Resource):
         from the cache. Changing its modes changes them for every user: take a private
         handle (`create`) for other options.
         """
-        from cupric.runtime.device import Device
-        if device is None:
-            device = getattr(stream, "device", None)
-        ordinal = Device(device).ordinal if device is not None else Device.current().ordinal
-        key = (ordinal, _stream_parts(stream)[0])
-        handle = cls._shared.get(key)
-        if handle is not None and not handle._closed:
-            return handle
-        with cls._shared_lock:
-            handle = cls._shared.get(key)
-            if handle is None or handle._closed:
-                handle = cls.create(ordinal, stream)
-                handle._key = key
-                cls._shared[key] = handle
-        return handle
+        return cls._shared.get(device, stream, lambda ordinal: cls.create(ordinal, stream))
 
     @classmethod
     def from_handle(cls, raw, *, device: int = 0, stream=None,
@@ -452,11 +431,7 @@ class Handle(Resource):
         """
         if self._closed:
             return
-        key = self._key
-        if key is not None:
-            with Handle._shared_lock:
-                if Handle._shared.get(key) is self:
-                    del Handle._shared[key]
+        Handle._shared.discard(self)
         self._lt_plans.clear()
         super().close()
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from cupric.runtime._lifetime import Resource
 from cupric.runtime.errors import ClosedError
+from cupric.runtime.shared_handles import SharedHandles, stream_device, stream_parts
 
 __all__ = ["Handle", "default_handle", "resolve", "stream_of"]
 
@@ -54,25 +55,6 @@ def _destroy(raw: int, owned: _Owned) -> None:
             workspace.close(stream=owned.stream)
 
 
-def _stream_parts(stream):
-    """(raw handle, object kept alive or None) of a stream-like value."""
-    from cupric.runtime.memory import stream_handle
-    if stream is None:
-        return 0, None
-    return stream_handle(stream), (None if isinstance(stream, int) else stream)
-
-
-def _stream_device(stream):
-    """The device of a stream object when it says (cupric Stream: a Device; PyTorch: a
-    torch.device with an index), else None (the current device is used)."""
-    device = getattr(stream, "device", None)
-    if device is None or isinstance(device, int):
-        return device
-    from cupric.runtime.device import Device
-    if isinstance(device, Device):
-        return device
-    index = getattr(device, "index", None)  # torch.device
-    return index if isinstance(index, int) else None
 
 
 class Handle(Resource):
@@ -101,8 +83,7 @@ class Handle(Resource):
     __slots__ = ("_ptr", "_device", "_stream_ptr", "_stream_obj", "_owned", "_lock",
                  "_key", "_ctx", "_multi")
 
-    _shared: dict[tuple[int, int], "Handle"] = {}
-    _shared_lock = threading.Lock()
+    _shared = SharedHandles()
 
     def __init__(self, *args, **kwargs):
         raise TypeError("Handle has no public constructor; use cudnn.Handle.get(device, "
@@ -136,14 +117,14 @@ class Handle(Resource):
 
         from . import lib
         if device is None:
-            device = _stream_device(stream)
+            device = stream_device(stream)
         dev = Device(device) if device is not None else Device.current()
         ctx = dev.make_current()
         ffi = lib.ffi
         out = ffi.new("cudnnHandle_t *")
         lib.check(lib.lib.cudnnCreate(out))
         raw = int(ffi.cast("uintptr_t", out[0]))
-        stream_ptr, stream_obj = _stream_parts(stream)
+        stream_ptr, stream_obj = stream_parts(stream)
         self = cls.__new__(cls)
         self._ptr = raw
         self._device = dev.ordinal
@@ -170,21 +151,7 @@ class Handle(Resource):
         Reused by every caller asking for the same pair, together with its workspace and
         plan cache; `close()` on it removes it from the sharing table.
         """
-        from cupric.runtime.device import Device
-        if device is None:
-            device = _stream_device(stream)
-        ordinal = Device(device).ordinal if device is not None else Device.current().ordinal
-        key = (ordinal, _stream_parts(stream)[0])
-        handle = cls._shared.get(key)
-        if handle is not None and not handle._closed:
-            return handle
-        with cls._shared_lock:
-            handle = cls._shared.get(key)
-            if handle is None or handle._closed:
-                handle = cls.create(ordinal, stream)
-                handle._key = key
-                cls._shared[key] = handle
-        return handle
+        return cls._shared.get(device, stream, lambda ordinal: cls.create(ordinal, stream))
 
     @classmethod
     def from_handle(cls, raw, *, device: int = 0, stream=None) -> "Handle":
@@ -204,7 +171,7 @@ class Handle(Resource):
         The owner must keep the handle alive while cupric uses it, and must not change
         its stream behind cupric's back.
         """
-        stream_ptr, stream_obj = _stream_parts(stream)
+        stream_ptr, stream_obj = stream_parts(stream)
         self = cls.__new__(cls)
         self._ptr = int(raw)
         self._device = int(device)
@@ -357,11 +324,7 @@ class Handle(Resource):
         """
         if self._closed:
             return
-        key = self._key
-        if key is not None:
-            with Handle._shared_lock:
-                if Handle._shared.get(key) is self:
-                    del Handle._shared[key]
+        Handle._shared.discard(self)
         borrowed = not self.owns_handle
         super().close()
         if borrowed:
@@ -408,7 +371,7 @@ def resolve(handle, stream=None) -> Handle:
     if not isinstance(handle, Handle):
         raise TypeError(f"handle must be a cupric.cudnn.Handle, got {type(handle).__name__}")
     if stream is not None:
-        ptr = _stream_parts(stream)[0]
+        ptr = stream_parts(stream)[0]
         if ptr != handle.stream:
             raise ValueError(f"stream 0x{ptr:x} differs from the handle's stream "
                              f"0x{handle.stream:x}; pass one of them")
@@ -420,4 +383,4 @@ def stream_of(handle, stream) -> int:
     arguments are validated before anything touches the GPU)."""
     if handle is not None and isinstance(handle, Handle):
         return handle.stream
-    return _stream_parts(stream)[0]
+    return stream_parts(stream)[0]

@@ -1,0 +1,81 @@
+"""One library handle per (device, stream): the sharing table the library wrappers
+(cuBLAS, cuDNN, ...) use for their `Handle.get(device, stream)`.
+
+A CUDA library handle is bound to a device and a stream and costs a driver round trip and
+often a workspace to make; callers that ask for the same pair share one.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+__all__ = ["stream_parts", "stream_device", "SharedHandles"]
+
+
+def stream_parts(stream) -> tuple[int, object | None]:
+    """(raw `CUstream` as an int, the object to keep alive or None) of a stream-like value:
+    None (the legacy default stream), an int, a cupric `Stream`, or another library's
+    stream (PyTorch, CuPy, anything `cupric.runtime.memory.stream_handle` accepts)."""
+    from .memory import stream_handle
+    if stream is None:
+        return 0, None
+    return stream_handle(stream), (None if isinstance(stream, int) else stream)
+
+
+def stream_device(stream):
+    """The device a stream object names (cupric `Stream`: a `Device`; PyTorch: a
+    `torch.device` with an index), else None, meaning the current device."""
+    device = getattr(stream, "device", None)
+    if device is None or isinstance(device, int):
+        return device
+    from .device import Device
+    if isinstance(device, Device):
+        return device
+    index = getattr(device, "index", None)  # torch.device
+    return index if isinstance(index, int) else None
+
+
+class SharedHandles:
+    """The table of shared handles of one library, keyed by (device ordinal, stream).
+
+    Handles put here need a writable `_key` attribute and a `_closed` flag; their
+    `close()` calls `discard(self)`.
+
+    Thread safety
+    -------------
+    `get` and `discard` may be called from any thread; two threads asking for a new pair
+    at once get the same handle.
+    """
+
+    def __init__(self) -> None:
+        self._handles: dict[tuple[int, int], object] = {}
+        self._lock = threading.Lock()
+
+    def get(self, device, stream, create: Callable[[int], object]):
+        """The shared handle of (`device`, `stream`), made by `create(ordinal)` if none
+        is open. `device` None means the stream's device, else the current one."""
+        from .device import Device
+        if device is None:
+            device = stream_device(stream)
+        ordinal = Device(device).ordinal if device is not None else Device.current().ordinal
+        key = (ordinal, stream_parts(stream)[0])
+        handle = self._handles.get(key)
+        if handle is not None and not handle._closed:
+            return handle
+        with self._lock:
+            handle = self._handles.get(key)
+            if handle is None or handle._closed:
+                handle = create(ordinal)
+                handle._key = key
+                self._handles[key] = handle
+        return handle
+
+    def discard(self, handle) -> None:
+        """Forget `handle` if it is the shared one of its pair (called by its `close`)."""
+        key = handle._key
+        if key is None:
+            return
+        with self._lock:
+            if self._handles.get(key) is handle:
+                del self._handles[key]
