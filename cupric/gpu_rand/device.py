@@ -14,6 +14,7 @@ import threading
 from dataclasses import dataclass
 
 from cupric.device import grid
+from cupric.device import math as device_math
 from cupric.types import f32, f64, u32, u64
 
 from . import algorithms as _alg
@@ -33,7 +34,6 @@ def _device(fn):
 
 _F32_SCALE = f32(2.0 ** -24)
 _F64_SCALE = f64(2.0 ** -53)
-_TWO_PI = 6.283185307179586
 
 
 # ---- state words in and out of registers ------------------------------------------------
@@ -411,9 +411,68 @@ def device_algorithm(algorithm) -> DeviceAlgorithm:
 # ---- per-thread bodies, built per algorithm ---------------------------------------------
 # Each factory returns `thread(t, ...)`: everything one GPU thread does for stream t. The
 # kernels (`_kernel_*`) only find t and guard it, so the bodies can also run in a plain
-# loop over t. Element k*S + t of a fill belongs to stream t (S = number of streams).
+# loop over t. The fill order is `distributions`': in round k, stream t produces the
+# GROUP = 4 neighbouring elements 4*(k*S + t) .. 4*(k*S + t) + 3 (S = number of streams),
+# so one thread writes 16 contiguous bytes of float32 per round. When the launch finds
+# `out` 16-byte aligned (every allocation is), the compiler knows 4*(k*S + t) is a multiple
+# of 4 elements and merges the four stores into one st.global.v4 (v2.f64 pairs for 8-byte
+# elements): a quarter of the store instructions of one-element-per-round, each a full
+# 16-byte access. A stream whose group straddles the end writes the elements that remain
+# one by one; a stream whose group lies past the end draws nothing.
 # Float fills write shift + scale * v (shift 0, scale 1 for the standard distributions;
 # the compiler may fuse that into one fma, which leaves v exact in the standard case).
+
+
+@_device
+def uniform_f32_value(x, shift, scale):
+    return shift + scale * (f32(x >> 8) * _F32_SCALE)
+
+
+@_device
+def uniform_f64_value(x, shift, scale):
+    return shift + scale * (f64(x >> 11) * _F64_SCALE)
+
+
+@_device
+def exponential_f32_value(x, shift, scale):
+    return shift + scale * -math.log(f32(1.0) - f32(x >> 8) * _F32_SCALE)
+
+
+@_device
+def exponential_f64_value(x, shift, scale):
+    return shift + scale * -math.log(1.0 - f64(x >> 11) * _F64_SCALE)
+
+
+@_device
+def box_muller_f32(x1, x2):
+    """(r cos 2 pi u2, r sin 2 pi u2), r = sqrt(-2 ln u1), u = 1 - U in (0, 1].
+
+    sincospi(2 u2) instead of sin/cos(f32(2 pi) * u2): 2 u2 is exact in f32, so the angle
+    carries no rounding of 2 pi and of the product (up to 4e-7 rad, i.e. 2.3e-6 in z for
+    |z| near 5.77), and libdevice's sincospif needs no Payne-Hanek reduction, so it is
+    branch-free and keeps no local-memory buffer.
+    """
+    u1 = f32(1.0) - f32(x1 >> 8) * _F32_SCALE
+    u2 = f32(1.0) - f32(x2 >> 8) * _F32_SCALE
+    r = math.sqrt(f32(-2.0) * math.log(u1))
+    sin_t, cos_t = device_math.sincospi(f32(2.0) * u2)
+    return r * cos_t, r * sin_t
+
+
+@_device
+def box_muller_f64(x1, x2):
+    """The float64 pair from two 53-bit uniforms (see `box_muller_f32`)."""
+    u1 = 1.0 - f64(x1 >> 11) * _F64_SCALE
+    u2 = 1.0 - f64(x2 >> 11) * _F64_SCALE
+    r = math.sqrt(-2.0 * math.log(u1))
+    sin_t, cos_t = device_math.sincospi(2.0 * u2)
+    return r * cos_t, r * sin_t
+
+
+def _module_fn(name: str):
+    """The current module-level function `name` (its @device_function form once compiled)."""
+    return globals()[name]
+
 
 def _bits_body(da: DeviceAlgorithm, wide: bool):
     load, store = da.fn("load"), da.fn("store")
@@ -423,124 +482,110 @@ def _bits_body(da: DeviceAlgorithm, wide: bool):
         n_streams = states.shape[1]
         n = out.size
         st = load(states, t)
-        i = t
-        while i < n:
+        i = 4 * t
+        while i + 3 < n:  # whole groups: four draws, four neighbouring stores
+            x0, st = draw(st)
+            x1, st = draw(st)
+            x2, st = draw(st)
+            x3, st = draw(st)
+            out[i] = x0
+            out[i + 1] = x1
+            out[i + 2] = x2
+            out[i + 3] = x3
+            i += 4 * n_streams
+        while i < n:  # the group that straddles the end, if this stream has it
             x, st = draw(st)
             out[i] = x
-            i += n_streams
+            i += 1
+        store(states, t, st)
+
+    return thread
+
+
+def _elementwise_body(da: DeviceAlgorithm, draw_role: str, value):
+    """A fill whose element is `value(draw, shift, scale)`: uniform and exponential."""
+    load, store = da.fn("load"), da.fn("store")
+    draw = da.fn(draw_role)
+
+    def thread(t, states, out, shift, scale):
+        n_streams = states.shape[1]
+        n = out.size
+        st = load(states, t)
+        i = 4 * t
+        while i + 3 < n:
+            x0, st = draw(st)
+            x1, st = draw(st)
+            x2, st = draw(st)
+            x3, st = draw(st)
+            # All four values before any store: libdevice's logf branches, and stores in
+            # different basic blocks could not merge into one vector store.
+            v0 = value(x0, shift, scale)
+            v1 = value(x1, shift, scale)
+            v2 = value(x2, shift, scale)
+            v3 = value(x3, shift, scale)
+            out[i] = v0
+            out[i + 1] = v1
+            out[i + 2] = v2
+            out[i + 3] = v3
+            i += 4 * n_streams
+        while i < n:  # the group that straddles the end, if this stream has it
+            x, st = draw(st)
+            out[i] = value(x, shift, scale)
+            i += 1
         store(states, t, st)
 
     return thread
 
 
 def _uniform_body(da: DeviceAlgorithm, wide: bool):
-    load, store = da.fn("load"), da.fn("store")
     if wide:
-        draw = da.fn("u64")
-
-        def thread(t, states, out, shift, scale):
-            n_streams = states.shape[1]
-            n = out.size
-            st = load(states, t)
-            i = t
-            while i < n:
-                x, st = draw(st)
-                out[i] = shift + scale * (f64(x >> 11) * _F64_SCALE)
-                i += n_streams
-            store(states, t, st)
-    else:
-        draw = da.fn("u32")
-
-        def thread(t, states, out, shift, scale):
-            n_streams = states.shape[1]
-            n = out.size
-            st = load(states, t)
-            i = t
-            while i < n:
-                x, st = draw(st)
-                out[i] = shift + scale * (f32(x >> 8) * _F32_SCALE)
-                i += n_streams
-            store(states, t, st)
-
-    return thread
-
-
-def _normal_body(da: DeviceAlgorithm, wide: bool):
-    """Box–Muller: u1, u2 in (0, 1]; r = sqrt(-2 ln u1); (r cos 2 pi u2, r sin 2 pi u2)."""
-    load, store = da.fn("load"), da.fn("store")
-    if wide:
-        draw = da.fn("u64")
-
-        def thread(t, states, out, shift, scale):
-            n_streams = states.shape[1]
-            n = out.size
-            st = load(states, t)
-            i = t
-            while i < n:
-                x1, st = draw(st)
-                x2, st = draw(st)
-                u1 = 1.0 - f64(x1 >> 11) * _F64_SCALE
-                u2 = 1.0 - f64(x2 >> 11) * _F64_SCALE
-                r = math.sqrt(-2.0 * math.log(u1))
-                sin_t, cos_t = math.sin(_TWO_PI * u2), math.cos(_TWO_PI * u2)
-                out[i] = shift + scale * (r * cos_t)
-                if i + n_streams < n:
-                    out[i + n_streams] = shift + scale * (r * sin_t)
-                i += 2 * n_streams
-            store(states, t, st)
-    else:
-        draw = da.fn("u32")
-
-        def thread(t, states, out, shift, scale):
-            n_streams = states.shape[1]
-            n = out.size
-            st = load(states, t)
-            i = t
-            while i < n:
-                x1, st = draw(st)
-                x2, st = draw(st)
-                u1 = f32(1.0) - f32(x1 >> 8) * _F32_SCALE
-                u2 = f32(1.0) - f32(x2 >> 8) * _F32_SCALE
-                r = math.sqrt(f32(-2.0) * math.log(u1))
-                sin_t, cos_t = math.sin(f32(_TWO_PI) * u2), math.cos(f32(_TWO_PI) * u2)
-                out[i] = shift + scale * (r * cos_t)
-                if i + n_streams < n:
-                    out[i + n_streams] = shift + scale * (r * sin_t)
-                i += 2 * n_streams
-            store(states, t, st)
-
-    return thread
+        return _elementwise_body(da, "u64", _module_fn("uniform_f64_value"))
+    return _elementwise_body(da, "u32", _module_fn("uniform_f32_value"))
 
 
 def _exponential_body(da: DeviceAlgorithm, wide: bool):
     """Inversion: -ln(1 - U)."""
-    load, store = da.fn("load"), da.fn("store")
     if wide:
-        draw = da.fn("u64")
+        return _elementwise_body(da, "u64", _module_fn("exponential_f64_value"))
+    return _elementwise_body(da, "u32", _module_fn("exponential_f32_value"))
 
-        def thread(t, states, out, shift, scale):
-            n_streams = states.shape[1]
-            n = out.size
-            st = load(states, t)
-            i = t
-            while i < n:
-                x, st = draw(st)
-                out[i] = shift + scale * -math.log(1.0 - f64(x >> 11) * _F64_SCALE)
-                i += n_streams
-            store(states, t, st)
-    else:
-        draw = da.fn("u32")
 
-        def thread(t, states, out, shift, scale):
-            n_streams = states.shape[1]
-            n = out.size
-            st = load(states, t)
-            i = t
-            while i < n:
-                x, st = draw(st)
-                out[i] = shift + scale * -math.log(f32(1.0) - f32(x >> 8) * _F32_SCALE)
-                i += n_streams
-            store(states, t, st)
+def _normal_body(da: DeviceAlgorithm, wide: bool):
+    """Box–Muller, both values used: a group is two pairs, each (cos, sin) as neighbours.
+
+    The two pairs of a group are independent work (two logs, two sincospi in flight), and
+    the four results leave in one 16-byte store.
+    """
+    load, store = da.fn("load"), da.fn("store")
+    draw = da.fn("u64" if wide else "u32")
+    pair = _module_fn("box_muller_f64" if wide else "box_muller_f32")
+
+    def thread(t, states, out, shift, scale):
+        n_streams = states.shape[1]
+        n = out.size
+        st = load(states, t)
+        i = 4 * t
+        while i + 3 < n:
+            x0, st = draw(st)
+            x1, st = draw(st)
+            x2, st = draw(st)
+            x3, st = draw(st)
+            c0, s0 = pair(x0, x1)
+            c1, s1 = pair(x2, x3)
+            out[i] = shift + scale * c0
+            out[i + 1] = shift + scale * s0
+            out[i + 2] = shift + scale * c1
+            out[i + 3] = shift + scale * s1
+            i += 4 * n_streams
+        while i < n:  # a straddling group: whole pairs drawn, a sine past the end dropped
+            x0, st = draw(st)
+            x1, st = draw(st)
+            c0, s0 = pair(x0, x1)
+            out[i] = shift + scale * c0
+            if i + 1 < n:
+                out[i + 1] = shift + scale * s0
+            i += 2
+        store(states, t, st)
 
     return thread
 
@@ -549,7 +594,9 @@ def _integers_body(da: DeviceAlgorithm, wide_draw: bool, out_cast):
     """Lemire's method; `out_cast` (u32 or u64) is the width of the output array's words.
 
     Arguments: low (u64), span (u64; 0 stands for 2^64), threshold (u64) =
-    (2^bits - span) mod span, as `distributions.lemire_threshold` computes it.
+    (2^bits - span) mod span, as `distributions.lemire_threshold` computes it. A rejection
+    loop sits between any two stores, so they cannot merge into vector stores: one loop
+    walks this stream's elements, jumping to its next group after every fourth.
     """
     load, store = da.fn("load"), da.fn("store")
     if wide_draw:
@@ -559,7 +606,7 @@ def _integers_body(da: DeviceAlgorithm, wide_draw: bool, out_cast):
             n_streams = states.shape[1]
             n = out.size
             st = load(states, t)
-            i = t
+            i = 4 * t
             while i < n:
                 x, st = draw(st)
                 if not span:
@@ -571,7 +618,9 @@ def _integers_body(da: DeviceAlgorithm, wide_draw: bool, out_cast):
                         lo = x * span
                     value = mulhi64(x, span)
                 out[i] = out_cast(low + value)
-                i += n_streams
+                i += 1
+                if (i & 3) == 0:  # the group is done: on to this stream's next one
+                    i += 4 * (n_streams - 1)
             store(states, t, st)
     else:
         draw = da.fn("u32")
@@ -580,7 +629,7 @@ def _integers_body(da: DeviceAlgorithm, wide_draw: bool, out_cast):
             n_streams = states.shape[1]
             n = out.size
             st = load(states, t)
-            i = t
+            i = 4 * t
             while i < n:
                 x, st = draw(st)
                 m = u64(x) * span
@@ -588,7 +637,9 @@ def _integers_body(da: DeviceAlgorithm, wide_draw: bool, out_cast):
                     x, st = draw(st)
                     m = u64(x) * span
                 out[i] = out_cast(low + (m >> 32))
-                i += n_streams
+                i += 1
+                if (i & 3) == 0:  # the group is done: on to this stream's next one
+                    i += 4 * (n_streams - 1)
             store(states, t, st)
 
     return thread

@@ -1,9 +1,14 @@
 """Host distributions over many streams, in the element order the device fills use.
 
-A fill of M elements from S streams runs in rounds: in round k, stream t produces the
-element at flat index k*S + t (a GPU thread per stream, every store coalesced). Normal
-variates come in Box–Muller pairs: round k of a normal fill writes k*2S + t and
-k*2S + S + t. A stream whose positions all lie past the end does not draw at all.
+A fill of M elements from S streams runs in rounds of GROUP = 4 elements per stream: in
+round k, stream t produces the four neighbouring elements at flat indices
+4*(k*S + t) + j, j = 0..3, from its next draws in order. So element i comes from stream
+(i // 4) mod S, as that stream's draw number 4*(i // 4S) + i mod 4 (for the fills that
+take one draw per element). The device writes a group with one 16-byte store, which is
+why groups rather than single elements are dealt out (see `device`). Normal variates come
+in Box–Muller pairs, each (cos, sin) as neighbours: a group is two pairs. A stream whose
+group straddles the end of the array draws only what the remaining elements need (whole
+pairs for normal), and a stream whose group lies past the end does not draw at all.
 """
 
 from __future__ import annotations
@@ -13,13 +18,15 @@ import numpy as np
 from . import algorithms as _alg
 from .host import draw_u32, draw_u64
 
-__all__ = ["u32_to_f32", "u64_to_f64", "fill_bits", "fill_uniform", "fill_normal",
+__all__ = ["GROUP", "u32_to_f32", "u64_to_f64", "fill_bits", "fill_uniform", "fill_normal",
            "fill_exponential", "fill_integers", "lemire_threshold", "mul_hi_lo_u64",
            "TWO_PI"]
 
 _F32_SCALE = np.float32(2.0 ** -24)
 _F64_SCALE = np.float64(2.0 ** -53)
 TWO_PI = 6.283185307179586
+# Neighbouring elements a stream produces per round: 4 float32 = one 16-byte vector store.
+GROUP = 4
 
 
 def u32_to_f32(x: np.ndarray) -> np.ndarray:
@@ -32,20 +39,30 @@ def u64_to_f64(x: np.ndarray) -> np.ndarray:
     return (x >> np.uint64(11)).astype(np.float64) * _F64_SCALE
 
 
-def _fill(alg, state, out, draw, per_round: int) -> None:
-    """Drive the round structure of the module docstring; `draw(view)` -> (per_round, r)."""
+def _fill(alg, state, out, draw, width: int = 1) -> None:
+    """Drive the round structure of the module docstring.
+
+    `draw(view)` advances the streams of `view` (a prefix of `state`) and returns
+    (width, streams) values: `width` neighbouring elements per stream and call (1, or 2
+    for a Box–Muller pair), so a group takes GROUP // width calls.
+    """
     n_streams = state.shape[1]
     total = out.size
-    block = n_streams * per_round
+    block = GROUP * n_streams
     for base in range(0, total, block):
-        active = min(n_streams, total - base)
-        values = draw(state[:, :active])
-        for j in range(per_round):
-            lo = base + j * n_streams
-            count = min(active, total - lo)
-            if count <= 0:
+        remaining = total - base
+        for j in range(0, GROUP, width):
+            # streams t whose unit at base + GROUP*t + j starts inside `out`: a prefix
+            active = min(n_streams, -(-(remaining - j) // GROUP))
+            if active <= 0:
                 break
-            out[lo:lo + count] = values[j, :count]
+            values = draw(state[:, :active])
+            for w in range(width):
+                # of those, the ones whose element j + w is inside too (a straddling
+                # pair's sine may not be)
+                count = min(active, max(0, -(-(remaining - j - w) // GROUP)))
+                start = base + j + w
+                out[start:start + GROUP * count:GROUP] = values[w, :count]
 
 
 def _check_out(out: np.ndarray, dtypes) -> np.ndarray:
@@ -100,10 +117,12 @@ def fill_normal(algorithm, state: np.ndarray, out: np.ndarray,
     """shift + scale * Z, Z standard normal by Box–Muller, both values of each pair used.
 
     Each pair takes u1 then u2 from the stream (24-bit uniforms for float32, 53-bit for
-    float64) and gives r*cos(2 pi u2), r*sin(2 pi u2) with r = sqrt(-2 ln(1 - u1)).
+    float64) and gives r*cos(2 pi u2), r*sin(2 pi u2) with r = sqrt(-2 ln(1 - u1)),
+    written as neighbours (cos first); a group of four elements is two pairs.
     The host evaluates in float64 and rounds once, so float32 results are correctly
-    rounded; the compiled device code uses single-precision libdevice and may differ by a
-    few ulp. The largest |z| is sqrt(48 ln 2) = 5.77 for float32 (8.57 for float64).
+    rounded; the compiled device code uses single-precision libdevice (logf, sqrtf and
+    sincospif of 2*u2, each within 1 ulp) and may differ by a few ulp. The largest |z| is
+    sqrt(48 ln 2) = 5.77 for float32 (8.57 for float64).
     """
     alg = _alg.get(algorithm)
     flat = _check_out(out, (np.dtype(np.float32), np.dtype(np.float64)))
@@ -114,10 +133,10 @@ def fill_normal(algorithm, state: np.ndarray, out: np.ndarray,
         u2 = _uniform_open_closed(alg, s, f32)  # (0, 1]: the angle's range is immaterial
         r = np.sqrt(-2.0 * np.log(u1))
         theta = TWO_PI * u2
-        z = np.stack([r * np.cos(theta), r * np.sin(theta)]).astype(flat.dtype)
+        z = np.stack([r * np.cos(theta), r * np.sin(theta)]).astype(flat.dtype)  # (cos, sin)
         return _affine(z, flat.dtype, shift, scale)
 
-    _fill(alg, state, flat, pair, 2)
+    _fill(alg, state, flat, pair, width=2)
 
 
 def fill_exponential(algorithm, state: np.ndarray, out: np.ndarray,

@@ -71,7 +71,9 @@ class Generator:
     -----
     Stream i starts at the seed's state advanced by i * 2^j steps, where 2^j is the
     generator's ``jump`` distance (2^64 for xoshiro128++), so streams never overlap; see
-    docs/gpu_rand.md. A call of size M hands element k*S + t to stream t; a scalar call
+    docs/gpu_rand.md. A call of size M hands stream t the groups of four neighbouring
+    elements 4*(k*S + t) .. 4*(k*S + t) + 3, k = 0, 1, ... (one 16-byte store per group on
+    the GPU); a scalar call
     draws from stream 0 alone.
 
     Thread safety

@@ -1,8 +1,10 @@
 """The device half gives the host half's bits.
 
 Each kernel of `cupric.gpu_rand.device` is a thin shell (find t, guard it) around a
-per-stream body, so the bodies run here as plain Python over t, and the whole kernels run
-on `cupric.simulator.launch`.
+per-stream body. The bodies run here as plain Python over t, except those that call
+`cupric.device` intrinsics (the normal fills' `math.sincospi`, which runs only inside a
+kernel or the simulator): those kinds, and the whole kernels below, run on
+`cupric.simulator.launch`.
 """
 
 from __future__ import annotations
@@ -18,8 +20,17 @@ ALL = sorted(ALGORITHMS)
 S = 5
 
 
+# Kinds whose bodies call cupric.device intrinsics, so they need the simulator's state.
+USES_INTRINSICS = {"normal_f32", "normal_f64"}
+
+
 def run_body(kind, name, states, *args):
-    body, _ = device.kernel_function(kind, name)
+    """Every stream's body of `kind`, one stream after another (or one simulator thread
+    per stream where the body needs intrinsics)."""
+    body, kernel = device.kernel_function(kind, name)
+    if kind in USES_INTRINSICS:
+        _simulator_launch()(kernel, (1,), (states.shape[1],), (states, *args))
+        return
     for t in range(states.shape[1]):
         body(t, states, *args)
 

@@ -81,8 +81,8 @@ def test_normal_pairs_uncorrelated():
     uncorrelated with each other."""
     s = 512
     g = Generator(3, streams=s)
-    z = g.standard_normal(2 * s * 400).reshape(400, 2, s)  # round, half, stream
-    cos_half, sin_half = z[:, 0, :].ravel(), z[:, 1, :].ravel()
+    z = g.standard_normal(2 * s * 400).reshape(-1, 2)  # each pair is (cos, sin), neighbours
+    cos_half, sin_half = z[:, 0], z[:, 1]
     check_moments(cos_half, 0.0, 1.0, "cos half")
     check_moments(sin_half, 0.0, 1.0, "sin half")
     assert abs(np.corrcoef(cos_half, sin_half)[0, 1]) < 5 / math.sqrt(cos_half.size)
@@ -154,7 +154,9 @@ def test_adjacent_streams_uncorrelated():
     """Streams t and t+1 start one jump apart; their outputs must not correlate."""
     s, k = 256, 2000
     g = Generator(77, streams=s)
-    u = g.random(s * k).reshape(k, s)  # column t = stream t's first k values
+    # each round gives stream t the 4 neighbours 4*(round*s + t) + (0..3): regroup them so
+    # that column t holds stream t's first k values in order
+    u = g.random(s * k).reshape(k // 4, s, 4).transpose(0, 2, 1).reshape(k, s)
     r = np.array([np.corrcoef(u[:, t], u[:, t + 1])[0, 1] for t in range(s - 1)])
     bound = 5 / math.sqrt(k)
     assert np.abs(r).max() < bound + 1.5 / math.sqrt(k)  # max over 255 pairs

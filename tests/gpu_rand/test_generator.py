@@ -1,5 +1,11 @@
 """The Generator API: numpy.random.Generator's methods, reproducibility, and the element
-order that device fills share (element k*S + t comes from stream t)."""
+order that device fills share: in round k, stream t fills the four neighbouring elements
+4*(k*S + t) .. 4*(k*S + t) + 3.
+
+That order replaced "element k*S + t comes from stream t" (one element per stream and
+round) so that a GPU thread writes its four values with one 16-byte store; the tests
+below that spell the order out were rewritten for it (`in_fill_order` states it once).
+"""
 
 from __future__ import annotations
 
@@ -23,41 +29,74 @@ def test_same_seed_same_values():
     assert not np.array_equal(default_rng(5, streams=64).random(10), c.random(10))
 
 
+def in_fill_order(draws: np.ndarray, m: int) -> np.ndarray:
+    """The first m elements of a fill made of per-stream draws (draws[d, t] is stream t's
+    d-th value): element i is stream (i // 4) mod S's draw 4 * (i // 4S) + i mod 4."""
+    s = draws.shape[1]
+    i = np.arange(m)
+    return draws[4 * (i // (4 * s)) + i % 4, (i // 4) % s]
+
+
 def test_element_order_matches_streams():
-    """random(M)[k*S + t] is stream t's k-th uniform; stream t starts t jumps ahead."""
-    s, m = 8, 8 * 5 + 3
+    """random(M)[4*(k*S + t) + j] is stream t's (4k + j)-th uniform; stream t starts t jumps
+    ahead; a stream draws only for the elements it fills."""
+    s, m = 8, 8 * 4 * 2 + 11  # two whole rounds, then 11 elements: streams 0, 1 and 3 of 2
     g = Generator(123, algorithm="xoshiro256++", streams=s)
     x = g.random(m)
     start = BitGenerator.seed_from_u64("xoshiro256++", 123).state[:, 0]
-    bits = BitGenerator("xoshiro256++", streams.stream_states("xoshiro256++", start, s))
-    draws = u64_to_f64(bits.next_u64(6))  # (round, stream)
-    want = draws.reshape(-1)[:m]
-    assert np.array_equal(x, want)
-    # streams 0..2 drew 6 values (they hold the last partial round), the rest 5
+
+    def fresh():
+        return BitGenerator("xoshiro256++", streams.stream_states("xoshiro256++", start, s))
+
+    draws = u64_to_f64(fresh().next_u64(12))  # (draw, stream)
+    assert np.array_equal(x, in_fill_order(draws, m))
+    assert np.array_equal(x[:4], draws[:4, 0])  # a group is one stream's consecutive draws
     state = g.stream_states
-    assert np.array_equal(state[:, :3], bits.state[:, :3])
-    assert not np.array_equal(state[:, 3:], bits.state[:, 3:])
+    for count, cols in [(12, [0, 1]), (11, [2]), (8, list(range(3, s)))]:
+        bits = fresh()
+        bits.next_u64(count)
+        assert np.array_equal(state[:, cols], bits.state[:, cols]), count
 
 
 def test_normal_pair_order():
-    """Round k of a normal fill writes k*2S + t (cos half) and k*2S + S + t (sin half)."""
+    """Round k of a normal fill gives stream t's group 4*(k*S + t) + (0..3): its two
+    Box–Muller pairs, each written (cos, sin) as neighbours."""
     s = 4
     g = Generator(9, streams=s)
-    z = g.standard_normal(2 * s * 3)
-    bits = g.bit_generator  # after the call
+    z = g.standard_normal(4 * s * 3)  # three whole rounds: six pairs per stream
     g2 = Generator(9, streams=s)
-    u = u64_to_f64(g2.bit_generator.next_u64(6))  # (6, s): float64 uses next_u64
-    u1, u2 = 1.0 - u[0::2], 1.0 - u[1::2]  # per round
+    u = u64_to_f64(g2.bit_generator.next_u64(12))  # (12, s): float64 uses next_u64
+    u1, u2 = 1.0 - u[0::2], 1.0 - u[1::2]  # (pair, stream)
     r = np.sqrt(-2.0 * np.log(u1))
-    want = np.stack([r * np.cos(2 * np.pi * u2), r * np.sin(2 * np.pi * u2)], axis=1)
-    np.testing.assert_allclose(z.reshape(3, 2, s), want, rtol=1e-12, atol=1e-12)
-    assert len(bits) == s
-    z32 = Generator(9, streams=s).standard_normal(2 * s * 3, dtype=np.float32)
-    u = u32_to_f32(Generator(9, streams=s).bit_generator.next_u32(6)).astype(np.float64)
+    pairs = np.stack([r * np.cos(2 * np.pi * u2), r * np.sin(2 * np.pi * u2)], axis=-1)
+    want = pairs.reshape(3, 2, s, 2).transpose(0, 2, 1, 3)  # (round, stream, pair, half)
+    np.testing.assert_allclose(z.reshape(3, s, 2, 2), want, rtol=1e-12, atol=1e-12)
+    after = Generator(9, streams=s).bit_generator
+    after.next_u64(12)  # each stream drew its 12 uniforms, no more
+    assert np.array_equal(g.stream_states, after.state)
+    z32 = Generator(9, streams=s).standard_normal(4 * s * 3, dtype=np.float32)
+    u = u32_to_f32(Generator(9, streams=s).bit_generator.next_u32(12)).astype(np.float64)
     r = np.sqrt(-2.0 * np.log(1.0 - u[0::2]))
     t = 2 * np.pi * (1.0 - u[1::2])
-    want = np.stack([r * np.cos(t), r * np.sin(t)], axis=1).astype(np.float32)
-    assert np.array_equal(z32.reshape(3, 2, s), want)  # float64 math, rounded once
+    pairs = np.stack([r * np.cos(t), r * np.sin(t)], axis=-1).astype(np.float32)
+    want = pairs.reshape(3, 2, s, 2).transpose(0, 2, 1, 3)
+    assert np.array_equal(z32.reshape(3, s, 2, 2), want)  # float64 math, rounded once
+
+
+def test_normal_straddling_group_draws_whole_pairs():
+    """A group cut by the end still draws whole pairs: 7 elements from 4 streams are
+    stream 0's group and 3 of stream 1's, i.e. its two pairs with the last sine dropped."""
+    s = 4
+    g = Generator(5, streams=s)
+    z = g.standard_normal(7)
+    ref = Generator(5, streams=s)
+    whole = ref.standard_normal(8)
+    assert np.array_equal(z, whole[:7])
+    assert np.array_equal(g.stream_states, ref.stream_states)  # stream 1 drew 4 uniforms
+    full = Generator(5, streams=s)
+    full.standard_normal(4 * s)  # every stream draws its whole group once
+    assert np.array_equal(g.stream_states[:, :2], full.stream_states[:, :2])
+    assert np.array_equal(g.stream_states[:, 2:], Generator(5, streams=s).stream_states[:, 2:])
 
 
 def test_scalars_and_shapes():
@@ -102,9 +141,11 @@ def test_location_scale():
 
 def test_bits():
     g = Generator(8, algorithm="xoroshiro128++", streams=2)
-    raw = g.bits(4, dtype=np.uint32)
+    raw = g.bits(12, dtype=np.uint32)
     ref = Generator(8, algorithm="xoroshiro128++", streams=2).bit_generator
-    assert raw.tolist() == ref.next_u32(2).reshape(-1).tolist()
+    draws = ref.next_u32(8)  # (draw, stream)
+    assert raw.tolist() == [*draws[:4, 0], *draws[:4, 1], *draws[4:, 0]]
+    assert np.array_equal(raw, in_fill_order(draws, 12))
     with pytest.raises(TypeError):
         g.bits(3, dtype=np.int64)
 
