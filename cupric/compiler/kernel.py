@@ -287,16 +287,20 @@ class Specialization:
         key = self.cache_key(options)
         artifact = backend.lookup(key, options=options)
         if artifact is None:
-            # Load libNVVM and the linker on another thread while this one types and
-            # lowers the kernel (library loading and libNVVM's probe release the GIL).
-            loader = threading.Thread(target=_load_toolchain, daemon=True)
+            # Load libNVVM and then the linker on another thread while this one types
+            # and lowers the kernel (dlopen releases the GIL). Only libNVVM is waited
+            # for: nvJitLink goes on loading while libNVVM compiles, which releases the
+            # GIL too (`toolchain.nvjitlink` makes the link wait for that load).
+            nvvm_ready = threading.Event()
+            loader = threading.Thread(target=_load_toolchain, args=(nvvm_ready,),
+                                      daemon=True)
             loader.start()
             try:
                 ir = self.ir
             except CompileError as exc:
                 raise exc.with_traceback(None) from None
             finally:
-                loader.join()
+                nvvm_ready.wait()
             artifact = backend.build(ir, options=options, key=key)
         self._artifact = artifact
         return artifact
@@ -372,14 +376,25 @@ def _make_fast_path(kern, key, args, written, prepared):
     return namespace["fast"]
 
 
-def _load_toolchain() -> None:
-    """Load libNVVM and nvJitLink (cached by the toolchain module); errors surface later,
-    from the compile itself, with their full message."""
+def _load_toolchain(nvvm_ready: threading.Event) -> None:
+    """Load libNVVM, set `nvvm_ready`, then load nvJitLink (both cached by the toolchain
+    module); errors surface later, from the compile itself, with their full message.
+
+    Only loading: `toolchain.libnvvm()` would also compile an empty module to read
+    libNVVM's release, which the kernel's own PTX header gives for free (see
+    `toolchain.nvvm_release`), and this thread is on the cold compile's critical path."""
     from cupric.compiler import toolchain
     try:
-        toolchain.libnvvm()
-        toolchain.nvjitlink()
+        toolchain.load_libnvvm()
+        from cuda.bindings import nvvm as binding
+        binding.version()  # resolves the binding's function pointers (dlsym) here too
     except Exception:  # noqa: BLE001 - reported by backend.build on the main thread
+        return
+    finally:
+        nvvm_ready.set()
+    try:
+        toolchain.nvjitlink()
+    except Exception:  # noqa: BLE001 - reported by link_ptx on the main thread
         return
 
 

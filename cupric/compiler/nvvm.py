@@ -341,6 +341,10 @@ def compile_ir(modules: Sequence[str | bytes], options: CompileOptions | None = 
         size = binding.get_compiled_result_size(program)
         buffer = bytearray(size)
         binding.get_compiled_result(program, buffer)
-        return NvvmOutput(ptx=_text(buffer), log=_log(binding, program))
+        ptx = _text(buffer)
+        from cupric.compiler.toolchain import note_ptx
+
+        note_ptx(ptx)  # the release is in the header: spares `nvvm_release` its probe
+        return NvvmOutput(ptx=ptx, log=_log(binding, program))
     finally:
         binding.destroy_program(program)

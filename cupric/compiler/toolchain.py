@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -134,30 +135,55 @@ def libnvvm() -> Tool:
 
     Cost
     ----
-    First call: loads the library and compiles an empty module (about 10 ms); cached.
+    First call: loads the library and, unless a kernel was compiled already (see
+    `nvvm_release`), compiles an empty module (about 10 ms); cached.
     """
     path, found_via = load_libnvvm()
     return Tool("libnvvm", path, nvvm_release(), found_via)
 
 
-@functools.cache
+#: The loaded libNVVM's release once known, from the probe or from any PTX it wrote
+#: (`note_ptx`): the header of every output names it, so a process that compiles a kernel
+#: never needs the probe's extra compile.
+_RELEASE: list[tuple[int, int, int]] = []
+
+
+def note_ptx(ptx: str) -> None:
+    """Record the release named in the header of PTX that the loaded libNVVM wrote.
+
+    Cost
+    ----
+    One regex search of the header: microseconds.
+    """
+    if not _RELEASE:
+        match = _RELEASE_RE.search(ptx, 0, 400)
+        if match is not None:
+            _RELEASE.append(tuple(int(g) for g in match.groups()[2:]))
+
+
 def nvvm_release() -> tuple[int, int, int]:
     """The CUDA release of the loaded libNVVM, e.g. ``(13, 5, 37)``.
 
     `nvvmVersion` reports the API version (2.0) that does not change between releases,
     while the PTX ISA libNVVM writes does; the release is read from the header libNVVM
-    puts at the top of its output for an empty module.
+    puts at the top of its output: of the first kernel compiled in this process, else
+    of an empty module compiled for the purpose (about 5 ms, once).
     """
+    if _RELEASE:
+        return _RELEASE[0]
     from cupric.compiler import nvvm as nvvm_module
 
     output = nvvm_module.compile_ir([nvvm_module.ir_header() + nvvm_module.ir_version_metadata(0)],
                                     _probe_options(), libdevice=False)
-    match = _RELEASE_RE.search(output.ptx)
-    if match is None:
+    if not _RELEASE:  # compile_ir notes every header; this one had none
         raise ToolchainNotFoundError(
             "could not read the CUDA release of libNVVM from its output header:\n"
             + output.ptx[:300])
-    return tuple(int(g) for g in match.groups()[2:])
+    return _RELEASE[0]
+
+
+# Like the functools.cache'd finders around it: tests that fake the system forget it.
+nvvm_release.cache_clear = _RELEASE.clear
 
 
 def _probe_options():
@@ -261,16 +287,24 @@ def nvjitlink() -> Tool:
     ToolchainNotFoundError
         Not found (install ``nvidia-nvjitlink``).
     """
-    try:
-        import cuda.pathfinder as pathfinder
-        from cuda.bindings import nvjitlink as binding
-    except ImportError as exc:
-        raise _missing("nvjitlink", "nvJitLink", f"cuda-python is not importable: {exc}") from exc
-    try:
-        loaded = pathfinder.load_nvidia_dynamic_lib("nvJitLink")
-    except pathfinder.DynamicLibNotFoundError as exc:
-        raise _missing("nvjitlink", "nvJitLink (libnvJitLink.so)", str(exc)) from exc
-    return Tool("nvjitlink", loaded.abs_path, tuple(binding.version()), loaded.found_via)
+    # A cold kernel compile loads nvJitLink on a background thread while libNVVM runs on
+    # the main thread, which may then ask for it too: the lock makes that caller wait for
+    # the load under way (and then find it in cuda.pathfinder's cache) instead of
+    # loading the library a second time beside it.
+    with _NVJITLINK_LOCK:
+        try:
+            import cuda.pathfinder as pathfinder
+            from cuda.bindings import nvjitlink as binding
+        except ImportError as exc:
+            raise _missing("nvjitlink", "nvJitLink", f"cuda-python is not importable: {exc}") from exc
+        try:
+            loaded = pathfinder.load_nvidia_dynamic_lib("nvJitLink")
+        except pathfinder.DynamicLibNotFoundError as exc:
+            raise _missing("nvjitlink", "nvJitLink (libnvJitLink.so)", str(exc)) from exc
+        return Tool("nvjitlink", loaded.abs_path, tuple(binding.version()), loaded.found_via)
+
+
+_NVJITLINK_LOCK = threading.Lock()
 
 
 def report() -> dict:
