@@ -1,0 +1,806 @@
+"""Train a small CNN on scikit-learn's digits with cupric alone: cuDNN convolutions,
+pooling, ReLU and log-softmax, a cuBLAS(Lt) fully connected layer, gpu_rand for weight
+initialization and dropout, and kernels compiled by cupric for the loss gradient,
+dropout masks and the optimizer (Adam or SGD with momentum).
+
+    python3 examples/train_digits.py [--epochs 30] [--optimizer adam] [--check]
+                                     [--plot digits_training.png] [--compare-torch]
+
+The network (NCHW, float32):
+
+    x (B, 1, 8, 8)
+    -> conv 3x3 pad 1 (1 -> 16) + bias + ReLU -> max-pool 2   (B, 16, 4, 4)
+    -> conv 3x3 pad 1 (16 -> 32) + bias + ReLU -> max-pool 2  (B, 32, 2, 2)
+    -> flatten (B, 128) -> dropout -> fully connected 128 -> 10
+    -> log-softmax -> negative log-likelihood
+
+It needs an NVIDIA GPU (cuDNN and cuBLAS do not run on cupric's CPU simulator); without
+one it says so and exits 0. Optional packages: scikit-learn (the data set ships inside
+it: no download), tqdm (progress bar), matplotlib (the plot), torch (--compare-torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import cupric
+from cupric.device import atomic, grid
+from cupric.types import Array, f32, i32
+
+CLASSES = 10
+IMAGE = 8            # digits are 8x8 grayscale images with values 0..16
+PIXEL_MAX = 16.0
+BLOCK = 256          # threads per block of the cupric kernels below
+# Each parameter starts on a 64-element (256-byte) boundary of the one flat buffer that
+# holds them all, so every view handed to cuDNN/cuBLAS is as aligned as an allocation.
+PARAMETER_ALIGNMENT = 64
+
+
+# --------------------------------------------------------------------------------------
+# Command line
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """Parse the command line (`argv` None reads ``sys.argv``).
+
+    Returns
+    -------
+    argparse.Namespace
+        epochs, batch_size, optimizer, lr, schedule, momentum, weight_decay, dropout,
+        test_fraction, seed, deterministic, plot, check, compare_torch, progress.
+
+    Raises
+    ------
+    SystemExit
+        For an unknown option or a value out of range (argparse's usage message).
+    """
+    parser = argparse.ArgumentParser(
+        description="Train a small CNN on scikit-learn's digits with cupric (cuDNN, "
+                    "cuBLAS, gpu_rand and cupric kernels).")
+    parser.add_argument("--epochs", type=_positive_int, default=30)
+    parser.add_argument("--batch-size", type=_positive_int, default=32)
+    parser.add_argument("--optimizer", choices=("adam", "sgd"), default="adam",
+                        help="Adam, or SGD with momentum")
+    parser.add_argument("--lr", type=_positive_float, default=None,
+                        help="peak learning rate (default 5e-3 for Adam, 0.05 for SGD)")
+    parser.add_argument("--schedule", choices=("cosine", "constant"), default="cosine",
+                        help="learning rate over the run: cosine decay to 0 by the last "
+                             "step (default), or constant")
+    parser.add_argument("--momentum", type=_unit_float, default=0.9,
+                        help="SGD momentum (default 0.9)")
+    parser.add_argument("--weight-decay", type=_non_negative_float, default=0.0,
+                        help="L2 penalty added to the gradients (default 0)")
+    parser.add_argument("--dropout", type=_unit_float, default=0.1,
+                        help="dropout probability before the fully connected layer "
+                             "(default 0.1; 0 turns it off)")
+    parser.add_argument("--test-fraction", type=_fraction, default=0.2,
+                        help="share of the images held out for testing (default 0.2)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the split, the batch order, the initial weights and "
+                             "the dropout masks (default 0)")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="ask cuDNN for deterministic convolution engines")
+    parser.add_argument("--plot", default="digits_training.png",
+                        help="where the loss/accuracy plot goes (PNG; default "
+                             "digits_training.png)")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 when the final test accuracy is below 0.97")
+    parser.add_argument("--compare-torch", action="store_true",
+                        help="also train the same network (same initial weights, same "
+                             "batches) in PyTorch and compare accuracies and epoch times")
+    parser.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="no tqdm progress bar")
+    args = parser.parse_args(argv)
+    if args.lr is None:
+        args.lr = 5e-3 if args.optimizer == "adam" else 0.05
+    return args
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _unit_float(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {text}")
+    return value
+
+
+# --------------------------------------------------------------------------------------
+# Data
+
+
+def load_digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """The 1797 digits as ``(images (N, 1, 8, 8) float32 in [0, 1], labels (N,) int32)``.
+
+    Raises
+    ------
+    ImportError
+        When scikit-learn is not installed (the data set ships inside it).
+    """
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError as exc:
+        raise ImportError("this example reads scikit-learn's digits data set, which ships "
+                          "inside the package: pip install scikit-learn") from exc
+    digits = load_digits()
+    images = (digits.images.astype(np.float32) / PIXEL_MAX).reshape(-1, 1, IMAGE, IMAGE)
+    return np.ascontiguousarray(images), digits.target.astype(np.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """A fixed train/test split of images (N, 1, 8, 8) and labels (N,)."""
+
+    train_x: np.ndarray
+    train_y: np.ndarray
+    test_x: np.ndarray
+    test_y: np.ndarray
+
+
+def split_data(images: np.ndarray, labels: np.ndarray, test_fraction: float,
+               seed: int) -> Split:
+    """Shuffle with `seed`, then hold out ``round(N * test_fraction)`` images for testing.
+
+    The same seed always gives the same split, whatever else the run does (the split has
+    a generator of its own).
+
+    Raises
+    ------
+    ValueError
+        When images and labels differ in length, or either part would be empty.
+    """
+    n = len(images)
+    if len(labels) != n:
+        raise ValueError(f"{n} images but {len(labels)} labels")
+    n_test = int(round(n * test_fraction))
+    if not 0 < n_test < n:
+        raise ValueError(f"a test fraction of {test_fraction} leaves {n_test} of {n} "
+                         f"images for testing; both parts must be non-empty")
+    order = np.random.default_rng([seed, 0]).permutation(n)
+    test, train = order[:n_test], order[n_test:]
+    return Split(np.ascontiguousarray(images[train]), np.ascontiguousarray(labels[train]),
+                 np.ascontiguousarray(images[test]), np.ascontiguousarray(labels[test]))
+
+
+def batch_orders(n: int, batch_size: int, epochs: int, seed: int) -> list[list[np.ndarray]]:
+    """For each epoch, the indices of each minibatch (a fresh permutation per epoch; the
+    last batch of an epoch may be smaller). Both the cupric and the PyTorch runs take
+    these, so that they see the same batches in the same order."""
+    rng = np.random.default_rng([seed, 1])
+    orders = []
+    for _ in range(epochs):
+        perm = rng.permutation(n)
+        orders.append([perm[i:i + batch_size] for i in range(0, n, batch_size)])
+    return orders
+
+
+# --------------------------------------------------------------------------------------
+# The network plan: shapes only, no GPU
+
+
+FEATURES = 32 * 2 * 2  # flattened output of the second block
+
+# name -> (shape, fan_in of the He/Kaiming initialization; None: zeros)
+PARAMETERS = {
+    "conv1.w": ((16, 1, 3, 3), 1 * 3 * 3),
+    "conv1.b": ((16,), None),
+    "conv2.w": ((32, 16, 3, 3), 16 * 3 * 3),
+    "conv2.b": ((32,), None),
+    "fc.w": ((FEATURES, CLASSES), FEATURES),   # (K, N): cuBLAS's linear computes x @ w
+    "fc.b": ((CLASSES,), None),
+}
+
+
+def init_std(name: str) -> float:
+    """Standard deviation of a weight's normal initialization: He/Kaiming,
+    sqrt(2 / fan_in), for the ReLU convolutions; sqrt(1 / fan_in) for the last layer,
+    which no ReLU follows (the gain of a linear layer is 1)."""
+    _shape, fan_in = PARAMETERS[name]
+    if fan_in is None:
+        return 0.0
+    gain = 1.0 if name.startswith("fc.") else 2.0
+    return math.sqrt(gain / fan_in)
+
+
+def parameter_layout() -> tuple[dict[str, tuple[int, tuple[int, ...]]], int]:
+    """Offsets of the parameters in one flat float32 buffer, and its length.
+
+    Returns
+    -------
+    (layout, total)
+        layout maps a name to (offset, shape); offsets are multiples of
+        `PARAMETER_ALIGNMENT`, and the gaps stay zero (so an optimizer step over the
+        whole buffer leaves them zero).
+    """
+    layout, offset = {}, 0
+    for name, (shape, _fan_in) in PARAMETERS.items():
+        layout[name] = (offset, shape)
+        size = math.prod(shape)
+        offset += -(-size // PARAMETER_ALIGNMENT) * PARAMETER_ALIGNMENT
+    return layout, offset
+
+
+def network_plan(batch: int) -> list[tuple[str, tuple[int, ...]]]:
+    """(step, output shape) of each step of the forward pass for a batch, computed with
+    cuDNN's own shape arithmetic (pure Python: no GPU).
+
+    Examples
+    --------
+    >>> network_plan(4)[-1]
+    ('log-softmax', (4, 10))
+    """
+    from cupric.cudnn import conv_output_shape, pool_output_shape
+    x = (batch, 1, IMAGE, IMAGE)
+    plan = [("input", x)]
+    for block, w_name in ((1, "conv1.w"), (2, "conv2.w")):
+        w = PARAMETERS[w_name][0]
+        x = conv_output_shape(x, w, padding=1)
+        plan.append((f"conv{block} + bias + ReLU", x))
+        x = pool_output_shape(x, 2)
+        plan.append((f"max-pool{block}", x))
+    features = math.prod(x[1:])
+    if features != FEATURES:
+        raise AssertionError(f"the second block gives {features} features per image, "
+                             f"but the fully connected layer takes {FEATURES}")
+    plan.append(("flatten", (batch, features)))
+    plan.append(("fully connected", (batch, CLASSES)))
+    plan.append(("log-softmax", (batch, CLASSES)))
+    return plan
+
+
+# --------------------------------------------------------------------------------------
+# Kernels compiled by cupric (they also run on the simulator: the CPU test checks them)
+
+
+@cupric.kernel
+def nll_loss_grad(logp: Array[f32, 2], labels: Array[i32, 1], scale: f32,
+                  dlogp: Array[f32, 2], stats: Array[f32, 1]):
+    """Negative log-likelihood of log-probabilities, one thread per row.
+
+    Writes ``dlogp = d(scale * sum_i -logp[i, labels[i]]) / d logp`` (``-scale`` at the
+    label, 0 elsewhere) and adds the row's loss to ``stats[0]`` and 1 to ``stats[1]``
+    when the row's largest log-probability is at its label (first maximum, as argmax).
+    """
+    i = grid(1)
+    if i < logp.shape[0]:
+        label = labels[i]
+        best = 0
+        for c in range(logp.shape[1]):
+            dlogp[i, c] = f32(0.0)
+            if logp[i, c] > logp[i, best]:
+                best = c
+        dlogp[i, label] = -scale
+        atomic.add(stats, 0, -logp[i, label])
+        if best == label:
+            atomic.add(stats, 1, f32(1.0))
+
+
+@cupric.kernel
+def dropout_apply(x: Array[f32, 1], u: Array[f32, 1], p: f32, scale: f32,
+                  out: Array[f32, 1]):
+    """``out = x * scale`` where ``u >= p``, else 0: inverted dropout with the uniform
+    draws `u` in [0, 1) (scale = 1 / (1 - p)). The backward pass applies the same `u`
+    to the gradient."""
+    i = grid(1)
+    if i < len(x):
+        out[i] = x[i] * scale if u[i] >= p else f32(0.0)
+
+
+@cupric.kernel
+def adam_update(param: Array[f32, 1], grad: Array[f32, 1], m: Array[f32, 1],
+                v: Array[f32, 1], lr: f32, beta1: f32, beta2: f32, eps: f32,
+                correction1: f32, correction2: f32, weight_decay: f32):
+    """One Adam step in place, as ``torch.optim.Adam``: with ``g = grad + wd * param``,
+    ``m = b1 m + (1 - b1) g``, ``v = b2 v + (1 - b2) g^2``,
+    ``param -= lr * (m / c1) / (sqrt(v / c2) + eps)`` where ``c = 1 - b^t``."""
+    i = grid(1)
+    if i < len(param):
+        g = grad[i] + weight_decay * param[i]
+        mi = beta1 * m[i] + (f32(1.0) - beta1) * g
+        vi = beta2 * v[i] + (f32(1.0) - beta2) * g * g
+        m[i] = mi
+        v[i] = vi
+        param[i] = param[i] - lr * (mi / correction1) / (math.sqrt(vi / correction2) + eps)
+
+
+@cupric.kernel
+def sgd_momentum_update(param: Array[f32, 1], grad: Array[f32, 1],
+                        velocity: Array[f32, 1], lr: f32, momentum: f32,
+                        weight_decay: f32):
+    """One SGD step with momentum in place, as ``torch.optim.SGD``: with
+    ``g = grad + wd * param``, ``velocity = momentum * velocity + g``,
+    ``param -= lr * velocity``."""
+    i = grid(1)
+    if i < len(param):
+        g = grad[i] + weight_decay * param[i]
+        vel = momentum * velocity[i] + g
+        velocity[i] = vel
+        param[i] = param[i] - lr * vel
+
+
+def learning_rate(args: argparse.Namespace, step: int, total_steps: int) -> float:
+    """The learning rate of optimizer step `step` (0-based) of `total_steps`.
+
+    With the cosine schedule it falls from ``args.lr`` towards 0 along half a cosine:
+    the late steps are small, so the final weights do not jump between minibatches and
+    the last epoch's accuracy is as good as the run's best.
+    """
+    if args.schedule == "constant":
+        return args.lr
+    return args.lr * 0.5 * (1.0 + math.cos(math.pi * step / total_steps))
+
+
+def blocks_for(n: int) -> int:
+    """Blocks of `BLOCK` threads that cover `n` elements."""
+    return max(1, -(-n // BLOCK))
+
+
+# --------------------------------------------------------------------------------------
+# Where it can run, and with what
+
+def missing_packages(args: argparse.Namespace) -> list[str]:
+    """The optional packages this run needs but cannot import, as "pip-name (why)".
+
+    Checked before training, so that a missing plot library does not surface only after
+    the run (`importlib.util.find_spec` finds them without importing them).
+    """
+    import importlib.util
+    wanted = [("sklearn", "scikit-learn", "the digits data set", True),
+              ("matplotlib", "matplotlib", "the plot", True),
+              ("tqdm", "tqdm", "the progress bar (or pass --no-progress)", args.progress),
+              ("torch", "torch", "--compare-torch", args.compare_torch)]
+    return [f"{pip_name} ({why})" for module, pip_name, why, needed in wanted
+            if needed and importlib.util.find_spec(module) is None]
+
+
+
+def gpu_unavailable_reason() -> str | None:
+    """None when a CUDA GPU can run this example, else why not (no driver, no device,
+    or ``CUPRIC_SIMULATOR`` set: cuDNN and cuBLAS do not run on the simulator)."""
+    if os.environ.get("CUPRIC_SIMULATOR", "") not in ("", "0"):
+        return "CUPRIC_SIMULATOR is set, and cuDNN/cuBLAS do not run on the CPU simulator"
+    from cupric.runtime import driver_available
+    if not driver_available():
+        return "no CUDA driver was found on this machine"
+    from cupric.runtime import device_count
+    if device_count() == 0:
+        return "the CUDA driver sees no GPU"
+    return None
+
+
+# --------------------------------------------------------------------------------------
+# Training with cupric
+
+
+@dataclasses.dataclass
+class EpochRecord:
+    """What one epoch measured."""
+
+    epoch: int
+    train_loss: float      # mean over the epoch's minibatches, dropout on
+    train_accuracy: float  # of the whole training set after the epoch, dropout off
+    test_loss: float
+    test_accuracy: float
+    seconds: float         # training steps only (evaluation not counted)
+
+
+class CupricNet:
+    """The CNN's parameters, optimizer state and forward/backward passes on the GPU.
+
+    All parameters live in one flat float32 buffer (views per layer), and so do their
+    gradients and the optimizer's moments, so one optimizer launch updates them all.
+    """
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from cupric import cudnn
+        from cupric.gpu_rand import Generator
+        from cupric.runtime import zeros
+        self.args = args
+        self.layout, self.total = parameter_layout()
+        self.flat = zeros(self.total, np.float32)
+        self.grad_flat = zeros(self.total, np.float32)
+        self.m_flat = zeros(self.total, np.float32)
+        self.v_flat = zeros(self.total, np.float32)   # unused by SGD
+        self.params = self._views(self.flat)
+        self.grads = self._views(self.grad_flat)
+        # Streams of the generators are fixed so that a seed reproduces the same numbers.
+        init_rng = Generator(args.seed, streams=4096)
+        for name in PARAMETERS:
+            std = init_std(name)
+            if std > 0:
+                init_rng.normal(0.0, std, dtype=np.float32, out=self.params[name])
+        self.dropout_rng = Generator(args.seed + 1, streams=4096)
+        self.options = cudnn.PlanOptions(deterministic=True) if args.deterministic else None
+        self.step_count = 0
+        self._ones: dict[int, object] = {}
+
+    def _views(self, flat) -> dict:
+        return {name: flat[offset:offset + math.prod(shape)].reshape(shape)
+                for name, (offset, shape) in self.layout.items()}
+
+    def host_parameters(self) -> dict[str, np.ndarray]:
+        """A NumPy copy of every parameter (for PyTorch's identical start)."""
+        return {name: view.to_numpy() for name, view in self.params.items()}
+
+    def forward(self, x, train: bool):
+        """Forward pass of a batch (device array (B, 1, 8, 8)); returns what backward
+        needs, the log-probabilities last."""
+        from cupric import cublas, cudnn
+        from cupric.runtime import empty
+        p, opts = self.params, self.options
+        batch = x.shape[0]
+        # conv -> bias -> ReLU as one cuDNN graph (cupric falls back to three steps when
+        # no engine fuses the combination).
+        a1 = cudnn.conv2d(x, p["conv1.w"], p["conv1.b"], padding=1, activation="relu",
+                          options=opts)
+        p1 = cudnn.max_pool2d(a1, 2)
+        a2 = cudnn.conv2d(p1, p["conv2.w"], p["conv2.b"], padding=1, activation="relu",
+                          options=opts)
+        p2 = cudnn.max_pool2d(a2, 2)
+        h = p2.reshape(batch, FEATURES)       # NCHW contiguous: a view, no copy
+        u = None
+        if train and self.args.dropout > 0:
+            u = empty((batch, FEATURES), np.float32)
+            self.dropout_rng.random(dtype=np.float32, out=u)
+            dropped = empty((batch, FEATURES), np.float32)
+            dropout_apply[blocks_for(u.size), BLOCK](
+                h.reshape(-1), u.reshape(-1), self.args.dropout,
+                1.0 / (1.0 - self.args.dropout), dropped.reshape(-1))
+            h = dropped
+        logits = cublas.linear(h, p["fc.w"], p["fc.b"])
+        logp = cudnn.log_softmax(logits, axis=-1)
+        return (x, a1, p1, a2, p2, h, u), logp
+
+    def loss(self, logp, labels, stats):
+        """Launch the NLL kernel: gradient of the batch's mean loss w.r.t. `logp`, and the
+        loss sum and correct count added to `stats`."""
+        from cupric.runtime import empty
+        batch = logp.shape[0]
+        dlogp = empty(logp.shape, np.float32)
+        nll_loss_grad[blocks_for(batch), BLOCK](logp, labels, 1.0 / batch, dlogp, stats)
+        return dlogp
+
+    def backward(self, saved, logp, dlogp) -> None:
+        """Gradients of every parameter into `self.grads`."""
+        from cupric import cublas, cudnn
+        x, a1, p1, a2, p2, h, u = saved
+        g, p, opts = self.grads, self.params, self.options
+        batch = x.shape[0]
+        dlogits = cudnn.softmax_backward(logp, dlogp, axis=-1, log=True)
+        # fc: logits = h @ w + b
+        cublas.matmul(h.T, dlogits, out=g["fc.w"])
+        cublas.matmul(self._ones_of(batch), dlogits, out=g["fc.b"])
+        dh = cublas.matmul(dlogits, p["fc.w"].T)
+        if u is not None:
+            from cupric.runtime import empty
+            dmasked = empty((batch, FEATURES), np.float32)
+            dropout_apply[blocks_for(u.size), BLOCK](
+                dh.reshape(-1), u.reshape(-1), self.args.dropout,
+                1.0 / (1.0 - self.args.dropout), dmasked.reshape(-1))
+            dh = dmasked
+        dp2 = dh.reshape(p2.shape)
+        da2 = cudnn.pool_backward(dp2, a2, p2, "max", window=2)
+        # ReLU's output stands in for its input: y > 0 exactly where x > 0, which is all
+        # the ReLU gradient reads (the fused forward keeps no pre-activation tensor).
+        dz2 = cudnn.activation_backward(da2, a2, a2, "relu")
+        cudnn.conv_backward_filter(p1, dz2, PARAMETERS["conv2.w"][0], padding=1,
+                                   out=g["conv2.w"], options=opts)
+        cudnn.conv_backward_bias(dz2, out=g["conv2.b"])
+        dp1 = cudnn.conv_backward_data(dz2, p["conv2.w"], p1.shape, padding=1,
+                                       options=opts)
+        da1 = cudnn.pool_backward(dp1, a1, p1, "max", window=2)
+        dz1 = cudnn.activation_backward(da1, a1, a1, "relu")
+        cudnn.conv_backward_filter(x, dz1, PARAMETERS["conv1.w"][0], padding=1,
+                                   out=g["conv1.w"], options=opts)
+        cudnn.conv_backward_bias(dz1, out=g["conv1.b"])
+
+    def _ones_of(self, batch: int):
+        # (B,) of ones: ones @ dlogits sums the bias gradient over the batch in cuBLAS.
+        ones = self._ones.get(batch)
+        if ones is None:
+            from cupric.runtime import to_device
+            ones = self._ones[batch] = to_device(np.ones(batch, np.float32))
+        return ones
+
+    def update(self, lr: float) -> None:
+        """One optimizer step with learning rate `lr` over the flat parameter buffer."""
+        a = self.args
+        self.step_count += 1
+        n = self.total
+        if a.optimizer == "adam":
+            beta1, beta2 = 0.9, 0.999
+            adam_update[blocks_for(n), BLOCK](
+                self.flat, self.grad_flat, self.m_flat, self.v_flat, lr, beta1, beta2,
+                1e-8, 1.0 - beta1 ** self.step_count, 1.0 - beta2 ** self.step_count,
+                a.weight_decay)
+        else:
+            sgd_momentum_update[blocks_for(n), BLOCK](
+                self.flat, self.grad_flat, self.m_flat, lr, a.momentum, a.weight_decay)
+
+    def evaluate(self, images: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
+        """(mean loss, accuracy) of a whole set in one batch, dropout off."""
+        from cupric.runtime import to_device, zeros
+        stats = zeros(2, np.float32)
+        _saved, logp = self.forward(to_device(images), train=False)
+        self.loss(logp, to_device(labels), stats)
+        loss_sum, correct = stats.to_numpy()
+        return float(loss_sum) / len(labels), float(correct) / len(labels)
+
+
+def train_cupric(net: CupricNet, split: Split, orders, progress) -> list[EpochRecord]:
+    """Train `net` on the batches of `orders`; returns one `EpochRecord` per epoch."""
+    from cupric.runtime import to_device, zeros
+    args = net.args
+    records = []
+    total_steps = sum(len(batches) for batches in orders)
+    step = 0
+    for epoch, batches in enumerate(orders, 1):
+        stats = zeros(2, np.float32)
+        start = time.perf_counter()
+        for idx in batches:
+            x = to_device(split.train_x[idx])
+            y = to_device(split.train_y[idx])
+            saved, logp = net.forward(x, train=True)
+            dlogp = net.loss(logp, y, stats)
+            net.backward(saved, logp, dlogp)
+            net.update(learning_rate(args, step, total_steps))
+            step += 1
+        # Reading the sums waits for the epoch's last step: the time covers the GPU work.
+        loss_sum, _correct = stats.to_numpy()
+        seconds = time.perf_counter() - start
+        train_loss, train_acc = net.evaluate(split.train_x, split.train_y)
+        test_loss, test_acc = net.evaluate(split.test_x, split.test_y)
+        del train_loss  # the record keeps the running loss with dropout, as is usual
+        record = EpochRecord(epoch, float(loss_sum) / len(split.train_y), train_acc,
+                             test_loss, test_acc, seconds)
+        records.append(record)
+        progress(record)
+    return records
+
+
+# --------------------------------------------------------------------------------------
+# The same network in PyTorch (--compare-torch)
+
+
+def train_torch(args, split: Split, orders, initial: dict[str, np.ndarray], progress):
+    """Train the same network in PyTorch from the same initial weights on the same
+    batches; returns one `EpochRecord` per epoch."""
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError as exc:
+        raise ImportError("--compare-torch needs PyTorch: pip install torch") from exc
+    torch.manual_seed(args.seed)
+    if args.deterministic:
+        torch.backends.cudnn.deterministic = True
+    dev = torch.device("cuda")
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(), torch.nn.Dropout(args.dropout),
+        torch.nn.Linear(FEATURES, CLASSES)).to(dev)
+    with torch.no_grad():
+        model[0].weight.copy_(torch.from_numpy(initial["conv1.w"]))
+        model[0].bias.copy_(torch.from_numpy(initial["conv1.b"]))
+        model[3].weight.copy_(torch.from_numpy(initial["conv2.w"]))
+        model[3].bias.copy_(torch.from_numpy(initial["conv2.b"]))
+        # cupric keeps fc.w as (in, out) for x @ w; torch.nn.Linear keeps (out, in).
+        model[8].weight.copy_(torch.from_numpy(initial["fc.w"].T.copy()))
+        model[8].bias.copy_(torch.from_numpy(initial["fc.b"]))
+    if args.optimizer == "adam":
+        opt = torch.optim.Adam(model.parameters(), lr=args.lr,
+                               weight_decay=args.weight_decay)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
+                              weight_decay=args.weight_decay)
+    train_x = torch.from_numpy(split.train_x).to(dev)
+    train_y = torch.from_numpy(split.train_y).long().to(dev)
+    test_x = torch.from_numpy(split.test_x).to(dev)
+    test_y = torch.from_numpy(split.test_y).long().to(dev)
+
+    def evaluate(images, labels):
+        model.eval()
+        with torch.no_grad():
+            logits = model(images)
+            loss = F.cross_entropy(logits, labels).item()
+            acc = (logits.argmax(1) == labels).float().mean().item()
+        model.train()
+        return loss, acc
+
+    records = []
+    total_steps = sum(len(batches) for batches in orders)
+    step = 0
+    for epoch, batches in enumerate(orders, 1):
+        model.train()
+        loss_sum = torch.zeros((), device=dev)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for idx in batches:
+            # Host batches uploaded per step, as the cupric run does.
+            x = torch.from_numpy(split.train_x[idx]).to(dev)
+            y = torch.from_numpy(split.train_y[idx]).long().to(dev)
+            loss = F.cross_entropy(model(x), y)
+            for group in opt.param_groups:
+                group["lr"] = learning_rate(args, step, total_steps)
+            step += 1
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            loss_sum += loss.detach() * len(idx)
+        total = loss_sum.item()    # waits for the epoch's last step
+        seconds = time.perf_counter() - start
+        _train_loss, train_acc = evaluate(train_x, train_y)
+        test_loss, test_acc = evaluate(test_x, test_y)
+        record = EpochRecord(epoch, total / len(split.train_y), train_acc, test_loss,
+                             test_acc, seconds)
+        records.append(record)
+        progress(record)
+    return records
+
+
+# --------------------------------------------------------------------------------------
+# Reporting
+
+
+def make_progress(args, label: str):
+    """A callback printing each epoch's line, through a tqdm bar over the epochs (or
+    plain prints with --no-progress); returns (callback, close)."""
+    def line(r: EpochRecord) -> str:
+        return (f"[{label}] epoch {r.epoch:3d}/{args.epochs}: loss {r.train_loss:.4f}  "
+                f"train acc {r.train_accuracy:.4f}  test loss {r.test_loss:.4f}  "
+                f"test acc {r.test_accuracy:.4f}  {r.seconds * 1e3:8.1f} ms")
+    if not args.progress:
+        return (lambda r: print(line(r), flush=True)), (lambda: None)
+    try:
+        from tqdm import tqdm
+    except ImportError as exc:
+        raise ImportError("the progress bar needs tqdm: pip install tqdm (or pass "
+                          "--no-progress)") from exc
+    bar = tqdm(total=args.epochs, desc=label, unit="epoch", file=sys.stderr)
+
+    def callback(r: EpochRecord) -> None:
+        bar.write(line(r))
+        bar.set_postfix(loss=f"{r.train_loss:.3f}", test_acc=f"{r.test_accuracy:.3f}")
+        bar.update(1)
+    return callback, bar.close
+
+
+def write_plot(path: str, runs: dict[str, list[EpochRecord]]) -> None:
+    """Loss and accuracy per epoch of each run, as a PNG at `path`."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")   # files only: no display needed
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise ImportError("the plot needs matplotlib: pip install matplotlib") from exc
+    from matplotlib.ticker import MaxNLocator
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for index, (label, records) in enumerate(runs.items()):
+        color = f"C{index}"    # one colour per run: solid for train, dashed for test
+        epochs = [r.epoch for r in records]
+        ax_loss.plot(epochs, [r.train_loss for r in records], color=color,
+                     label=f"{label} train")
+        ax_loss.plot(epochs, [r.test_loss for r in records], "--", color=color,
+                     label=f"{label} test")
+        ax_acc.plot(epochs, [r.train_accuracy for r in records], color=color,
+                    label=f"{label} train")
+        ax_acc.plot(epochs, [r.test_accuracy for r in records], "--", color=color,
+                    label=f"{label} test")
+    ax_loss.set(xlabel="epoch", ylabel="cross-entropy", title="loss", yscale="log")
+    ax_acc.set(xlabel="epoch", ylabel="accuracy", title="accuracy")
+    ax_acc.axhline(0.97, color="grey", linewidth=0.8, linestyle=":")
+    for ax in (ax_loss, ax_acc):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle("digits CNN trained with cupric (cuDNN + cuBLAS + cupric kernels)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def summarize(label: str, records: list[EpochRecord]) -> str:
+    """One line: final accuracies, best test accuracy, and epoch times (the first epoch,
+    which compiles kernels and builds cuDNN plans, apart from the median of the rest)."""
+    last = records[-1]
+    best = max(r.test_accuracy for r in records)
+    rest = [r.seconds for r in records[1:]] or [records[0].seconds]
+    return (f"{label}: final test accuracy {last.test_accuracy:.4f} (best "
+            f"{best:.4f}), train accuracy {last.train_accuracy:.4f}; first epoch "
+            f"{records[0].seconds * 1e3:.1f} ms, median epoch after it "
+            f"{statistics.median(rest) * 1e3:.1f} ms")
+
+
+def main(argv=None) -> int:
+    """Run the example; returns the exit status."""
+    args = parse_args(argv)
+    reason = gpu_unavailable_reason()
+    if reason is not None:
+        print(f"notice: {reason}. This example trains with cuDNN and cuBLAS and needs an "
+              f"NVIDIA GPU; nothing was trained.", file=sys.stderr)
+        return 0
+    from cupric import cublas, cudnn
+    missing = [name for name, lib in (("cuDNN (pip install nvidia-cudnn-cu13)", cudnn),
+                                      ("cuBLAS (pip install nvidia-cublas)", cublas))
+               if not lib.is_available()]
+    if missing:
+        print(f"error: a GPU is present but {' and '.join(missing)} cannot be loaded",
+              file=sys.stderr)
+        return 1
+    missing = missing_packages(args)
+    if missing:
+        print(f"error: this run needs {', '.join(missing)}: pip install "
+              f"{' '.join(m.split()[0] for m in missing)}", file=sys.stderr)
+        return 2
+    images, labels = load_digits_arrays()
+    split = split_data(images, labels, args.test_fraction, args.seed)
+    orders = batch_orders(len(split.train_y), args.batch_size, args.epochs, args.seed)
+    print(f"digits: {len(split.train_y)} training and {len(split.test_y)} test images; "
+          f"{args.epochs} epochs of batches of {args.batch_size}, {args.optimizer} "
+          f"lr {args.lr:g} ({args.schedule}), dropout {args.dropout:g}, seed {args.seed}")
+    for step, shape in network_plan(args.batch_size):
+        print(f"  {step:<24} {shape}")
+
+    net = CupricNet(args)
+    # PyTorch starts from these very weights (copied before any step changes them).
+    initial = net.host_parameters() if args.compare_torch else None
+    callback, close = make_progress(args, "cupric")
+    try:
+        records = train_cupric(net, split, orders, callback)
+    finally:
+        close()
+    runs = {"cupric": records}
+    if args.compare_torch:
+        callback, close = make_progress(args, "torch")
+        try:
+            runs["torch"] = train_torch(args, split, orders, initial, callback)
+        finally:
+            close()
+    write_plot(args.plot, runs)
+    print()
+    for label, recs in runs.items():
+        print(summarize(label, recs))
+    print(f"plot written to {args.plot}")
+    final = records[-1].test_accuracy
+    if args.check and final < 0.97:
+        print(f"check failed: final test accuracy {final:.4f} < 0.97", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
