@@ -65,8 +65,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Train a small CNN on scikit-learn's digits with cupric (cuDNN, "
                     "cuBLAS, gpu_rand and cupric kernels).")
-    parser.add_argument("--epochs", type=_positive_int, default=30)
-    parser.add_argument("--batch-size", type=_positive_int, default=32)
+    parser.add_argument("--epochs", type=_positive_int, default=30,
+                        help="passes over the training set (default 30)")
+    parser.add_argument("--batch-size", type=_positive_int, default=32,
+                        help="images per optimizer step (default 32)")
     parser.add_argument("--optimizer", choices=("adam", "sgd"), default="adam",
                         help="Adam, or SGD with momentum")
     parser.add_argument("--lr", type=_positive_float, default=None,
