@@ -391,7 +391,7 @@ def _start_toolchain_load() -> threading.Event:
 
 
 def _load_toolchain(nvvm_ready: threading.Event) -> None:
-    """Load libNVVM, set `nvvm_ready`, then load nvJitLink, which so goes on while
+    """Load libNVVM, set `nvvm_ready`, then load nvJitLink: that load goes on while
     libNVVM compiles the kernel (its compile releases the GIL; `toolchain.nvjitlink`
     makes the link wait for this load). Both are cached by the toolchain module; errors
     surface from the compile and the link themselves, with their full message.
