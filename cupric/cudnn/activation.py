@@ -355,17 +355,29 @@ def _gelu_functions():
         ("gelu", False, 64): gelu64, ("gelu", True, 64): gelu_grad64,
         ("gelu_tanh", False, 64): gelu_tanh64, ("gelu_tanh", True, 64): gelu_tanh_grad64,
     }
-    for key, fn in table.items():
-        _device_functions[key] = device_function(fn)
+    compiled = {key: device_function(fn) for key, fn in table.items()}
+    # bfloat16 data travels as its 16-bit patterns: widen to f32, compute, round back.
+    from cupric.device import half
+
+    def bits_forward(fn32):
+        def on_bits(x):
+            return half.bf16_bits(fn32(half.bf16_from_bits(x)))
+        return device_function(on_bits)
+
+    def bits_backward(fn32):
+        def on_bits(x, dy):
+            return half.bf16_bits(fn32(half.bf16_from_bits(x), half.bf16_from_bits(dy)))
+        return device_function(on_bits)
+
+    for mode in ("gelu", "gelu_tanh"):
+        compiled[(mode, False, 16)] = bits_forward(compiled[(mode, False, 32)])
+        compiled[(mode, True, 16)] = bits_backward(compiled[(mode, True, 32)])
+    _device_functions.update(compiled)
     return _device_functions
 
 
 def _gelu_kernel(h, mode: str, op: str, out: V.Tensor, x: V.Tensor, dy: V.Tensor | None = None):
     """GELU (or its gradient when `dy` is given) with a cupric elementwise kernel."""
-    from .graph import NoEngineError
-    if x.etype == "bf16":
-        raise NoEngineError(op, [(None, "no cuDNN engine runs a standalone GELU graph "
-                                  "here, and cupric's kernel fallback has no bfloat16")])
     arrays = [x] + ([dy] if dy is not None else [])
     flat_out, order = _physical(out)
     flats = []
@@ -378,7 +390,11 @@ def _gelu_kernel(h, mode: str, op: str, out: V.Tensor, x: V.Tensor, dy: V.Tensor
         raise ValueError(f"{op}: the fallback kernel needs x, dy and the output dense and "
                          f"in one layout")
     from cupric.kernels.elementwise import map as elementwise_map
-    fn = _gelu_functions()[(mode, dy is not None, 64 if x.etype == "f64" else 32)]
+    width = {"f64": 64, "bf16": 16}.get(x.etype, 32)
+    if width == 16:
+        flats = [f.view(np.uint16) for f in flats]
+        flat_out = flat_out.view(np.uint16)
+    fn = _gelu_functions()[(mode, dy is not None, width)]
     elementwise_map(fn, *flats, out=flat_out, stream=h.stream)
 
 

@@ -897,3 +897,24 @@ def test_float32_matmul_without_tf32_is_refused_before_cuDNN(fake_handle, monkey
     assert G.ieee_matmul_refusal(half, exact) is None
     # Convolutions are filtered by their engines' notes, not refused.
     assert G.ieee_matmul_refusal(_spec(), exact) is None
+
+
+def test_gelu_fallback_handles_bfloat16_bit_patterns_on_the_simulator(monkeypatch):
+    """The kernel fallback of GELU takes bfloat16 as u16 bit patterns, computes in f32."""
+    import math
+
+    import numpy as np
+
+    from cupric.cudnn import activation as act
+    from cupric.kernels.elementwise import map as elementwise_map
+
+    monkeypatch.setenv("CUPRIC_SIMULATOR", "1")
+    x = np.random.default_rng().standard_normal(257).astype(np.float32) * 2
+    b = x.view(np.uint32)
+    bits = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest even
+    value = (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    out = np.full_like(bits, 0x7FC0)  # poisoned: a bfloat16 NaN
+    elementwise_map(act._gelu_functions()[("gelu", False, 16)], bits, out=out)
+    got = (out.astype(np.uint32) << 16).view(np.float32)
+    ref = 0.5 * value * (1 + np.array([math.erf(v / math.sqrt(2)) for v in value]))
+    np.testing.assert_allclose(got, ref, rtol=2 ** -7, atol=2 ** -7)
