@@ -18,10 +18,11 @@ rows taking turns sample by sample. The results of the two libraries are compare
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
+
+from _common import script_main
 
 N, C, K, H, W, R = 256, 64, 64, 56, 56, 3
 WARMUP, TIMED, PER_SAMPLE = 3, 10, 4
@@ -172,14 +173,7 @@ def _print(results: dict) -> None:
             print(f"{key}: {value}")
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", help="write the results to this file")
-    args = parser.parse_args(argv)
-    results = run(args.json)
-    failed = any(k.endswith("error") for k in results) or any(
-        "error" in row for row in results.get("conv3x3_256x64x56x56", {}).values())
-    return 1 if failed else 0
+main = script_main(run, __doc__.splitlines()[0], "conv3x3_256x64x56x56")
 
 
 if __name__ == "__main__":

@@ -16,10 +16,11 @@ Two measurements:
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
+
+from _common import script_main
 
 import numpy as np
 
@@ -201,14 +202,7 @@ def _print(results: dict) -> None:
             print(f"{key}: {value}")
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", help="write the results to this file")
-    args = parser.parse_args(argv)
-    results = run(args.json)
-    failed = any(k.endswith("error") for k in results) or any(
-        "error" in row for row in results.get("gemm_8192", {}).values())
-    return 1 if failed else 0
+main = script_main(run, __doc__.splitlines()[0], "gemm_8192")
 
 
 if __name__ == "__main__":
