@@ -725,6 +725,28 @@ class Kernel:
             spec = self._variants[key] = Specialization(self, arg_types, noalias, aligned)
         return spec
 
+    def _signature_types(self, signature) -> tuple:
+        """Concrete parameter types for `signature` (a string, a sequence of cupric types,
+        or None for the annotations, which must then all be concrete)."""
+        from cupric.compiler.signature import (BindError, Generic, bind, param_specs,
+                                               parse_signature)
+        self._check_parameters()
+        specs = param_specs(self.py_func)
+        if signature is None:
+            if any(isinstance(s, Generic) for s in specs):
+                raise TypeError(f"{self.__name__} has generic parameters; pass a signature")
+            types = tuple(specs)
+        elif isinstance(signature, str):
+            types = parse_signature(signature)
+        else:
+            types = tuple(signature)
+        names = list(self.py_func.__code__.co_varnames[:self.py_func.__code__.co_argcount])
+        try:
+            types = bind(self.__name__, names, specs, list(types))
+        except BindError as exc:
+            raise self._argument_error(str(exc), exc.index) from None
+        return types
+
     # -- inspection ------------------------------------------------------------------------
 
     def specialize(self, signature=None, *, noalias: bool = True,
@@ -742,23 +764,7 @@ class Kernel:
         TypeError, ValueError
             The signature does not fit the kernel's parameters.
         """
-        from cupric.compiler.signature import (BindError, Generic, bind, param_specs,
-                                               parse_signature)
-        self._check_parameters()
-        specs = param_specs(self.py_func)
-        if signature is None:
-            if any(isinstance(s, Generic) for s in specs):
-                raise TypeError(f"{self.__name__} has generic parameters; pass a signature")
-            types = tuple(specs)
-        elif isinstance(signature, str):
-            types = parse_signature(signature)
-        else:
-            types = tuple(signature)
-        names = list(self.py_func.__code__.co_varnames[:self.py_func.__code__.co_argcount])
-        try:
-            types = bind(self.__name__, names, specs, list(types))
-        except BindError as exc:
-            raise self._argument_error(str(exc), exc.index) from None
+        types = self._signature_types(signature)
         try:
             spec = self._variant(types, noalias, aligned)
             spec.typed
@@ -770,23 +776,7 @@ class Kernel:
                 aligned: bool = True):
         """Compile (or fetch from the cache) the code for `signature`; returns the
         `cupric.compiler.backend.Artifact` (PTX, cubin). A cache hit needs no typing."""
-        from cupric.compiler.signature import (BindError, Generic, bind, param_specs,
-                                               parse_signature)
-        self._check_parameters()
-        specs = param_specs(self.py_func)
-        if signature is None:
-            if any(isinstance(s, Generic) for s in specs):
-                raise TypeError(f"{self.__name__} has generic parameters; pass a signature")
-            types = tuple(specs)
-        elif isinstance(signature, str):
-            types = parse_signature(signature)
-        else:
-            types = tuple(signature)
-        names = list(self.py_func.__code__.co_varnames[:self.py_func.__code__.co_argcount])
-        try:
-            types = bind(self.__name__, names, specs, list(types))
-        except BindError as exc:
-            raise self._argument_error(str(exc), exc.index) from None
+        types = self._signature_types(signature)
         return self._variant(types, noalias, aligned).artifact(arch)
 
     def inspect_types(self, signature=None) -> dict:
