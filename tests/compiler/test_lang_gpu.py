@@ -91,4 +91,6 @@ def test_python_scalars_convert_to_annotated_types(rng):
     y = rng.standard_normal(64).astype(np.float32)
     out = np.zeros(64, np.float32)
     got = on_gpu(lang_kernels.saxpy, 1, 64, 2.5, x, y, out)[2]  # Python float -> f32
-    np.testing.assert_allclose(got, np.float32(2.5) * x + y, rtol=1e-6)
+    # a*x + y contracts to one FMA on the GPU: near a cancellation only the absolute error
+    # stays at float32 rounding.
+    np.testing.assert_allclose(got, np.float32(2.5) * x + y, rtol=1e-6, atol=1e-6)
