@@ -1,0 +1,581 @@
+"""A path tracer with three backends sharing one Python source for the shading: spheres
+and a triangle mesh with diffuse, metal and glass materials, seen through a thin-lens
+camera (depth of field), accumulated progressively, written as a PNG (Pillow).
+
+    python3 examples/path_tracer.py [--backend cpu|cuda|optix|all] [--width 640
+        --height 360 --spp 64] [--cpu-size 48x32 --cpu-spp 4] [--max-depth 8]
+        [--seed 1] [--denoise] [--out path_tracer.png]
+
+Backends:
+- ``cuda``: `render_kernel`, a cupric kernel, one thread per pixel, an iterative path
+  loop, and a software BVH (built on the host with NumPy, traversed with a stack in a
+  local array; examples/_tracer_bvh.py).
+- ``optix``: OptiX traces the rays on the RT cores through an instance AS over two
+  GASes (built-in spheres, triangles); `tracer_raygen` runs the same path loop and
+  `tracer_hit` reports the primitive and distance.
+- ``cpu``: the SAME `render_kernel` run on cupric's CPU simulator (not a separate NumPy
+  renderer), at a small size (``--cpu-size``, default 48x32, ``--cpu-spp`` 4): every
+  simulated thread is Python, so it measures the simulator, not a CPU renderer.
+
+Both GPU backends and the simulator call the device functions of
+examples/_tracer_shading.py (camera, random numbers, materials, sky, normals), so they
+draw the same random numbers for the same pixel, sample and seed: images agree up to
+the rare path that floating-point differences in the intersection send another way.
+With ``--backend all`` the script renders the cuda and optix images at the same size and
+sample count and prints their mean absolute difference (and the simulator's against the
+cuda backend at the CPU size). Samples per second (paths: pixels x samples per pixel)
+are printed per backend. ``--denoise`` runs OptiX's AI denoiser on the result (the
+driver must carry its weights file; see docs/optix.md). Without a GPU only the cpu
+backend runs, with a notice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import cupric  # noqa: E402
+import cupric.optix.api as ox  # noqa: E402  (imports nothing from the driver)
+from cupric.device import bits, float3, grid, local, optix  # noqa: E402
+from cupric.types import Array, f32, i32, u32, u64  # noqa: E402
+
+from _common import on_gpu  # noqa: E402
+from _tracer_bvh import STACK_SIZE, BVH, build_bvh, closest_hit  # noqa: E402
+from _tracer_shading import (CAMERA_FLOATS, DIELECTRIC, LAMBERTIAN, METAL, T_FAR,  # noqa: E402
+                             T_MIN, primary_ray, shade_hit, sky)
+
+IMAGE = Array[f32, 3, "C"]
+F32_1D = Array[f32, 1, "C"]
+F32_2D = Array[f32, 2, "C"]
+I32_1D = Array[i32, 1, "C"]
+I32_2D = Array[i32, 2, "C"]
+BLOCK = (16, 8)
+#: The kernel's signature, for `inspect_ptx` and the tests.
+KERNEL_SIGNATURE = ("Array[f32, 3, 'C'], Array[f32, 1, 'C'], Array[f32, 2, 'C'], "
+                    "Array[i32, 1, 'C'], Array[f32, 2, 'C'], Array[f32, 2, 'C'], "
+                    "Array[f32, 2, 'C'], Array[i32, 2, 'C'], Array[i32, 1, 'C'], "
+                    "i32, i32, u32, i32")
+
+
+# -- the scene -----------------------------------------------------------------------------------
+
+@dataclass
+class Scene:
+    spheres: np.ndarray  # (n, 4) f32: centre, radius
+    triangles: np.ndarray  # (m, 9) f32: three vertices
+    materials: np.ndarray  # (k, 5) f32: kind, albedo r, g, b, fuzz or index of refraction
+    prim_material: np.ndarray  # (n + m,) i32: material of each primitive (spheres first)
+
+    @property
+    def primitive_count(self) -> int:
+        return len(self.spheres) + len(self.triangles)
+
+
+def icosahedron(center, radius) -> np.ndarray:
+    """(20, 9) triangles of a regular icosahedron (the triangle mesh of the scene)."""
+    phi = (1 + 5 ** 0.5) / 2
+    v = np.array([[-1, phi, 0], [1, phi, 0], [-1, -phi, 0], [1, -phi, 0],
+                  [0, -1, phi], [0, 1, phi], [0, -1, -phi], [0, 1, -phi],
+                  [phi, 0, -1], [phi, 0, 1], [-phi, 0, -1], [-phi, 0, 1]], dtype=np.float64)
+    v = v / np.linalg.norm(v[0]) * radius + np.asarray(center, dtype=np.float64)
+    faces = [(0, 11, 5), (0, 5, 1), (0, 1, 7), (0, 7, 10), (0, 10, 11), (1, 5, 9),
+             (5, 11, 4), (11, 10, 2), (10, 7, 6), (7, 1, 8), (3, 9, 4), (3, 4, 2),
+             (3, 2, 6), (3, 6, 8), (3, 8, 9), (4, 9, 5), (2, 4, 11), (6, 2, 10),
+             (8, 6, 7), (9, 8, 1)]
+    return np.array([v[list(f)].reshape(9) for f in faces])
+
+
+def make_scene(small_spheres: int = 14) -> Scene:
+    """The fixed scene: a ground of two triangles, three large spheres (glass, diffuse,
+    metal), an icosahedron of polished metal, and small spheres of random materials (a
+    fixed generator, so every run and backend sees the same scene)."""
+    rng = np.random.default_rng(2026)
+    materials = [(LAMBERTIAN, 0.5, 0.5, 0.5, 0.0),  # 0 ground
+                 (DIELECTRIC, 1.0, 1.0, 1.0, 1.5),  # 1 glass
+                 (LAMBERTIAN, 0.4, 0.2, 0.1, 0.0),  # 2 brown
+                 (METAL, 0.7, 0.6, 0.5, 0.0),  # 3 mirror
+                 (METAL, 0.3, 0.7, 0.8, 0.25)]  # 4 brushed teal (the mesh)
+    spheres = [(0.0, 1.0, 0.0, 1.0), (-4.0, 1.0, 0.0, 1.0), (4.0, 1.0, 0.0, 1.0)]
+    sphere_material = [1, 2, 3]
+    placed = 0
+    while placed < small_spheres:
+        x, z = rng.uniform(-6.0, 6.0), rng.uniform(-3.0, 4.0)
+        # Keep clear of the large spheres and the mesh.
+        if min(np.hypot(x - cx, z - cz) for cx, cz in ((0, 0), (-4, 0), (4, 0), (1.8, 2.4))) < 1.4:
+            continue
+        choice = rng.uniform()
+        colour = rng.uniform(0.1, 0.9, size=3)
+        if choice < 0.6:
+            materials.append((LAMBERTIAN, *colour, 0.0))
+        elif choice < 0.85:
+            materials.append((METAL, *(0.5 + 0.5 * colour), rng.uniform(0.0, 0.4)))
+        else:
+            materials.append((DIELECTRIC, 1.0, 1.0, 1.0, 1.5))
+        spheres.append((x, 0.2, z, 0.2))
+        sphere_material.append(len(materials) - 1)
+        placed += 1
+    ground = np.array([[-30, 0, -30, 30, 0, 30, 30, 0, -30],
+                       [-30, 0, -30, -30, 0, 30, 30, 0, 30]], dtype=np.float64)
+    mesh = icosahedron((1.8, 0.75, 2.4), 0.75)
+    triangles = np.concatenate([ground, mesh])
+    triangle_material = [0, 0] + [4] * len(mesh)
+    return Scene(spheres=np.array(spheres, dtype=np.float32),
+                 triangles=triangles.astype(np.float32),
+                 materials=np.array(materials, dtype=np.float32),
+                 prim_material=np.array(sphere_material + triangle_material, dtype=np.int32))
+
+
+def make_camera(width: int, height: int, look_from=(13.0, 2.0, 3.0), look_at=(0.0, 0.5, 0.0),
+                vfov_degrees: float = 22.0, aperture: float = 0.12,
+                focus_distance: float | None = None) -> np.ndarray:
+    """The camera table of _tracer_shading.camera_ray: a thin lens of diameter `aperture`
+    focused at `focus_distance` (default: the look-at point)."""
+    origin = np.asarray(look_from, dtype=np.float64)
+    target = np.asarray(look_at, dtype=np.float64)
+    if focus_distance is None:
+        focus_distance = float(np.linalg.norm(origin - target))
+    half_height = math.tan(math.radians(vfov_degrees) / 2)
+    view_height = 2.0 * half_height
+    view_width = view_height * width / height
+    w = (origin - target) / np.linalg.norm(origin - target)
+    u = np.cross((0.0, 1.0, 0.0), w)
+    u /= np.linalg.norm(u)
+    v = np.cross(w, u)
+    horizontal = focus_distance * view_width * u
+    vertical = focus_distance * view_height * v
+    lower_left = origin - horizontal / 2 - vertical / 2 - focus_distance * w
+    table = np.concatenate([origin, lower_left, horizontal, vertical, u, v, [aperture / 2]])
+    assert table.shape == (CAMERA_FLOATS,)
+    return table.astype(np.float32)
+
+
+# -- the CUDA backend (and, on the simulator, the cpu one) ---------------------------------------
+
+@cupric.kernel
+def render_kernel(accum: IMAGE, camera: F32_1D, materials: F32_2D, prim_material: I32_1D,
+                  spheres: F32_2D, triangles: F32_2D, bounds: F32_2D, meta: I32_2D,
+                  prim_ids: I32_1D, first_sample: i32, samples: i32, seed: u32,
+                  max_depth: i32):
+    """Add `samples` paths per pixel (samples first_sample, first_sample + 1, ...) to
+    accum[y, x, :] (RGB sums; divide by the total sample count to get the image)."""
+    x, y = grid(2)
+    height = accum.shape[0]
+    width = accum.shape[1]
+    if x >= width or y >= height:
+        return
+    stack = local.array(STACK_SIZE, i32)
+    total = float3(f32(0.0), f32(0.0), f32(0.0))
+    for k in range(i32(samples)):
+        origin, direction, state = primary_ray(camera, x, y, width, height,
+                                               i32(first_sample) + k, seed)
+        throughput = float3(f32(1.0), f32(1.0), f32(1.0))
+        radiance = float3(f32(0.0), f32(0.0), f32(0.0))
+        depth = i32(0)
+        while depth < i32(max_depth):
+            t, prim = closest_hit(stack, bounds, meta, prim_ids, spheres, triangles, origin,
+                                  direction, f32(T_MIN), f32(T_FAR))
+            if prim < 0:
+                radiance = throughput * sky(direction)
+                break
+            origin, direction, attenuation, alive, state = shade_hit(
+                materials, prim_material, spheres, triangles, prim, t, origin, direction,
+                state)
+            if alive == 0:
+                break
+            throughput = throughput * attenuation
+            depth += 1
+        # A path past max_depth brings no light (radiance stays 0), as an absorbed one.
+        if math.isfinite(radiance.x + radiance.y + radiance.z):
+            total = total + radiance
+    accum[y, x, 0] += total.x
+    accum[y, x, 1] += total.y
+    accum[y, x, 2] += total.z
+
+
+# -- the OptiX backend ---------------------------------------------------------------------------
+# Every program takes the pipeline's launch parameters (docs/optix.md): the same list.
+
+@ox.raygen
+def tracer_raygen(accum: IMAGE, camera: F32_1D, materials: F32_2D, prim_material: I32_1D,
+                  spheres: F32_2D, triangles: F32_2D, handle: u64, first_sample: i32,
+                  samples: i32, seed: u32, max_depth: i32):
+    x, y, _ = optix.launch_index()
+    width = accum.shape[1]
+    height = accum.shape[0]
+    total = float3(f32(0.0), f32(0.0), f32(0.0))
+    for k in range(samples):
+        origin, direction, state = primary_ray(camera, x, y, width, height,
+                                               first_sample + k, seed)
+        throughput = float3(f32(1.0), f32(1.0), f32(1.0))
+        radiance = float3(f32(0.0), f32(0.0), f32(0.0))
+        depth = i32(0)
+        while depth < max_depth:
+            # Payload: 1 + the primitive (0 = missed), and the hit distance's bits.
+            found, t_bits = optix.trace(handle, (origin.x, origin.y, origin.z),
+                                        (direction.x, direction.y, direction.z),
+                                        f32(T_MIN), f32(T_FAR), u32(0), u32(0))
+            if found == u32(0):
+                radiance = throughput * sky(direction)
+                break
+            origin, direction, attenuation, alive, state = shade_hit(
+                materials, prim_material, spheres, triangles, i32(found) - 1,
+                bits.bitcast(t_bits, f32), origin, direction, state)
+            if alive == 0:
+                break
+            throughput = throughput * attenuation
+            depth += 1
+        if math.isfinite(radiance.x + radiance.y + radiance.z):
+            total = total + radiance
+    accum[y, x, 0] += total.x
+    accum[y, x, 1] += total.y
+    accum[y, x, 2] += total.z
+
+
+@ox.miss
+def tracer_miss(accum: IMAGE, camera: F32_1D, materials: F32_2D, prim_material: I32_1D,
+                spheres: F32_2D, triangles: F32_2D, handle: u64, first_sample: i32,
+                samples: i32, seed: u32, max_depth: i32):
+    optix.set_payload(0, u32(0))
+
+
+@ox.closest_hit
+def tracer_hit(accum: IMAGE, camera: F32_1D, materials: F32_2D, prim_material: I32_1D,
+               spheres: F32_2D, triangles: F32_2D, handle: u64, first_sample: i32,
+               samples: i32, seed: u32, max_depth: i32):
+    # Instance 0 holds the spheres' GAS, instance 1 the triangles' (see OptixRenderer):
+    # map the GAS-local primitive index to the one index space of the shading code.
+    prim = i32(optix.primitive_index())
+    if optix.instance_index() == 1:
+        prim = prim + i32(spheres.shape[0])
+    optix.set_payload(0, u32(prim + 1))
+    optix.set_payload(1, bits.bitcast(optix.ray_tmax(), u32))
+
+
+OPTIX_PROGRAMS = (tracer_raygen, tracer_miss, tracer_hit)
+OPTIX_PARAMS = ("Array[f32, 3, 'C'], Array[f32, 1, 'C'], Array[f32, 2, 'C'], "
+                "Array[i32, 1, 'C'], Array[f32, 2, 'C'], Array[f32, 2, 'C'], u64, i32, i32, "
+                "u32, i32")
+PIPELINE_OPTIONS = ox.PipelineCompileOptions(num_payload_values=2, num_attribute_values=2,
+                                             traversable_graph="single_level_instancing",
+                                             primitive_types=("triangle", "sphere"))
+
+
+# -- renderers -----------------------------------------------------------------------------------
+
+def _progress(total: int, label: str):
+    """A tqdm bar over the samples; tqdm is optional (pip install tqdm)."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        print("tqdm is not installed (pip install tqdm): no progress bar", file=sys.stderr)
+        return None
+    return tqdm(total=total, desc=label, unit="spp", leave=False, file=sys.stderr)
+
+
+def _batches(spp: int, batch: int):
+    first = 0
+    while first < spp:
+        count = min(batch, spp - first)
+        yield first, count
+        first += count
+
+
+@dataclass
+class Render:
+    image: np.ndarray  # (height, width, 3) float32, linear radiance (mean over samples)
+    seconds: float
+    spp: int
+
+    @property
+    def samples_per_second(self) -> float:
+        h, w, _ = self.image.shape
+        return h * w * self.spp / self.seconds
+
+
+def render_simulator(scene: Scene, width: int, height: int, spp: int, *, seed: int = 1,
+                     max_depth: int = 8, bvh: BVH | None = None,
+                     progress: bool = True) -> Render:
+    """`render_kernel` on the CPU simulator (NumPy arrays), one launch per sample."""
+    bvh = bvh or build_bvh(scene.spheres, scene.triangles)
+    accum = np.zeros((height, width, 3), dtype=np.float32)
+    camera = make_camera(width, height)
+    blocks = ((width + BLOCK[0] - 1) // BLOCK[0], (height + BLOCK[1] - 1) // BLOCK[1])
+    bar = _progress(spp, "cpu (simulator)") if progress else None
+    t0 = time.perf_counter()
+    for first, count in _batches(spp, 1):
+        render_kernel.simulate[blocks, BLOCK](
+            accum, camera, scene.materials, scene.prim_material, scene.spheres,
+            scene.triangles, bvh.bounds, bvh.meta, bvh.prim_ids, first, count, seed,
+            max_depth)
+        if bar is not None:
+            bar.update(count)
+    seconds = time.perf_counter() - t0
+    if bar is not None:
+        bar.close()
+    return Render(accum / np.float32(spp), seconds, spp)
+
+
+def render_cuda(scene: Scene, width: int, height: int, spp: int, *, seed: int = 1,
+                max_depth: int = 8, batch: int = 4, progress: bool = True) -> Render:
+    """`render_kernel` on the GPU: `batch` samples per launch, timed after a warm-up
+    launch that compiles the kernel (or loads it from the cache)."""
+    from cupric import runtime as rt
+    bvh = build_bvh(scene.spheres, scene.triangles)
+    args = [rt.to_device(a) for a in (make_camera(width, height), scene.materials,
+                                      scene.prim_material, scene.spheres, scene.triangles,
+                                      bvh.bounds, bvh.meta, bvh.prim_ids)]
+    accum = rt.to_device(np.zeros((height, width, 3), dtype=np.float32))
+    blocks = ((width + BLOCK[0] - 1) // BLOCK[0], (height + BLOCK[1] - 1) // BLOCK[1])
+    # Warm-up: one sample into a scratch image, so compilation is not timed.
+    scratch = rt.to_device(np.zeros((height, width, 3), dtype=np.float32))
+    render_kernel[blocks, BLOCK](scratch, *args, 0, 1, seed, max_depth)
+    rt.synchronize()
+    bar = _progress(spp, "cuda") if progress else None
+    t0 = time.perf_counter()
+    for first, count in _batches(spp, batch):
+        render_kernel[blocks, BLOCK](accum, *args, first, count, seed, max_depth)
+        if bar is not None:
+            rt.synchronize()  # the bar shows finished samples, not queued launches
+            bar.update(count)
+    rt.synchronize()
+    seconds = time.perf_counter() - t0
+    if bar is not None:
+        bar.close()
+    return Render(accum.to_numpy() / np.float32(spp), seconds, spp)
+
+
+class OptixRenderer:
+    """The OptiX pipeline, scene acceleration structures and SBT for one scene.
+
+    Two GASes (built-in spheres; triangles) under one instance AS with identity
+    transforms; instance k uses hit group k (the sphere group names OptiX's built-in
+    sphere intersection module), both running `tracer_hit`.
+    """
+
+    def __init__(self, scene: Scene):
+        from cupric import runtime as rt
+        from cupric.optix import lib
+        if not lib.is_available():
+            raise RuntimeError(f"the driver has no OptiX runtime for ABI {lib.abi_version()} "
+                               "(libnvoptix.so.1)")
+        self.scene = scene
+        self.ctx = ox.create_context()
+        ctx = self.ctx
+        self.module = ctx.compile_module(list(OPTIX_PROGRAMS), ox.ModuleCompileOptions(),
+                                         PIPELINE_OPTIONS)
+        self.sphere_module = ctx.builtin_intersection_module("sphere",
+                                                             pipeline_options=PIPELINE_OPTIONS)
+        self.groups = [ctx.raygen_group(self.module, tracer_raygen),
+                       ctx.miss_group(self.module, tracer_miss),
+                       ctx.hit_group(self.module, closest_hit=tracer_hit,
+                                     intersection_module=self.sphere_module),
+                       ctx.hit_group(self.module, closest_hit=tracer_hit)]
+        self.pipeline = ctx.create_pipeline(self.groups, PIPELINE_OPTIONS,
+                                            ox.PipelineLinkOptions(max_trace_depth=1))
+        self.sbt = ox.create_sbt(raygen=ox.make_records(self.groups[0]),
+                                 miss=ox.make_records(self.groups[1]),
+                                 hitgroup=ox.make_records(self.groups[2:]))
+        self.centers = rt.to_device(np.ascontiguousarray(scene.spheres[:, :3]))
+        self.radii = rt.to_device(np.ascontiguousarray(scene.spheres[:, 3]))
+        self.vertices = rt.to_device(np.ascontiguousarray(scene.triangles.reshape(-1, 3)))
+        self.sphere_gas = ctx.build_accel([ox.SphereInput(self.centers, self.radii)])
+        self.triangle_gas = ctx.build_accel([ox.TriangleInput(self.vertices)])
+        self.instances = rt.to_device(ox.make_instances(
+            [self.sphere_gas, self.triangle_gas], sbt_offsets=[0, 1]))
+        self.ias = ctx.build_accel([ox.InstanceInput(self.instances)])
+        self.data = [rt.to_device(a) for a in (scene.materials, scene.prim_material,
+                                               scene.spheres, scene.triangles)]
+
+    def render(self, width: int, height: int, spp: int, *, seed: int = 1, max_depth: int = 8,
+               batch: int = 4, progress: bool = True) -> Render:
+        from cupric import runtime as rt
+        camera = rt.to_device(make_camera(width, height))
+        accum = rt.to_device(np.zeros((height, width, 3), dtype=np.float32))
+        scratch = rt.to_device(np.zeros((height, width, 3), dtype=np.float32))
+        params = (camera, *self.data, self.ias.handle)
+        self.pipeline.launch(self.sbt, (width, height), scratch, *params, 0, 1, seed,
+                             max_depth)  # warm-up
+        rt.synchronize()
+        bar = _progress(spp, "optix") if progress else None
+        t0 = time.perf_counter()
+        for first, count in _batches(spp, batch):
+            self.pipeline.launch(self.sbt, (width, height), accum, *params, first, count,
+                                 seed, max_depth)
+            if bar is not None:
+                rt.synchronize()
+                bar.update(count)
+        rt.synchronize()
+        seconds = time.perf_counter() - t0
+        if bar is not None:
+            bar.close()
+        return Render(accum.to_numpy() / np.float32(spp), seconds, spp)
+
+    def denoise(self, image: np.ndarray) -> np.ndarray:
+        """OptiX's HDR denoiser on a linear image (height, width, 3).
+
+        Raises
+        ------
+        cupric.optix.api.DenoiserUnavailableError
+            The driver installation lacks the denoiser's weights file.
+        """
+        from cupric import runtime as rt
+        height, width, _ = image.shape
+        with self.ctx.create_denoiser(ox.DenoiserOptions(model="hdr")) as denoiser:
+            denoiser.setup(width, height)
+            color = rt.to_device(np.ascontiguousarray(image, dtype=np.float32))
+            output = rt.to_device(np.zeros_like(image, dtype=np.float32))
+            denoiser.invoke(color, output)
+            rt.synchronize()
+            return output.to_numpy()
+
+    def close(self) -> None:
+        """Release the OptiX objects; closing the context closes what it made."""
+        for obj in (self.sbt, self.ias, self.sphere_gas, self.triangle_gas):
+            obj.close()
+        self.ctx.close()
+
+
+# -- output and comparison -----------------------------------------------------------------------
+
+def to_srgb8(image: np.ndarray) -> np.ndarray:
+    """8-bit sRGB-ish (gamma 2.2) of a linear image, clipped to [0, 1]."""
+    return (np.clip(image, 0.0, 1.0) ** (1 / 2.2) * 255.0 + 0.5).astype(np.uint8)
+
+
+def save_png(image: np.ndarray, path: str) -> str:
+    try:
+        from PIL import Image
+    except ImportError as exc:
+        raise SystemExit("Pillow is needed to write PNG files: pip install pillow") from exc
+    Image.fromarray(to_srgb8(image)).save(path)
+    return path
+
+
+def mean_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
+    """Mean absolute difference of two linear images, radiance clipped to [0, 1] as
+    displayed (a rare very bright path must not dominate the comparison)."""
+    return float(np.mean(np.abs(np.clip(a, 0, 1) - np.clip(b, 0, 1))))
+
+
+def _path_with_suffix(path: str, suffix: str) -> str:
+    stem, ext = os.path.splitext(path)
+    return f"{stem}_{suffix}{ext or '.png'}"
+
+
+def _size(text: str) -> tuple[int, int]:
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT, got {text!r}") from exc
+    if w <= 0 or h <= 0:
+        raise argparse.ArgumentTypeError(f"sizes must be positive, got {text!r}")
+    return w, h
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=("cpu", "cuda", "optix", "all"), default="all")
+    parser.add_argument("--width", type=int, default=640)
+    parser.add_argument("--height", type=int, default=360)
+    parser.add_argument("--spp", type=int, default=64, help="samples per pixel (GPU)")
+    parser.add_argument("--cpu-size", type=_size, default=(48, 32),
+                        help="WIDTHxHEIGHT of the simulator render (default 48x32)")
+    parser.add_argument("--cpu-spp", type=int, default=4,
+                        help="samples per pixel of the simulator render (default 4)")
+    parser.add_argument("--max-depth", type=int, default=8, help="bounces per path")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--batch", type=int, default=4, help="samples per GPU launch")
+    parser.add_argument("--denoise", action="store_true",
+                        help="also write an OptiX-denoised image (needs a GPU)")
+    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--out", default="path_tracer.png")
+    args = parser.parse_args(argv)
+    for name in ("width", "height", "spp", "cpu_spp", "max_depth", "batch"):
+        if getattr(args, name) <= 0:
+            parser.error(f"--{name.replace('_', '-')} must be positive")
+    if not 0 <= args.seed < 2 ** 32:
+        parser.error("--seed must be in [0, 2**32)")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    scene = make_scene()
+    progress = not args.no_progress
+    gpu = on_gpu("the path tracer")
+    backends = ["cpu", "cuda", "optix"] if args.backend == "all" else [args.backend]
+    if not gpu:
+        if backends != ["cpu"]:
+            print("notice: no GPU: the cuda and optix backends are skipped; rendering with "
+                  "the cpu backend only", file=sys.stderr)
+        backends = ["cpu"]
+    print(f"scene: {len(scene.spheres)} spheres, {len(scene.triangles)} triangles, "
+          f"{len(scene.materials)} materials")
+    renders: dict[str, Render] = {}
+    renderer = None
+    try:
+        for backend in backends:
+            if backend == "cpu":
+                w, h = args.cpu_size
+                result = render_simulator(scene, w, h, args.cpu_spp, seed=args.seed,
+                                          max_depth=args.max_depth, progress=progress)
+            elif backend == "cuda":
+                result = render_cuda(scene, args.width, args.height, args.spp, seed=args.seed,
+                                     max_depth=args.max_depth, batch=args.batch,
+                                     progress=progress)
+            else:
+                renderer = renderer or OptixRenderer(scene)
+                result = renderer.render(args.width, args.height, args.spp, seed=args.seed,
+                                         max_depth=args.max_depth, batch=args.batch,
+                                         progress=progress)
+            renders[backend] = result
+            h, w, _ = result.image.shape
+            out = args.out if len(backends) == 1 else _path_with_suffix(args.out, backend)
+            print(f"{backend:6s} {w}x{h}, {result.spp} spp: {result.seconds:.3f} s, "
+                  f"{result.samples_per_second / 1e6:.3f} Msamples/s "
+                  f"({result.samples_per_second:.4g} paths/s); wrote {save_png(result.image, out)}")
+        if "cuda" in renders and "optix" in renders:
+            print(f"cuda vs optix at {args.spp} spp: mean abs difference "
+                  f"{mean_abs_diff(renders['cuda'].image, renders['optix'].image):.5f}")
+        if "cpu" in renders and "cuda" in renders:
+            w, h = args.cpu_size
+            small = render_cuda(scene, w, h, args.cpu_spp, seed=args.seed,
+                                max_depth=args.max_depth, batch=args.batch, progress=False)
+            print(f"cpu vs cuda at {w}x{h}, {args.cpu_spp} spp: mean abs difference "
+                  f"{mean_abs_diff(renders['cpu'].image, small.image):.5f}")
+        if args.denoise:
+            if not gpu:
+                print("--denoise needs a GPU (OptiX): skipped", file=sys.stderr)
+            else:
+                source = renders.get("optix") or renders.get("cuda")
+                if source is None:
+                    print("--denoise denoises a cuda or optix render: none was made",
+                          file=sys.stderr)
+                else:
+                    renderer = renderer or OptixRenderer(scene)
+                    try:
+                        clean = renderer.denoise(source.image)
+                    except ox.DenoiserUnavailableError as exc:
+                        print(f"--denoise: the OptiX denoiser is unavailable on this machine "
+                              f"({exc.description}); the driver installation lacks its "
+                              f"weights file {exc.weights_file}. The noisy image was kept.",
+                              file=sys.stderr)
+                    else:
+                        out = _path_with_suffix(args.out, "denoised")
+                        print(f"denoised: wrote {save_png(clean, out)}")
+    finally:
+        if renderer is not None:
+            renderer.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
