@@ -10,9 +10,9 @@ Conventions: vectors are `float3` (registers); scalars are f32; the random state
 u32 carried through every call and returned with its new value (device functions cannot
 mutate their caller's locals). Angles go through `sincospi` (sin and cos of pi*x): its
 argument reduction is exact and register-only, where `sin`/`cos` of libdevice keep a
-local-memory table for the slow path of huge arguments. Integers are cast explicitly with `u32(...)` because the
-simulator passes kernel scalars as NumPy int64, and u32 arithmetic must wrap at 32 bits
-on both paths.
+local-memory table for the slow path of huge arguments. Integers are cast explicitly
+with `u32(...)` because the simulator passes kernel scalars as NumPy int64, and u32
+arithmetic must wrap at 32 bits on both paths.
 """
 
 from __future__ import annotations
