@@ -4,7 +4,7 @@ camera (depth of field), accumulated progressively, written as a PNG (Pillow).
 
     python3 examples/path_tracer.py [--backend cpu|cuda|optix|all] [--width 640
         --height 360 --spp 64] [--cpu-size 48x32 --cpu-spp 4] [--max-depth 8]
-        [--seed 1] [--denoise] [--out path_tracer.png]
+        [--seed 1] [--optix-spheres builtin|custom] [--denoise] [--out path_tracer.png]
 
 Backends:
 - ``cuda``: `render_kernel`, a cupric kernel, one thread per pixel, an iterative path
@@ -50,7 +50,7 @@ from cupric.types import Array, f32, i32, u32, u64  # noqa: E402
 from _common import on_gpu  # noqa: E402
 from _tracer_bvh import STACK_SIZE, BVH, build_bvh, closest_hit  # noqa: E402
 from _tracer_shading import (CAMERA_FLOATS, DIELECTRIC, LAMBERTIAN, METAL, T_FAR,  # noqa: E402
-                             T_MIN, primary_ray, shade_hit, sky)
+                             T_MIN, hit_sphere, primary_ray, shade_hit, sky)
 
 IMAGE = Array[f32, 3, "C"]
 F32_1D = Array[f32, 1, "C"]
@@ -259,13 +259,29 @@ def tracer_hit(accum: IMAGE, camera: F32_1D, materials: F32_2D, prim_material: I
     optix.set_payload(1, bits.bitcast(optix.ray_tmax(), u32))
 
 
-OPTIX_PROGRAMS = (tracer_raygen, tracer_miss, tracer_hit)
+@ox.intersection
+def tracer_sphere(accum: IMAGE, camera: F32_1D, materials: F32_2D, prim_material: I32_1D,
+                  spheres: F32_2D, triangles: F32_2D, handle: u64, first_sample: i32,
+                  samples: i32, seed: u32, max_depth: i32):
+    # Spheres as custom primitives (``--optix-spheres custom``): the CUDA kernel's own
+    # `hit_sphere` on OptiX's traversal, to tell OptiX's built-in sphere test apart
+    # from the rest of the pipeline when the backends disagree.
+    k = i32(optix.primitive_index())
+    ox_, oy, oz = optix.object_ray_origin()
+    dx, dy, dz = optix.object_ray_direction()
+    t = hit_sphere(spheres, k, float3(ox_, oy, oz), float3(dx, dy, dz), optix.ray_tmin(),
+                   optix.ray_tmax())
+    if t > f32(0.0):
+        optix.report_intersection(t, 0)
+
+
+OPTIX_PROGRAMS = (tracer_raygen, tracer_miss, tracer_hit, tracer_sphere)
 OPTIX_PARAMS = ("Array[f32, 3, 'C'], Array[f32, 1, 'C'], Array[f32, 2, 'C'], "
                 "Array[i32, 1, 'C'], Array[f32, 2, 'C'], Array[f32, 2, 'C'], u64, i32, i32, "
                 "u32, i32")
 PIPELINE_OPTIONS = ox.PipelineCompileOptions(num_payload_values=2, num_attribute_values=2,
                                              traversable_graph="single_level_instancing",
-                                             primitive_types=("triangle", "sphere"))
+                                             primitive_types=("triangle", "sphere", "custom"))
 
 
 # -- renderers -----------------------------------------------------------------------------------
@@ -355,14 +371,17 @@ def render_cuda(scene: Scene, width: int, height: int, spp: int, *, seed: int = 
 class OptixRenderer:
     """The OptiX pipeline, scene acceleration structures and SBT for one scene.
 
-    Two GASes (built-in spheres; triangles) under one instance AS with identity
-    transforms; instance k uses hit group k (the sphere group names OptiX's built-in
-    sphere intersection module), both running `tracer_hit`.
+    Two GASes (spheres; triangles) under one instance AS with identity transforms;
+    instance k uses hit group k, both running `tracer_hit`. ``spheres="builtin"``
+    (default) intersects spheres with OptiX's built-in sphere module, ``"custom"`` with
+    `tracer_sphere` over custom primitives (their boxes), the kernel's own test.
     """
 
-    def __init__(self, scene: Scene):
+    def __init__(self, scene: Scene, spheres: str = "builtin"):
         from cupric import runtime as rt
         from cupric.optix import lib
+        if spheres not in ("builtin", "custom"):
+            raise ValueError(f"spheres must be 'builtin' or 'custom', got {spheres!r}")
         if not lib.is_available():
             raise RuntimeError(f"the driver has no OptiX runtime for ABI {lib.abi_version()} "
                                "(libnvoptix.so.1)")
@@ -371,22 +390,35 @@ class OptixRenderer:
         ctx = self.ctx
         self.module = ctx.compile_module(list(OPTIX_PROGRAMS), ox.ModuleCompileOptions(),
                                          PIPELINE_OPTIONS)
-        self.sphere_module = ctx.builtin_intersection_module("sphere",
-                                                             pipeline_options=PIPELINE_OPTIONS)
+        if spheres == "builtin":
+            self.sphere_module = ctx.builtin_intersection_module(
+                "sphere", pipeline_options=PIPELINE_OPTIONS)
+            sphere_group = ctx.hit_group(self.module, closest_hit=tracer_hit,
+                                         intersection_module=self.sphere_module)
+        else:
+            self.sphere_module = None
+            sphere_group = ctx.hit_group(self.module, closest_hit=tracer_hit,
+                                         intersection=tracer_sphere)
         self.groups = [ctx.raygen_group(self.module, tracer_raygen),
                        ctx.miss_group(self.module, tracer_miss),
-                       ctx.hit_group(self.module, closest_hit=tracer_hit,
-                                     intersection_module=self.sphere_module),
+                       sphere_group,
                        ctx.hit_group(self.module, closest_hit=tracer_hit)]
         self.pipeline = ctx.create_pipeline(self.groups, PIPELINE_OPTIONS,
                                             ox.PipelineLinkOptions(max_trace_depth=1))
         self.sbt = ox.create_sbt(raygen=ox.make_records(self.groups[0]),
                                  miss=ox.make_records(self.groups[1]),
                                  hitgroup=ox.make_records(self.groups[2:]))
-        self.centers = rt.to_device(np.ascontiguousarray(scene.spheres[:, :3]))
-        self.radii = rt.to_device(np.ascontiguousarray(scene.spheres[:, 3]))
+        if spheres == "builtin":
+            self.centers = rt.to_device(np.ascontiguousarray(scene.spheres[:, :3]))
+            self.radii = rt.to_device(np.ascontiguousarray(scene.spheres[:, 3]))
+            sphere_input = ox.SphereInput(self.centers, self.radii)
+        else:
+            centers, radii = scene.spheres[:, :3], scene.spheres[:, 3:]
+            self.aabbs = rt.to_device(np.ascontiguousarray(
+                np.concatenate([centers - radii, centers + radii], axis=1), dtype=np.float32))
+            sphere_input = ox.CustomPrimitiveInput(self.aabbs)
         self.vertices = rt.to_device(np.ascontiguousarray(scene.triangles.reshape(-1, 3)))
-        self.sphere_gas = ctx.build_accel([ox.SphereInput(self.centers, self.radii)])
+        self.sphere_gas = ctx.build_accel([sphere_input])
         self.triangle_gas = ctx.build_accel([ox.TriangleInput(self.vertices)])
         self.instances = rt.to_device(ox.make_instances(
             [self.sphere_gas, self.triangle_gas], sbt_offsets=[0, 1]))
@@ -495,6 +527,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=4, help="samples per GPU launch")
     parser.add_argument("--denoise", action="store_true",
                         help="also write an OptiX-denoised image (needs a GPU)")
+    parser.add_argument("--optix-spheres", choices=("builtin", "custom"), default="builtin",
+                        help="OptiX sphere intersection: built-in (RT cores) or the kernel's "
+                             "own test as a custom primitive")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--out", default="path_tracer.png")
     args = parser.parse_args(argv)
@@ -532,7 +567,7 @@ def main(argv=None) -> int:
                                      max_depth=args.max_depth, batch=args.batch,
                                      progress=progress)
             else:
-                renderer = renderer or OptixRenderer(scene)
+                renderer = renderer or OptixRenderer(scene, args.optix_spheres)
                 result = renderer.render(args.width, args.height, args.spp, seed=args.seed,
                                          max_depth=args.max_depth, batch=args.batch,
                                          progress=progress)
@@ -560,7 +595,7 @@ def main(argv=None) -> int:
                     print("--denoise denoises a cuda or optix render: none was made",
                           file=sys.stderr)
                 else:
-                    renderer = renderer or OptixRenderer(scene)
+                    renderer = renderer or OptixRenderer(scene, args.optix_spheres)
                     try:
                         clean = renderer.denoise(source.image)
                     except ox.DenoiserUnavailableError as exc:
