@@ -483,10 +483,19 @@ def to_srgb8(image: np.ndarray) -> np.ndarray:
 
 
 def save_png(image: np.ndarray, path: str) -> str:
+    """Write the image as a PNG (Pillow), or as a binary PPM beside it without Pillow;
+    returns the path written."""
     try:
         from PIL import Image
-    except ImportError as exc:
-        raise SystemExit("Pillow is needed to write PNG files: pip install pillow") from exc
+    except ImportError:
+        ppm = os.path.splitext(path)[0] + ".ppm"
+        h, w, _ = image.shape
+        with open(ppm, "wb") as fh:
+            fh.write(f"P6\n{w} {h}\n255\n".encode())
+            fh.write(np.ascontiguousarray(to_srgb8(image)).tobytes())
+        print("Pillow is not installed (pip install pillow): wrote a PPM instead of a PNG",
+              file=sys.stderr)
+        return ppm
     Image.fromarray(to_srgb8(image)).save(path)
     return path
 
