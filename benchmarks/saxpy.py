@@ -40,6 +40,8 @@ import cupric
 from cupric.device import grid, gridsize
 from cupric.types import Array, f32
 
+from _common import EventTimer
+
 N = 1 << 28
 BLOCK = 256
 WARMUP = 3
@@ -223,40 +225,7 @@ extern "C" __global__ void vecadd_v4(const float* __restrict__ x, const float* _
 PAIRS = (("cupric", "cuda_c"), ("cupric_x4", "cuda_c_x4"), ("cupric_v4", "cuda_c_v4"))
 
 
-class _Timer:
-    """Device seconds per call from CUDA events on one CuPy stream."""
-
-    def __init__(self, cp, stream) -> None:
-        self.cp = cp
-        self.stream = stream
-
-    def device(self, fn) -> float:
-        """One lead-in call, then BATCH calls between two events: the host queues the
-        events and the batch while the lead-in runs, so only device time is measured."""
-        cp = self.cp
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        fn()
-        start.record(self.stream)
-        for _ in range(BATCH):
-            fn()
-        end.record(self.stream)
-        end.synchronize()
-        return cp.cuda.get_elapsed_time(start, end) / 1e3 / BATCH
-
-    def idle(self, fn) -> float:
-        """One call from an idle stream between two events: the host's cost of the launch
-        (after the first event) is counted as kernel time."""
-        cp = self.cp
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        self.stream.synchronize()
-        start.record(self.stream)
-        fn()
-        end.record(self.stream)
-        end.synchronize()
-        return cp.cuda.get_elapsed_time(start, end) / 1e3
-
-
-def _measure(timer: _Timer, fns: dict, nbytes: int) -> dict:
+def _measure(timer: EventTimer, fns: dict, nbytes: int) -> dict:
     """Interleaved rounds (order rotated each round) of device and idle samples."""
     for fn in fns.values():
         for _ in range(WARMUP):
@@ -364,7 +333,7 @@ def run(json_path: str | None = None, dump: str | None = None) -> dict:
     _check(cp, stream, impls, a, x, y, y0, out)
     results: dict = {"n": N, "device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
                      "repeats": REPEATS, "batch": BATCH}
-    timer = _Timer(cp, stream)
+    timer = EventTimer(cp, stream, BATCH)
     for bench, fns in impls.items():
         results[bench] = _measure(timer, fns, 3 * N * 4)
 
