@@ -1,6 +1,7 @@
 """Plumbing shared by the ready kernels: where a call runs (the GPU, or the CPU simulator
 when there is none), turning user arrays into launchable ones with clear errors,
-allocating outputs, launch geometry that fills the device, and the per-device workspace
+allocating outputs, launch geometry (grids covering the data once for elementwise kernels,
+grids bounded per SM for kernels that need them), and the per-device workspace
 that reductions and scans reuse between calls."""
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import threading
 
 import numpy as np
 
-__all__ = ["on_simulator", "Call", "Workspace", "blocks_for", "sm_count", "device_ordinal",
-           "same_shape", "same_dtype", "NUMERIC", "FLOATS", "INTEGERS", "SORTABLE"]
+__all__ = ["on_simulator", "Call", "Workspace", "blocks_for", "covering_blocks", "sm_count",
+           "device_ordinal", "same_shape", "same_dtype", "NUMERIC", "FLOATS", "INTEGERS",
+           "SORTABLE", "MAX_GRID_X"]
 
 #: dtypes every generic kernel accepts (cupric's scalar types).
 INTEGERS = tuple(np.dtype(t) for t in ("i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8"))
@@ -21,9 +23,12 @@ FLOATS = tuple(np.dtype(t) for t in ("f2", "f4", "f8"))
 NUMERIC = INTEGERS + FLOATS
 SORTABLE = tuple(np.dtype(t) for t in ("i4", "u4", "f4"))
 
-#: Grid-stride kernels launch at most this many blocks per SM: enough resident warps to
-#: hide DRAM latency, few enough that each thread loops a while (amortising its setup).
+#: Kernels that need a bounded grid (reductions with one partial result per block,
+#: block-private histograms) launch at most this many blocks per SM: enough resident
+#: warps to hide DRAM latency, few enough that each thread loops a while.
 WAVES_PER_SM = 8
+#: The most blocks a grid's x dimension takes (CUDA's limit for compute capability >= 3).
+MAX_GRID_X = 2 ** 31 - 1
 #: The simulator runs blocks one after another; small grids keep its per-block cost low.
 SIMULATOR_MAX_BLOCKS = 4
 
@@ -66,13 +71,29 @@ def sm_count() -> int:
 
 def blocks_for(n: int, block: int, per_thread: int = 1, waves: int = WAVES_PER_SM,
                simulator: bool | None = None) -> int:
-    """Blocks for a grid-stride kernel over `n` items, `per_thread` items per thread per
-    trip: enough to cover `n` once, capped at `waves` blocks per SM (or a few blocks on
-    the simulator). Never less than 1."""
+    """Blocks for a grid-stride kernel whose design wants a bounded grid (per-block
+    partial results, shared-memory privatization) over `n` items, `per_thread` items per
+    thread per trip: enough to cover `n` once, capped at `waves` blocks per SM (or a few
+    blocks on the simulator). Never less than 1. Bandwidth-bound elementwise kernels use
+    `covering_blocks` instead."""
     need = max(1, -(-n // (block * per_thread)))
     if on_simulator() if simulator is None else simulator:
         return min(need, SIMULATOR_MAX_BLOCKS)
     return min(need, waves * _sm_count(device_ordinal()))
+
+
+def covering_blocks(n: int, block: int, per_thread: int = 1,
+                    simulator: bool | None = None) -> int:
+    """Blocks for an elementwise grid-stride kernel over `n` items, `per_thread` items
+    per thread per trip: a grid that covers `n` once, so each thread makes one trip (the
+    geometry of a plain CUDA C elementwise kernel; on an H200 a grid capped at 8 blocks
+    per SM ran vecadd and saxpy 7 % slower). Capped at `MAX_GRID_X` blocks (beyond that
+    the kernels' grid-stride loops take the rest) and at `SIMULATOR_MAX_BLOCKS` on the
+    simulator, which runs blocks one after another. Never less than 1."""
+    need = max(1, -(-n // (block * per_thread)))
+    if on_simulator() if simulator is None else simulator:
+        return min(need, SIMULATOR_MAX_BLOCKS)
+    return min(need, MAX_GRID_X)
 
 
 class Workspace:
@@ -192,8 +213,13 @@ class Call:
         return self.stream if self.stream is not None else 0
 
     def blocks(self, n: int, block: int, per_thread: int = 1) -> int:
-        """`blocks_for` with this call's simulator decision."""
+        """`blocks_for` (a grid capped per SM) with this call's simulator decision."""
         return blocks_for(n, block, per_thread, simulator=self.simulator)
+
+    def covering_blocks(self, n: int, block: int, per_thread: int = 1) -> int:
+        """`covering_blocks` (a grid covering `n` once) with this call's simulator
+        decision."""
+        return covering_blocks(n, block, per_thread, simulator=self.simulator)
 
     def finish(self) -> None:
         """Free the scratch memory after the work queued on the call's stream."""

@@ -1,6 +1,9 @@
 """Elementwise kernels: vecadd, saxpy, memcpy, fill and `map` of a user device function.
 Each is a grid-stride loop over groups of four neighbouring elements (one 128-bit access
 per array for 32-bit types when the arrays are 16-byte aligned), generic over the dtype.
+The host functions launch a grid that covers the array once (`covering_blocks`), so each
+thread makes one trip, as a plain CUDA C kernel does; the loops serve grids smaller than
+the array (launches of the kernels by hand, the simulator, arrays past 2^31-1 blocks).
 
 The kernels take 1-D arrays; the host functions flatten C-contiguous arrays of any shape.
 """
@@ -283,9 +286,11 @@ def vecadd(a, b, out=None, stream=None):
     dst, result = call.output(out, "out", shape, dtype)
     fa, fb, fo = call.flat(a, "a"), call.flat(b, "b"), call.flat(dst, "out")
     if dtype == _F16:
-        call.launch(vecadd_scalar_kernel, call.blocks(fo.size, BLOCK), BLOCK, fa, fb, fo)
+        call.launch(vecadd_scalar_kernel, call.covering_blocks(fo.size, BLOCK), BLOCK,
+                    fa, fb, fo)
     else:
-        call.launch(vecadd_kernel, call.blocks(fo.size, BLOCK, UNROLL), BLOCK, fa, fb, fo)
+        call.launch(vecadd_kernel, call.covering_blocks(fo.size, BLOCK, UNROLL), BLOCK,
+                    fa, fb, fo)
     return result
 
 
@@ -329,11 +334,11 @@ def saxpy(a, x, y, out=None, stream=None):
     dst, result = call.output(out, "out", shape, dtype)
     fx, fy, fo = call.flat(x, "x"), call.flat(y, "y"), call.flat(dst, "out")
     if dtype == _F16:
-        call.launch(saxpy_scalar_kernel, call.blocks(fo.size, BLOCK), BLOCK, alpha, fx, fy,
-                    fo)
+        call.launch(saxpy_scalar_kernel, call.covering_blocks(fo.size, BLOCK), BLOCK,
+                    alpha, fx, fy, fo)
     else:
-        call.launch(saxpy_kernel, call.blocks(fo.size, BLOCK, UNROLL), BLOCK, alpha, fx, fy,
-                    fo)
+        call.launch(saxpy_kernel, call.covering_blocks(fo.size, BLOCK, UNROLL), BLOCK,
+                    alpha, fx, fy, fo)
     return result
 
 
@@ -363,7 +368,7 @@ def memcpy(src, out=None, stream=None):
     fs, fo = call.flat(src, "src"), call.flat(dst, "out")
     if np.dtype(src.dtype) == _F16:  # a bit copy (see vecadd_scalar_kernel)
         fs, fo = fs.view(np.uint16), fo.view(np.uint16)
-    call.launch(copy_kernel, call.blocks(fo.size, BLOCK, UNROLL), BLOCK, fs, fo)
+    call.launch(copy_kernel, call.covering_blocks(fo.size, BLOCK, UNROLL), BLOCK, fs, fo)
     return result
 
 
@@ -394,7 +399,7 @@ def fill(out, value, stream=None):
     fo = call.flat(dst, "out")
     if np.dtype(dst.dtype) == _F16:  # fill with the bit pattern (see vecadd_scalar_kernel)
         fo, scalar = fo.view(np.uint16), scalar.view(np.uint16)
-    call.launch(fill_kernel, call.blocks(fo.size, BLOCK, UNROLL), BLOCK, fo, scalar)
+    call.launch(fill_kernel, call.covering_blocks(fo.size, BLOCK, UNROLL), BLOCK, fo, scalar)
     return out
 
 
@@ -510,5 +515,6 @@ def map(fn, *arrays, out=None, dtype=None, stream=None):
     dst, result = call.output(out, "out", shape, dtype)
     flats = [call.flat(a, n) for a, n in zip(arrs, names)]
     fo = call.flat(dst, "out")
-    call.launch(map_kernel(fn, len(arrs)), call.blocks(fo.size, BLOCK), BLOCK, *flats, fo)
+    call.launch(map_kernel(fn, len(arrs)), call.covering_blocks(fo.size, BLOCK), BLOCK,
+                *flats, fo)
     return result

@@ -154,10 +154,11 @@ def rgba2gray(rgba, out=None, stream=None):
     flat_out = call.flat(dst, "out")
     if img.dtype == np.dtype("u1"):
         pixels = call.flat(img, "rgba").view(np.uint32)
-        call.launch(rgba2gray_kernel, call.blocks(h * w, BLOCK, 4), BLOCK, pixels, flat_out)
+        call.launch(rgba2gray_kernel, call.covering_blocks(h * w, BLOCK, 4), BLOCK, pixels,
+                    flat_out)
     else:
         rows = img.reshape(h * w, 4) if h * w else img.reshape(0, 4)
-        call.launch(rgba2gray_float_kernel, call.blocks(h * w, BLOCK), BLOCK, rows,
+        call.launch(rgba2gray_float_kernel, call.covering_blocks(h * w, BLOCK), BLOCK, rows,
                     flat_out)
     return result
 

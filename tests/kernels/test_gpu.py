@@ -238,3 +238,114 @@ def test_histogram(rng, dtype, bins, range_):
     expect, expect_edges = np.histogram(x, bins, range_)
     np.testing.assert_array_equal(host(out), expect)
     np.testing.assert_array_equal(edges, expect_edges)
+
+
+def _record_grids(monkeypatch):
+    """Grids of the ready kernels' launches, recorded on the way to the real launch."""
+    from cupric.kernels import _common
+    grids = []
+    launch = _common.Call.launch
+
+    def recording(self, kern, grid, block, *args, **kwargs):
+        grids.append((grid, block))
+        return launch(self, kern, grid, block, *args, **kwargs)
+    monkeypatch.setattr(_common.Call, "launch", recording)
+    return grids
+
+
+def test_elementwise_covering_grid(rng, monkeypatch):
+    # The host functions launch a grid covering the array once (four elements per thread,
+    # one per thread for float16 and map), past the 8-blocks-per-SM cap of blocks_for;
+    # the n % 4 tail elements go to the first threads.
+    require_lowering("elementwise")
+    from cupric.kernels import elementwise, image
+    from cupric.kernels._common import WAVES_PER_SM, sm_count
+    n = (1 << 22) + 3
+    quads_grid, one_grid = -(-n // (256 * 4)), -(-n // 256)
+    assert quads_grid > WAVES_PER_SM * sm_count()
+    grids = _record_grids(monkeypatch)
+    a, b = random_array(rng, n, "f4"), random_array(rng, n, "f4")
+    da, db, out = dev(a), dev(b), dev(poison(n, "f4"))
+    elementwise.vecadd(da, db, out=out)
+    np.testing.assert_array_equal(host(out), a + b)
+    elementwise.saxpy(2.0, da, db, out=out)
+    np.testing.assert_allclose(host(out), 2 * a + b, rtol=1e-6, atol=1e-5)
+    elementwise.memcpy(db, out=out)
+    np.testing.assert_array_equal(host(out), b)
+    elementwise.fill(out, -3.5)
+    assert (host(out) == -3.5).all()
+    got = host(elementwise.map(_blend, da, db, db))
+    np.testing.assert_allclose(got, a + b * (b - a), rtol=1e-5, atol=1e-3)
+    half = random_array(rng, n, "f2")
+    np.testing.assert_array_equal(host(elementwise.vecadd(dev(half), dev(half))), half + half)
+    img = rng.integers(0, 256, (1, n, 4), dtype=np.uint8)
+    gray = host(image.rgba2gray(dev(img)))
+    weights = np.array(image.GRAY_WEIGHTS, np.float32)
+    expect = np.floor(img[..., :3].astype(np.float32) @ weights + np.float32(0.5))
+    assert np.abs(gray.astype(int) - expect.astype(int)).max() <= 1
+    assert grids == [(quads_grid, 256)] * 4 + [(one_grid, 256)] * 2 + [(quads_grid, 256)]
+
+
+def test_elementwise_kernels_on_small_grids(rng):
+    # Launched by hand on grids far smaller than the array, every thread loops (two
+    # groups a grid apart per trip, then one group, then the tail): the paths the host
+    # functions' covering grids leave unused on the GPU.
+    require_lowering("elementwise")
+    from cupric.kernels import elementwise as ew
+    n = 100_003
+    a, b = random_array(rng, n, "f4"), random_array(rng, n, "f4")
+    da, db = dev(a), dev(b)
+    for blocks in (1, 3, 7):
+        out = dev(poison(n, "f4"))
+        ew.vecadd_kernel[blocks, 256](da, db, out)
+        np.testing.assert_array_equal(host(out), a + b)
+        ew.saxpy_kernel[blocks, 256](np.float32(3), da, db, out)
+        np.testing.assert_allclose(host(out), 3 * a + b, rtol=1e-6, atol=1e-5)
+        ew.copy_kernel[blocks, 256](da, out)
+        np.testing.assert_array_equal(host(out), a)
+        ew.fill_kernel[blocks, 256](out, np.float32(0.25))
+        assert (host(out) == 0.25).all()
+
+
+@pytest.mark.parametrize("dtype", ["f4", "u1", "f2"])
+def test_elementwise_unaligned_views(rng, dtype):
+    # Views starting 1 to 3 elements into CuPy arrays (not 16-byte aligned: the kernels
+    # are compiled without 128-bit accesses), odd lengths; the elements around the
+    # output view keep their values.
+    require_lowering("elementwise")
+    cp = pytest.importorskip("cupy")
+    from cupric.kernels import elementwise
+    n = 1_000_003
+    base_a = random_array(rng, n + 8, dtype)
+    base_b = random_array(rng, n + 8, dtype)
+    ga, gb = cp.asarray(base_a), cp.asarray(base_b)
+    for off in (1, 2, 3):
+        o = (off + 1) % 4
+        a, b = base_a[off:off + n], base_b[3 - off:3 - off + n]
+        va, vb = ga[off:off + n], gb[3 - off:3 - off + n]
+        guard = poison(n + 8, dtype)
+        gout = cp.asarray(guard)
+        out = gout[o:o + n]
+        elementwise.vecadd(va, vb, out=out)
+        cp.cuda.Device().synchronize()
+        got = cp.asnumpy(gout)
+        np.testing.assert_array_equal(got[o:o + n], a + b)
+        np.testing.assert_array_equal(got[:o].view(np.uint8), guard[:o].view(np.uint8))
+        np.testing.assert_array_equal(got[o + n:].view(np.uint8),
+                                      guard[o + n:].view(np.uint8))
+        elementwise.memcpy(va, out=out)
+        if o:
+            elementwise.fill(gout[:o], 1)
+        cp.cuda.Device().synchronize()
+        got = cp.asnumpy(gout)
+        np.testing.assert_array_equal(got[o:o + n], a)
+        assert (got[:o] == 1).all()
+        np.testing.assert_array_equal(got[o + n:].view(np.uint8),
+                                      guard[o + n:].view(np.uint8))
+        if dtype != "u1":
+            elementwise.saxpy(2, va, vb, out=out)
+            cp.cuda.Device().synchronize()
+            tol = 1e-3 if dtype == "f2" else 1e-6
+            np.testing.assert_allclose(cp.asnumpy(out).astype(np.float64),
+                                       2.0 * a.astype(np.float64) + b, rtol=tol,
+                                       atol=tol * 50)
