@@ -9,12 +9,17 @@ Each figure is the median over fresh Python processes:
 Goals: import <= 150 ms, cold <= 50 ms, hit <= 2 ms. The peers compile the same kernel
 with their own caches disabled (CuPy: empty CUPY_CACHE_DIR; numba: no cache).
 
-One untimed cold compile runs first: the first process after an install or an edit writes
-bytecode caches and reads the toolchain libraries into the page cache, which a user pays
-once, not per process. `bytecode_cache` in the results says whether children can keep
-bytecode at all: with PYTHONDONTWRITEBYTECODE set, every child compiles the modules it
-imports from source (tens of ms more on a cold compile; an installed package ships its
-bytecode).
+cupric runs from a copy of the package, so that what the children find is known:
+- `cold_compile_s` (the goal's figure): the copy has bytecode (.pyc), as an installed
+  package does, and the cache root remembers where the toolchain libraries are, as it
+  does after the first compile in an environment; only the kernel cache is emptied;
+- `cold_compile_no_bytecode_s`: the same with PYTHONDONTWRITEBYTECODE=1 and a copy
+  without bytecode: every cupric module a compile imports is compiled from source (a
+  source checkout on a machine that forbids bytecode; stdlib and site-packages keep theirs);
+- `first_compile_new_environment_s`: an empty cache root, so the toolchain is searched
+  for through cuda.pathfinder once (the first compile after an install).
+One untimed process runs before each series: it writes the bytecode (or not) and reads the
+toolchain libraries into the page cache, which a user pays once, not per process.
 
     python3 benchmarks/compile_latency.py [--json PATH] [--runs N] [--phases]
 
@@ -27,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -59,8 +65,10 @@ t2 = time.perf_counter()
 artifact = saxpy_kernel.saxpy.compile(sig, arch={arch!r})
 t3 = time.perf_counter()
 assert artifact.ptx and ".entry saxpy" in artifact.ptx
+assert artifact.cubin is not None
+assert cupric.__file__.startswith({source!r}), cupric.__file__
 print(json.dumps({{"import_s": t1 - t0, "compile_s": t3 - t2, "from_cache": artifact.from_cache,
-                  "cubin": artifact.cubin is not None}}))
+                  "pathfinder": "cuda.pathfinder" in sys.modules}}))
 '''
 
 # Times the parts of a cold compile by wrapping the functions that do them (the wrappers
@@ -70,7 +78,7 @@ import json, sys, threading, time
 import cupric
 sys.path.insert(0, {dir!r})
 import saxpy_kernel
-from cupric.compiler import kernel, link, nvvm
+from cupric.compiler import kernel, link, nvvm, toolchain
 clock = time.perf_counter
 times = {{}}
 def timed(owner, name, label):
@@ -82,8 +90,13 @@ def timed(owner, name, label):
         finally:
             times[label] = times.get(label, 0.0) + clock() - start
     setattr(owner, name, wrapper)
-timed(kernel, "_start_toolchain_load", "import cuda.pathfinder + bindings")
-timed(kernel, "_load_toolchain", "load libNVVM + nvJitLink (thread)")
+timed(kernel, "_start_toolchain_load", "start the loader thread")
+timed(toolchain, "load_libnvvm", "load libNVVM (thread, once)")
+timed(toolchain, "_warm_up_libnvvm", "warm up libNVVM (thread)")
+timed(toolchain, "_warm_up_nvjitlink", "warm up nvJitLink (thread)")
+timed(toolchain, "_load_libnvvm_and_warm_up", "libNVVM thread in all")
+timed(toolchain, "_load_nvjitlink_and_warm_up", "nvJitLink thread in all")
+timed(toolchain, "_wait_for_warm_up", "wait for the nvJitLink thread")
 timed(nvvm, "compile_ir", "libNVVM compile")
 timed(link, "link_ptx", "link (nvJitLink/ptxas)")
 ir_property = kernel.Specialization.ir
@@ -131,16 +144,27 @@ print(json.dumps({"compile_s": time.perf_counter() - t0}))
 
 
 def _child(code: str, env: dict) -> dict:
+    # Run from the kernel's folder: `python -c` puts the working folder first on sys.path.
+    cwd = env.get("CUPRIC_BENCH_CWD", ROOT)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=env, timeout=300, cwd=ROOT)
+                         env=env, timeout=300, cwd=cwd)
     if out.returncode != 0:
         raise RuntimeError(out.stderr.strip()[-2000:])
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _env(**extra) -> dict:
+def _env(source: str = ROOT, *, bytecode: bool | None = None, **extra) -> dict:
+    """The parent's environment with `source` (where `cupric` is imported from) first on
+    PYTHONPATH; `bytecode` True/False allows/forbids writing .pyc files, None keeps the
+    parent's setting."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = source + os.pathsep + env.get("PYTHONPATH", "")
+    if source != ROOT:
+        env["CUPRIC_BENCH_CWD"] = source
+    if bytecode is True:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    elif bytecode is False:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.update(extra)
     return env
 
@@ -153,37 +177,64 @@ def _arch() -> str:
         return "sm_90"
 
 
+def _empty_kernel_cache(root: str) -> None:
+    shutil.rmtree(os.path.join(root, "kernels"), ignore_errors=True)
+
+
 def run(json_path: str | None = None, runs: int = 5, phases: bool = False) -> dict:
     """Measure; returns seconds (medians) and the goals' pass/fail."""
     arch = _arch()
-    imports, cold, hit = [], [], []
-    with tempfile.TemporaryDirectory() as kdir:
+    imports, cold, hit, cold_source, first, pathfinder = [], [], [], [], [], []
+    parts: dict = {}
+    with tempfile.TemporaryDirectory(prefix="cupric-compile-latency-") as work:
+        source = os.path.join(work, "source")
+        shutil.copytree(os.path.join(ROOT, "cupric"), os.path.join(source, "cupric"),
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        kdir = os.path.join(work, "kernel")
+        os.mkdir(kdir)
         with open(os.path.join(kdir, "saxpy_kernel.py"), "w") as fh:
             fh.write(textwrap.dedent(KERNEL))
-        code = CHILD.format(dir=kdir, arch=arch)
-        with tempfile.TemporaryDirectory() as cache:
-            _child(code, _env(CUPRIC_CACHE_DIR=cache))  # warm-up, not counted (see above)
+        code = CHILD.format(dir=kdir, arch=arch, source=source)
+        root = os.path.join(work, "cache")  # keeps the toolchain's locations between runs
+
+        # 1. No bytecode (first, while the copy has none); the untimed run also writes the
+        #    toolchain record of the cache root.
+        env = _env(source, bytecode=False, CUPRIC_CACHE_DIR=root)
+        for i in range(runs + 1):
+            _empty_kernel_cache(root)
+            sample = _child(code, env)
+            assert not sample["from_cache"], sample
+            if i:
+                cold_source.append(sample["compile_s"])
+        # 2. With bytecode: the untimed run writes it.
+        env = _env(source, bytecode=True, CUPRIC_CACHE_DIR=root)
+        for i in range(runs + 1):
+            _empty_kernel_cache(root)
+            sample, again = _child(code, env), _child(code, env)
+            assert not sample["from_cache"] and again["from_cache"], (sample, again)
+            if i:
+                imports += [sample["import_s"], again["import_s"]]
+                pathfinder.append(sample["pathfinder"])
+                cold.append(sample["compile_s"])
+                hit.append(again["compile_s"])
+        # 3. A new environment: nothing remembered.
         for _ in range(runs):
-            with tempfile.TemporaryDirectory() as cache:
-                env = _env(CUPRIC_CACHE_DIR=cache)
-                first = _child(code, env)
-                second = _child(code, env)
-                assert not first["from_cache"] and second["from_cache"], (first, second)
-                imports += [first["import_s"], second["import_s"]]
-                cold.append(first["compile_s"])
-                hit.append(second["compile_s"])
-        parts: dict = {}
+            with tempfile.TemporaryDirectory(dir=work) as fresh:
+                sample = _child(code, _env(source, bytecode=True, CUPRIC_CACHE_DIR=fresh))
+                first.append(sample["compile_s"])
         if phases:
             code = PHASES_CHILD.format(dir=kdir, arch=arch)
             for _ in range(runs):
-                with tempfile.TemporaryDirectory() as cache:
-                    for name, value in _child(code, _env(CUPRIC_CACHE_DIR=cache)).items():
-                        parts.setdefault(name, []).append(value)
+                _empty_kernel_cache(root)
+                for name, value in _child(code, env).items():
+                    parts.setdefault(name, []).append(value)
     results = {"arch": arch, "import_cupric_s": statistics.median(imports),
                "cold_compile_s": statistics.median(cold),
                "cache_hit_s": statistics.median(hit),
-               "bytecode_cache": not (sys.flags.dont_write_bytecode
-                                      or os.environ.get("PYTHONDONTWRITEBYTECODE"))}
+               "cold_compile_no_bytecode_s": statistics.median(cold_source),
+               "first_compile_new_environment_s": statistics.median(first),
+               # whether a cold compile with the toolchain remembered imported it
+               "cold_imports_cuda_pathfinder": any(pathfinder)}
     for name, code, extra in (("nvrtc_cupy", CUPY_CHILD, "CUPY_CACHE_DIR"),
                               ("numba_cuda", NUMBA_CHILD, None)):
         samples = []

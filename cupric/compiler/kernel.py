@@ -287,7 +287,7 @@ class Specialization:
         key = self.cache_key(options)
         artifact = backend.lookup(key, options=options)
         if artifact is None:
-            nvvm_ready = _start_toolchain_load()
+            nvvm_ready = _start_toolchain_load(options.arch)
             try:
                 ir = self.ir
             except CompileError as exc:
@@ -369,49 +369,14 @@ def _make_fast_path(kern, key, args, written, prepared):
     return namespace["fast"]
 
 
-def _start_toolchain_load() -> threading.Event:
-    """Start loading libNVVM and nvJitLink for a cold compile; the event is set once
-    libNVVM is loaded (or failed to load).
-
-    The import of `cuda.pathfinder` and the bindings is Python and runs here first;
-    the thread then mostly waits in dlopen, which releases the GIL, while this thread
-    types and lowers the kernel: typing beside the import instead would only share the
-    GIL between them. Libraries that fail to import or load are reported by
-    `backend.build` itself, with the package to install.
-    """
-    nvvm_ready = threading.Event()
-    try:
-        import cuda.pathfinder  # noqa: F401
-        from cuda.bindings import nvjitlink, nvvm  # noqa: F401
-    except ImportError:  # build raises ToolchainNotFoundError naming the package
-        nvvm_ready.set()
-        return nvvm_ready
-    threading.Thread(target=_load_toolchain, args=(nvvm_ready,), daemon=True).start()
-    return nvvm_ready
-
-
-def _load_toolchain(nvvm_ready: threading.Event) -> None:
-    """Load libNVVM, set `nvvm_ready`, then load nvJitLink: that load goes on while
-    libNVVM compiles the kernel (its compile releases the GIL; `toolchain.nvjitlink`
-    makes the link wait for this load). Both are cached by the toolchain module; errors
-    surface from the compile and the link themselves, with their full message.
-
-    Only loading: `toolchain.libnvvm()` would also compile an empty module to read
-    libNVVM's release, which the kernel's own PTX header gives for free (see
-    `toolchain.nvvm_release`)."""
+def _start_toolchain_load(arch: str | None = None) -> threading.Event:
+    """Start loading libNVVM and nvJitLink for a cold compile for `arch` (see
+    `toolchain.start_loading`: a thread loads them and warms each up while this thread
+    types and lowers the kernel); the event is set once libNVVM is loaded (or failed to
+    load). Libraries that fail to load are reported by `backend.build` itself, with the
+    package to install."""
     from cupric.compiler import toolchain
-    try:
-        toolchain.load_libnvvm()
-        from cuda.bindings import nvvm as binding
-        binding.version()  # resolves the binding's function pointers (dlsym) here too
-    except Exception:  # noqa: BLE001 - reported by backend.build on the main thread
-        return
-    finally:
-        nvvm_ready.set()
-    try:
-        toolchain.nvjitlink()
-    except Exception:  # noqa: BLE001 - link_ptx falls back to ptxas or reports it
-        return
+    return toolchain.start_loading(arch)
 
 
 def param_types(arg_types) -> list:

@@ -125,38 +125,26 @@ def _isa_fits(ptx: str, release: tuple[int, ...] | None) -> bool:
 
 
 def _via_nvjitlink(ptx: str, options: CompileOptions, release: tuple[int, ...]) -> LinkOutput:
-    from cuda.bindings import nvjitlink as binding
+    from cupric.compiler import toolchain
+    from cupric.compiler._abi import NVJITLINK_INPUT_PTX, LibraryCallError
 
     flags = options.nvjitlink_flags()
     data = ptx.encode("utf-8")
     try:
-        handle = binding.create(len(flags), flags)
-    except binding.nvJitLinkError as exc:  # refused options: there is no handle to ask
+        handle = toolchain.nvjitlink_library().handle(flags)
+    except LibraryCallError as exc:  # refused options: there is no handle to ask
         raise LinkError(f"nvJitLink refused the options {' '.join(flags)} ({exc})") from None
-    try:
+    with handle:
         try:
-            binding.add_data(handle, binding.InputType.PTX, data, len(data), "cupric.ptx")
-            binding.complete(handle)
-        except binding.nvJitLinkError as exc:
-            log = _nvjitlink_log(binding, handle, error=True)
+            handle.add_data(NVJITLINK_INPUT_PTX, data, "cupric.ptx")
+            handle.complete()
+        except LibraryCallError as exc:
             raise LinkError(f"nvJitLink {'.'.join(map(str, release))} failed ({exc}) with "
-                            f"options {' '.join(flags)}", log) from None
-        size = binding.get_linked_cubin_size(handle)
-        cubin = bytearray(size)
-        binding.get_linked_cubin(handle, cubin)
-        info = _nvjitlink_log(binding, handle, error=False)
-    finally:
-        binding.destroy(handle)
-    return LinkOutput(bytes(cubin), info, "nvjitlink", release, options.arch,
+                            f"options {' '.join(flags)}", handle.error_log()) from None
+        cubin = handle.cubin()
+        info = handle.info_log()
+    return LinkOutput(cubin, info, "nvjitlink", release, options.arch,
                       parse_resource_usage(info))
-
-
-def _nvjitlink_log(binding, handle, *, error: bool) -> str:
-    size = (binding.get_error_log_size if error else binding.get_info_log_size)(handle)
-    buffer = bytearray(size)
-    if size:
-        (binding.get_error_log if error else binding.get_info_log)(handle, buffer)
-    return bytes(buffer).rstrip(b"\x00").decode("utf-8", "replace")
 
 
 def _via_ptxas(ptx: str, options: CompileOptions, path: str,

@@ -178,18 +178,6 @@ def _libdevice_bytes() -> bytes:
         return file.read()
 
 
-def _text(buffer: bytearray) -> str:
-    # libNVVM sizes include the terminating NUL.
-    return bytes(buffer).rstrip(b"\x00").decode("utf-8", "replace")
-
-
-def _log(binding, program) -> str:
-    size = binding.get_program_log_size(program)
-    buffer = bytearray(size)
-    binding.get_program_log(program, buffer)
-    return _text(buffer)
-
-
 def _hint(log: str, modules: list[bytes]) -> str:
     """Extra advice for the libNVVM failures whose log alone misleads."""
     if "expected type" in log and any(re.search(rb"\bptr\b", m) for m in modules if not is_bitcode(m)):
@@ -199,7 +187,9 @@ def _hint(log: str, modules: list[bytes]) -> str:
 
 
 def _program(modules: Sequence[str | bytes], names: Sequence[str] | None, libdevice):
-    """Check modules, create a libNVVM program and add them; returns (binding, program, data)."""
+    """Check modules, create a libNVVM program and add them; returns (program, data).
+
+    The caller owns the program (a `cupric.compiler._abi.NvvmProgram`): close it."""
     if isinstance(modules, (str, bytes, bytearray)):
         raise TypeError("modules must be a list of modules (str or bytes), not one module")
     modules = list(modules)
@@ -214,30 +204,28 @@ def _program(modules: Sequence[str | bytes], names: Sequence[str] | None, libdev
         libdevice = any(b"@__nv_" in m for m in data if not is_bitcode(m))
     libdevice_data = _libdevice_bytes() if libdevice else None
 
-    from cupric.compiler.toolchain import load_libnvvm
+    from cupric.compiler._abi import LibraryCallError
+    from cupric.compiler.toolchain import nvvm_library
 
-    load_libnvvm()  # raises ToolchainNotFoundError with the package name if missing
-    from cuda.bindings import nvvm as binding
-
-    program = binding.create_program()
+    # Raises ToolchainNotFoundError with the package name if libNVVM is missing.
+    program = nvvm_library().program()
     try:
         for module, name in zip(data, names):
-            binding.add_module_to_program(program, module, len(module), name)
+            program.add_module(module, name)
         if libdevice_data is not None:
-            binding.lazy_add_module_to_program(program, libdevice_data, len(libdevice_data),
-                                               "libdevice")
-    except binding.nvvmError as exc:
-        log = _log(binding, program)
-        binding.destroy_program(program)
+            program.add_module(libdevice_data, "libdevice", lazy=True)
+    except LibraryCallError as exc:
+        log = program.log()
+        program.close()
         raise NvvmError(f"libNVVM refused a module ({exc})", log, exc.status) from None
     except BaseException:
-        binding.destroy_program(program)
+        program.close()
         raise
-    return binding, program, data
+    return program, data
 
 
-def _fail(binding, program, stage: str, exc, flags: list[str], data: list[bytes]) -> NvvmError:
-    log = _log(binding, program)
+def _fail(program, stage: str, exc, flags: list[str], data: list[bytes]) -> NvvmError:
+    log = program.log()
     hint = _hint(log, data)
     message = f"libNVVM {stage} failed ({exc}) with options {' '.join(flags)}"
     return NvvmError(message, f"{log}\n{hint}".strip(), exc.status)
@@ -261,17 +249,17 @@ def verify_ir(modules: Sequence[str | bytes], options: CompileOptions | None = N
     ToolchainNotFoundError
         libNVVM (or libdevice, when needed) is not installed.
     """
+    from cupric.compiler._abi import LibraryCallError
+
     options = (options or CompileOptions()).resolve()
     flags = options.nvvm_flags()
-    binding, program, data = _program(modules, names, libdevice)
-    try:
+    program, data = _program(modules, names, libdevice)
+    with program:
         try:
-            binding.verify_program(program, len(flags), flags)
-        except binding.nvvmError as exc:
-            raise _fail(binding, program, "verification", exc, flags, data) from None
-        return _log(binding, program)
-    finally:
-        binding.destroy_program(program)
+            program.verify(flags)
+        except LibraryCallError as exc:
+            raise _fail(program, "verification", exc, flags, data) from None
+        return program.log()
 
 
 def compile_ir(modules: Sequence[str | bytes], options: CompileOptions | None = None, *,
@@ -325,26 +313,23 @@ def compile_ir(modules: Sequence[str | bytes], options: CompileOptions | None = 
     Safe: each call owns its libNVVM program, and libNVVM is thread-safe across programs
     (compile several kernels on several threads at once).
     """
+    from cupric.compiler._abi import LibraryCallError
+
     options = (options or CompileOptions()).resolve()
     flags = options.nvvm_flags()
-    binding, program, data = _program(modules, names, libdevice)
-    try:
+    program, data = _program(modules, names, libdevice)
+    with program:
         try:
             if verify:
-                binding.verify_program(program, len(flags), flags)
-        except binding.nvvmError as exc:
-            raise _fail(binding, program, "verification", exc, flags, data) from None
+                program.verify(flags)
+        except LibraryCallError as exc:
+            raise _fail(program, "verification", exc, flags, data) from None
         try:
-            binding.compile_program(program, len(flags), flags)
-        except binding.nvvmError as exc:
-            raise _fail(binding, program, "compilation", exc, flags, data) from None
-        size = binding.get_compiled_result_size(program)
-        buffer = bytearray(size)
-        binding.get_compiled_result(program, buffer)
-        ptx = _text(buffer)
+            program.compile(flags)
+        except LibraryCallError as exc:
+            raise _fail(program, "compilation", exc, flags, data) from None
+        ptx = program.result()
         from cupric.compiler.toolchain import note_ptx
 
         note_ptx(ptx)  # the release is in the header: spares `nvvm_release` its probe
-        return NvvmOutput(ptx=ptx, log=_log(binding, program))
-    finally:
-        binding.destroy_program(program)
+        return NvvmOutput(ptx=ptx, log=program.log())

@@ -2,8 +2,11 @@
 
 Pieces are looked up in the pip wheels first (through `cuda.pathfinder`, which also
 honours CUDA_HOME/CUDA_PATH), then in CUDA_HOME, CUDA_PATH and /usr/local/cuda. Each
-lookup runs once per process; a missing piece raises `ToolchainNotFoundError` naming the
-pip package that provides it.
+lookup runs once per process, and where libNVVM, nvJitLink and libdevice were found is
+remembered in cupric's cache for the next process (`cupric.compiler._locations`), which
+then loads them without importing `cuda.pathfinder`. The libraries are driven through
+cupric's own bindings (`cupric.compiler._abi`). A missing piece raises
+`ToolchainNotFoundError` naming the pip package that provides it.
 """
 
 from __future__ import annotations
@@ -101,27 +104,100 @@ def _wheel_roots() -> list[Path]:
     return roots
 
 
-@functools.cache
+class _Opened:
+    """A library loaded through cupric's own bindings (`cupric.compiler._abi`)."""
+
+    __slots__ = ("library", "path", "found_via")
+
+    def __init__(self, library, path: str, found_via: str) -> None:
+        self.library, self.path, self.found_via = library, path, found_via
+
+
+#: Loaded libraries by piece ("libnvvm", "nvjitlink"); each is opened once per process.
+_OPENED: dict[str, _Opened] = {}
+_NVVM_LOCK = threading.Lock()
+
+#: What `cuda.pathfinder` calls each library, and the file names to load when it found one
+#: that is loaded already but could not say from where.
+_PATHFINDER_NAMES = {"libnvvm": "nvvm", "nvjitlink": "nvJitLink"}
+_SONAMES = {"libnvvm": ("libnvvm.so.4", "libnvvm.so"),
+            "nvjitlink": ("libnvJitLink.so.13", "libnvJitLink.so.12")}
+
+
+def _open(piece: str, what: str, opener) -> _Opened:
+    """Open `piece` with `opener` (an `_abi` class): from the location remembered in the
+    cache when it is still valid, else found through `cuda.pathfinder` (and remembered)."""
+    from cupric.compiler import _locations
+
+    remembered = _locations.recall(piece)
+    if remembered is not None:
+        path, found_via = remembered
+        try:
+            return _Opened(opener(path), path, found_via)
+        except OSError:
+            pass  # changed in a way its size and time did not show: search again
+    try:
+        import cuda.pathfinder as pathfinder
+    except ImportError as exc:
+        raise _missing(piece, what, f"cuda.pathfinder is not importable: {exc}") from exc
+    try:
+        loaded = pathfinder.load_nvidia_dynamic_lib(_PATHFINDER_NAMES[piece])
+    except pathfinder.DynamicLibNotFoundError as exc:
+        raise _missing(piece, f"{what} ({_SONAMES[piece][0]})", str(exc)) from exc
+    candidates = [loaded.abs_path] if loaded.abs_path else list(_SONAMES[piece])
+    errors = []
+    for path in candidates:
+        try:
+            opened = _Opened(opener(path), path, loaded.found_via)
+        except OSError as exc:
+            errors.append(str(exc))
+            continue
+        if loaded.abs_path:
+            _locations.remember(piece, path, loaded.found_via)
+        return opened
+    raise _missing(piece, what, "; ".join(errors))
+
+
 def load_libnvvm() -> tuple[str, str]:
     """Load libNVVM into the process (once); return its path and how it was found.
 
-    `cuda.bindings.nvvm` finds the library through `cuda.pathfinder` too; loading it here
-    first turns "not found" into a `ToolchainNotFoundError` that names the package.
+    The path remembered in cupric's cache (see `cupric.compiler._locations`) is loaded
+    directly; the first process of an environment finds the library through
+    `cuda.pathfinder` (wheels, conda, system, CUDA_HOME) and remembers it.
 
     Raises
     ------
     ToolchainNotFoundError
         libNVVM is neither in a wheel nor in a CUDA toolkit (install ``nvidia-nvvm``).
+
+    Thread safety
+    -------------
+    Safe: a second caller waits for the load under way.
     """
-    try:
-        import cuda.pathfinder as pathfinder
-    except ImportError as exc:
-        raise _missing("libnvvm", "libNVVM", f"cuda.pathfinder is not importable: {exc}") from exc
-    try:
-        loaded = pathfinder.load_nvidia_dynamic_lib("nvvm")
-    except pathfinder.DynamicLibNotFoundError as exc:
-        raise _missing("libnvvm", "libNVVM (libnvvm.so)", str(exc)) from exc
-    return loaded.abs_path, loaded.found_via
+    opened = _OPENED.get("libnvvm")
+    if opened is None:
+        with _NVVM_LOCK:
+            opened = _OPENED.get("libnvvm")
+            if opened is None:
+                from cupric.compiler._abi import Nvvm
+
+                opened = _OPENED["libnvvm"] = _open("libnvvm", "libNVVM", Nvvm)
+    return opened.path, opened.found_via
+
+
+load_libnvvm.cache_clear = lambda: _OPENED.pop("libnvvm", None)
+
+
+def nvvm_library():
+    """The loaded libNVVM (`cupric.compiler._abi.Nvvm`), loading it first if needed.
+
+    Raises
+    ------
+    ToolchainNotFoundError
+        As `load_libnvvm`.
+    """
+    load_libnvvm()
+    return _OPENED["libnvvm"].library
 
 
 @functools.cache
@@ -197,14 +273,26 @@ def _probe_options():
 def libdevice() -> Tool:
     """Locate libdevice (``libdevice.10.bc``), the bitcode of the `__nv_*` math functions.
 
-    Looked up through `cuda.pathfinder` when it knows bitcode libraries, else next to
-    the libNVVM that is loaded, then in the toolkit roots.
+    The location remembered in cupric's cache is used while the file is unchanged; else
+    it is looked up through `cuda.pathfinder` when it knows bitcode libraries, else next
+    to the libNVVM that is loaded, then in the toolkit roots (and remembered).
 
     Raises
     ------
     ToolchainNotFoundError
         Not found (install ``nvidia-nvvm``).
     """
+    from cupric.compiler import _locations
+
+    remembered = _locations.recall("libdevice")
+    if remembered is not None:
+        return Tool("libdevice", remembered[0], None, remembered[1])
+    tool = _find_libdevice()
+    _locations.remember("libdevice", tool.path, tool.found_via)
+    return tool
+
+
+def _find_libdevice() -> Tool:
     import cuda.pathfinder as pathfinder
 
     locate = getattr(pathfinder, "locate_bitcode_lib", None)  # cuda-pathfinder >= 1.9
@@ -278,33 +366,153 @@ def ptxas() -> Tool:
     raise _missing("ptxas", "ptxas", f"searched {searched or 'nothing'}")
 
 
-@functools.cache
 def nvjitlink() -> Tool:
     """Locate and load nvJitLink and read its version (`nvJitLinkVersion`).
+
+    Loaded from the location remembered in cupric's cache, else found through
+    `cuda.pathfinder` (as `load_libnvvm`). Waits for a warm-up that `start_loading`
+    began, so that no link runs beside it (see there).
 
     Raises
     ------
     ToolchainNotFoundError
         Not found (install ``nvidia-nvjitlink``).
+
+    Thread safety
+    -------------
+    Safe: a second caller waits for the load under way.
     """
-    # A cold kernel compile loads nvJitLink on a background thread while libNVVM runs on
-    # the main thread, which may then ask for it too: the lock makes that caller wait for
-    # the load under way (and then find it in cuda.pathfinder's cache) instead of
-    # loading the library a second time beside it.
-    with _NVJITLINK_LOCK:
-        try:
-            import cuda.pathfinder as pathfinder
-            from cuda.bindings import nvjitlink as binding
-        except ImportError as exc:
-            raise _missing("nvjitlink", "nvJitLink", f"cuda-python is not importable: {exc}") from exc
-        try:
-            loaded = pathfinder.load_nvidia_dynamic_lib("nvJitLink")
-        except pathfinder.DynamicLibNotFoundError as exc:
-            raise _missing("nvjitlink", "nvJitLink (libnvJitLink.so)", str(exc)) from exc
-        return Tool("nvjitlink", loaded.abs_path, tuple(binding.version()), loaded.found_via)
+    _wait_for_warm_up()
+    opened = _OPENED.get("nvjitlink")
+    if opened is None:
+        with _NVJITLINK_LOCK:
+            opened = _OPENED.get("nvjitlink")
+            if opened is None:
+                from cupric.compiler._abi import NvJitLink
+
+                opened = _open("nvjitlink", "nvJitLink", NvJitLink)
+                tool = Tool("nvjitlink", opened.path, tuple(opened.library.version()),
+                            opened.found_via)
+                _TOOLS["nvjitlink"] = tool
+                _OPENED["nvjitlink"] = opened
+    return _TOOLS["nvjitlink"]
 
 
+def _forget_nvjitlink() -> None:
+    _OPENED.pop("nvjitlink", None)
+    _TOOLS.pop("nvjitlink", None)
+
+
+nvjitlink.cache_clear = _forget_nvjitlink
 _NVJITLINK_LOCK = threading.Lock()
+_TOOLS: dict[str, Tool] = {}
+
+
+def nvjitlink_library():
+    """The loaded nvJitLink (`cupric.compiler._abi.NvJitLink`), loading it if needed.
+
+    Raises
+    ------
+    ToolchainNotFoundError
+        As `nvjitlink`.
+    """
+    nvjitlink()
+    return _OPENED["nvjitlink"].library
+
+
+# -- loading ahead of a cold compile ----------------------------------------------------------
+
+_WARM_UP: list[threading.Thread] = []  # the warm-up under way, if any
+
+
+def start_loading(arch: str | None = None) -> threading.Event:
+    """Start loading libNVVM and nvJitLink on threads, ahead of a compile for `arch`.
+
+    The caller types and lowers its kernel meanwhile. One thread loads libNVVM (the
+    returned event is set then, or when that failed) and compiles an empty module for
+    `arch`; the other loads nvJitLink and links a one-instruction kernel for `arch`. The
+    first compile and the first link of a process pay a one-time setup (measured: about 3
+    and 8 ms) that is then over before the kernel's IR is ready. The C calls release the
+    GIL. Errors are not reported here: the compile and the link meet them again and raise
+    them with their full message.
+
+    The threads are not daemons: a process that ends right after starting them waits for
+    them (tens of ms at most) instead of unloading the libraries under a running call, and
+    `nvjitlink()` waits for the nvJitLink thread, so that the kernel's link never runs
+    beside the warm-up.
+
+    Returns
+    -------
+    threading.Event
+        Set once libNVVM is loaded, or failed to load.
+    """
+    ready = threading.Event()
+    if "libnvvm" in _OPENED:
+        ready.set()  # a compile of this process did all of it already
+    else:
+        threading.Thread(target=_load_libnvvm_and_warm_up, args=(ready, arch),
+                         name="cupric-libnvvm-load").start()
+    if "nvjitlink" not in _OPENED:
+        thread = threading.Thread(target=_load_nvjitlink_and_warm_up, args=(arch,),
+                                  name="cupric-nvjitlink-load")
+        _WARM_UP[:] = [thread]
+        thread.start()
+    return ready
+
+
+def _wait_for_warm_up() -> None:
+    for thread in list(_WARM_UP):
+        if thread is not threading.current_thread():
+            thread.join()
+
+
+def _load_libnvvm_and_warm_up(ready: threading.Event, arch: str | None) -> None:
+    try:
+        load_libnvvm()
+    except Exception:  # noqa: BLE001 - compile_ir raises it again on the main thread
+        return
+    finally:
+        ready.set()
+    if arch is not None:
+        try:
+            _warm_up_libnvvm(arch)
+        except Exception:  # noqa: BLE001 - an arch libNVVM refuses fails the compile itself
+            return
+
+
+def _load_nvjitlink_and_warm_up(arch: str | None) -> None:
+    try:
+        tool = nvjitlink()
+        if arch is not None:
+            _warm_up_nvjitlink(arch, tool)
+    except Exception:  # noqa: BLE001 - link_ptx falls back to ptxas or reports it
+        return
+
+
+def _warm_up_libnvvm(arch: str) -> None:
+    """Compile an empty module for `arch`: libNVVM's first-compile setup, and the release
+    read from its header (`note_ptx`), so `nvvm_release` needs no probe later."""
+    from cupric.compiler import nvvm as nvvm_module
+    from cupric.compiler.options import CompileOptions
+
+    nvvm_module.compile_ir([nvvm_module.ir_header() + nvvm_module.ir_version_metadata(0)],
+                           CompileOptions(arch=arch), libdevice=False, verify=False)
+
+
+def _warm_up_nvjitlink(arch: str, tool: Tool) -> None:
+    """Link a one-instruction kernel for `arch` with the options of a kernel link, in the
+    newest PTX ISA this nvJitLink reads: its first-link setup."""
+    from cupric.compiler._abi import NVJITLINK_INPUT_PTX
+    from cupric.compiler.options import CompileOptions
+    from cupric.compiler.target import ptx_isa_of_release
+
+    options = CompileOptions(arch=arch).resolve()
+    major, minor = ptx_isa_of_release(tool.version)
+    ptx = (f".version {major}.{minor}\n.target {options.arch}\n.address_size 64\n"
+           f".visible .entry cupric_warm_up()\n{{\n\tret;\n}}\n")
+    with _OPENED["nvjitlink"].library.handle(options.nvjitlink_flags()) as handle:
+        handle.add_data(NVJITLINK_INPUT_PTX, ptx.encode("utf-8"), "cupric-warm-up.ptx")
+        handle.complete()
 
 
 def report() -> dict:
@@ -329,9 +537,7 @@ def report() -> dict:
             result[name] = {"path": tool.path, "version": tool.version_text,
                             "found_via": tool.found_via}
     if "error" not in result["libnvvm"]:
-        from cuda.bindings import nvvm as binding
-
-        major, minor, debug_major, debug_minor = binding.ir_version()
+        major, minor, debug_major, debug_minor = nvvm_library().ir_version()
         result["libnvvm"]["ir_version"] = f"{major}.{minor}"
         result["libnvvm"]["debug_version"] = f"{debug_major}.{debug_minor}"
         from cupric.compiler.target import ptx_isa_of_release

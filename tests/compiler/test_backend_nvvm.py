@@ -102,12 +102,12 @@ def test_unsupported_arch_is_an_nvvm_error():
 @pytest.fixture
 def libnvvm_forbidden(monkeypatch):
     """Makes any libNVVM program creation fail loudly: the checks must come first."""
-    from cuda.bindings import nvvm as binding
+    from cupric.compiler import toolchain
 
     def refuse(*args):
         raise AssertionError("libNVVM was reached")
 
-    monkeypatch.setattr(binding, "create_program", refuse)
+    monkeypatch.setattr(toolchain, "nvvm_library", refuse)
 
 
 @pytest.mark.parametrize("mutation, message", [
@@ -170,7 +170,8 @@ def test_import_loads_nothing():
     code = ("import sys, cupric.compiler.nvvm, cupric.compiler.options, cupric.compiler.link, "
             "cupric.compiler.target, cupric.compiler.cache, cupric.compiler.backend, "
             "cupric.compiler.toolchain\n"
-            "loaded = [m for m in sys.modules if m.startswith(('cuda.bindings', 'cuda.pathfinder'))]\n"
+            "loaded = [m for m in sys.modules if m.startswith(('cuda.bindings', 'cuda.pathfinder', "
+            "'_cffi_backend', 'cupric.compiler._toolchain_ffi'))]\n"
             "print(loaded)\nassert not loaded, loaded\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr

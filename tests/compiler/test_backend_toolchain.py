@@ -13,15 +13,21 @@ from cupric.compiler.errors import CompilerError, ToolchainNotFoundError
 
 
 @pytest.fixture
-def fresh_lookups():
-    """Clear the per-process lookup caches before and after a test that fakes the system."""
+def fresh_lookups(monkeypatch, tmp_path):
+    """Clear the per-process lookup caches before and after a test that fakes the system,
+    with an empty cache root, so that no remembered location stands in for the search."""
+    from cupric.compiler import _locations
+
     finders = (toolchain.load_libnvvm, toolchain.libnvvm, toolchain.nvvm_release,
                toolchain.libdevice, toolchain.ptxas, toolchain.nvjitlink)
+    monkeypatch.setenv("CUPRIC_CACHE_DIR", str(tmp_path / "cache"))
     for finder in finders:
         finder.cache_clear()
+    _locations.forget()
     yield
     for finder in finders:
         finder.cache_clear()
+    _locations.forget()
 
 
 def test_everything_is_found_here():

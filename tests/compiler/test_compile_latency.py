@@ -10,6 +10,7 @@ import glob
 import inspect
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -34,9 +35,10 @@ def saxpy(a: f32, x: Array[f32, 1], y: Array[f32, 1]):
         y[i] = a * x[i] + y[i]
 '''
 
-# Counts libNVVM compiles (the kernel's only: no probe) and typing runs of the kernel.
+# Counts libNVVM compiles on the calling thread (the kernel's only: no probe; the loader
+# thread's warm-up runs beside typing) and whether the toolchain search was imported.
 CHILD = '''
-import json, sys, time
+import json, sys, threading, time
 import cupric
 sys.path.insert(0, {dir!r})
 import saxpy_kernel
@@ -44,7 +46,8 @@ from cupric.compiler import nvvm
 calls = []
 real_compile_ir = nvvm.compile_ir
 def counting_compile_ir(*args, **kwargs):
-    calls.append(1)
+    if threading.current_thread() is threading.main_thread():
+        calls.append(1)
     return real_compile_ir(*args, **kwargs)
 nvvm.compile_ir = counting_compile_ir
 sig = "f32, Array[f32, 1, 'C'], Array[f32, 1, 'C']"
@@ -54,7 +57,9 @@ elapsed = time.perf_counter() - t0
 assert ".entry saxpy" in artifact.ptx
 print(json.dumps({{"compile_s": elapsed, "from_cache": artifact.from_cache,
                   "nvvm_compiles": len(calls), "cubin": artifact.cubin is not None,
-                  "nvvm_release": list(artifact.nvvm_release or [])}}))
+                  "nvvm_release": list(artifact.nvvm_release or []),
+                  "pathfinder": "cuda.pathfinder" in sys.modules,
+                  "bindings": [m for m in sys.modules if m.startswith("cuda.bindings")]}}))
 '''
 
 
@@ -85,6 +90,14 @@ def test_cold_compile_and_hit_in_fresh_processes(tmp_path):
         assert second["nvvm_compiles"] == 0 and first["cubin"] and second["cubin"]
         cold.append(first["compile_s"])
         hit.append(second["compile_s"])
+        # The first process of a cache root searched for the toolchain and remembered it;
+        # a cold compile after it loads the remembered libraries without the search.
+        shutil.rmtree(os.path.join(cache, "kernels"))
+        third = _child(code, cache)
+        assert not third["from_cache"] and third["nvvm_compiles"] == 1, third
+        assert first["pathfinder"] and not third["pathfinder"], (first, third)
+        assert not third["bindings"], third
+        cold.append(third["compile_s"])
     cold_ms, hit_ms = statistics.median(cold) * 1e3, statistics.median(hit) * 1e3
     print(f"fresh process: cold compile {cold_ms:.1f} ms, cache hit {hit_ms:.2f} ms "
           f"(medians of {len(cold)})")
