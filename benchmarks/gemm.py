@@ -7,11 +7,16 @@ Two measurements:
   3 warm-up calls, the median of 10 samples of 4 back-to-back calls. The rows take
   turns sample by sample.
 * Host cost of a 64x64 sgemm call: calls queued back to back in batches of 500 with a
-  synchronize between batches (so the launch queue never fills and the GPU never sets
-  the pace), rows interleaved batch by batch, median batch reported; beside it one
-  continuous run of 20,000 calls per row (the method of peer_baseline.py).
+  synchronize between batches, outside the timed region (so the launch queue never
+  fills and the GPU never sets the pace), rows interleaved batch by batch, median batch
+  reported; beside it one continuous run of 20,000 calls per row. Rows: the calls a
+  user writes (cupric `matmul(a, b, out=c)`, handle-level `gemm`, allocating `matmul`;
+  PyTorch `A @ B`, `mm(out=)`, `matmul(out=)`; CuPy `A @ B`, `matmul(out=)`), and the
+  floors: cublasSgemm through cffi from Python with no checks, and cublasSgemm and
+  cublasLtMatmul (algorithm cached) called from C in a loop, which is cuBLAS's own host
+  work with nothing around it.
 
-    python3 benchmarks/gemm.py [--json PATH]
+    python3 benchmarks/gemm.py [--json PATH] [--host-only]
 """
 
 from __future__ import annotations
@@ -19,8 +24,6 @@ from __future__ import annotations
 import json
 import statistics
 import time
-
-from _common import script_main
 
 import numpy as np
 
@@ -90,12 +93,112 @@ def _rate(torch, cb, handle, stream, name, dtype) -> dict:
             "max_rel_diff_vs_torch": diff / scale}
 
 
+# The cuBLAS entry points called from C in a loop: the floor of any caller's host cost.
+_FLOOR_SOURCE = r"""
+#include <stdint.h>
+#include <stddef.h>
+#include <time.h>
+typedef int (*gemm_fn)(void *, int, int, int, int, int, const void *, const void *, int,
+                       const void *, int, const void *, void *, int);
+typedef int (*lt_fn)(void *, void *, const void *, const void *, void *, const void *,
+                     void *, const void *, const void *, void *, void *, void *,
+                     const void *, void *, size_t, void *);
+static double now(void) {
+    struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+double loop_sgemm(uintptr_t fn, uintptr_t h, int n, uintptr_t alpha, uintptr_t a,
+                  uintptr_t b, uintptr_t beta, uintptr_t c, int calls, int *status) {
+    gemm_fn f = (gemm_fn)fn; int s = 0; double t0 = now();
+    for (int i = 0; i < calls; i++)
+        s |= f((void *)h, 0, 0, n, n, n, (const void *)alpha, (const void *)a, n,
+               (const void *)b, n, (const void *)beta, (void *)c, n);
+    *status = s; return now() - t0;
+}
+double loop_lt(uintptr_t fn, uintptr_t lt, uintptr_t desc, uintptr_t alpha, uintptr_t a,
+               uintptr_t la, uintptr_t b, uintptr_t lb, uintptr_t beta, uintptr_t c,
+               uintptr_t lc, uintptr_t ld, uintptr_t algo, uintptr_t ws, size_t wsb,
+               uintptr_t stream, int calls, int *status) {
+    lt_fn f = (lt_fn)fn; int s = 0; double t0 = now();
+    for (int i = 0; i < calls; i++)
+        s |= f((void *)lt, (void *)desc, (const void *)alpha, (const void *)a, (void *)la,
+               (const void *)b, (void *)lb, (const void *)beta, (const void *)c, (void *)lc,
+               (void *)c, (void *)ld, (const void *)algo, (void *)ws, wsb, (void *)stream);
+    *status = s; return now() - t0;
+}
+"""
+
+
+def _floor_library():
+    """The loops above, compiled with the system C compiler (None without one)."""
+    import ctypes
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        return None
+    d = tempfile.mkdtemp(prefix="cupric-gemm-floor-")
+    src, so = os.path.join(d, "floor.c"), os.path.join(d, "floor.so")
+    with open(src, "w") as f:
+        f.write(_FLOOR_SOURCE)
+    subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", so, src], check=True,
+                   capture_output=True)
+    lib = ctypes.CDLL(so)
+    lib.loop_sgemm.restype = ctypes.c_double
+    lib.loop_lt.restype = ctypes.c_double
+    return lib
+
+
+def _floor_rows(cb, h, a, b, c) -> list:
+    """C loops over cublasSgemm and over cublasLtMatmul with the algorithm cached (the
+    plan cupric's compiled path makes), on the same column-major operands."""
+    import ctypes
+
+    from cupric.cublas import _fastgemm, lib
+    from cupric.cublas.handle import host_scalar
+    floor = _floor_library()
+    if floor is None:
+        return [], []
+    U = ctypes.c_uint64
+    status = ctypes.c_int(0)
+    keep_a, pa = host_scalar("S", 1.0, "alpha")
+    keep_b, pb = host_scalar("S", 0.0, "beta")
+    n = SMALL
+    sgemm = int(lib.ffi.cast("uintptr_t", lib.lib.cublasSgemm_v2))
+
+    def checked(t):
+        if status.value:
+            raise RuntimeError(f"cuBLAS status {status.value} in the C loop")
+        return t
+
+    keep = [keep_a, keep_b]
+    rows = [("cuBLAS floor: cublasSgemm from C",
+             lambda calls: checked(floor.loop_sgemm(U(sgemm), U(h.ptr), n, U(pa), U(a.ptr),
+                                                    U(b.ptr), U(pb), U(c.ptr), calls,
+                                                    ctypes.byref(status))))]
+    route = _fastgemm._lt_route(h, 0, 0, n, n, n, n, n, n, (a.ptr, b.ptr, c.ptr))
+    if route is not None:
+        f, plan = route
+        rows.append(("cuBLAS floor: cublasLtMatmul, cached algo, from C",
+                     lambda calls: checked(floor.loop_lt(
+                         U(f["lt"]), U(f["lt_handle"]), U(f["desc"]), U(pa), U(a.ptr),
+                         U(f["la"]), U(b.ptr), U(f["lb"]), U(pb), U(c.ptr), U(f["lc"]),
+                         U(f["ld"]), U(f["algo"]), U(f["ws"]), ctypes.c_size_t(f["wsb"]),
+                         U(f["stream"]), calls, ctypes.byref(status)))))
+        keep.append(plan)  # the descriptors the loop passes
+    return rows, keep
+
+
 def _host_cost(results: dict) -> None:
     import cupy as cp
     import torch
 
     from cupric import runtime as rt
+    from cupric.cublas import _fastgemm
     from cupric.cublas import api as cb
+    from cupric.cublas.handle import fast_function, host_scalar
     from cupric.runtime.memory import empty, to_device
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -114,59 +217,91 @@ def _host_cost(results: dict) -> None:
     cp.cuda.Device().synchronize()
     rt.synchronize()
 
-    def sync_all():
-        rt.synchronize()
+    # Correctness of every cupric form before timing (the first calls make the plans).
+    expect = host_a.astype(np.float64) @ host_b
+    scale = np.abs(expect).max()
+    for form in range(3):
+        c.zero()
+        if form == 0:
+            got = cb.matmul(a, b, out=c)
+        elif form == 1:
+            cb.gemm("N", "N", 1.0, bf, af, 0.0, cf, handle=handle)  # c.T = b.T @ a.T
+            got = c
+        else:
+            got = cb.matmul(a, b)
+        assert np.abs(got.to_numpy() - expect).max() < 1e-5 * scale, "cupric 64x64 wrong"
+    fast = _fastgemm.load(build=False)
+    plans = [_fastgemm.info(p) for p in handle._fast_plans.values()] if fast else []
+    results["sgemm_64_route"] = {
+        "compiled_path": fast is not None, "compiled_error": _fastgemm.build_error(),
+        "cublaslt_plans": sum(p["lt"] for p in plans), "plans": len(plans)}
 
+    sgemm = fast_function("cublasSgemm_v2")
+    keep_a, pa = host_scalar("S", 1.0, "alpha")
+    keep_b, pb = host_scalar("S", 0.0, "beta")
+    raw = handle.ptr
     rows = [
         ("cupric matmul(a, b, out=c)", lambda: cb.matmul(a, b, out=c)),
-        ("cupric gemm (BLAS level)", lambda: cb.gemm("N", "N", 1.0, af, bf, 0.0, cf,
+        ("cupric gemm (BLAS level)", lambda: cb.gemm("N", "N", 1.0, bf, af, 0.0, cf,
                                                      handle=handle)),
         ("cupric matmul(a, b) allocating", lambda: cb.matmul(a, b)),
+        ("cublasSgemm through cffi (no checks)",
+         lambda: sgemm(raw, 0, 0, SMALL, SMALL, SMALL, pa, bf.ptr, SMALL, af.ptr, SMALL, pb,
+                       cf.ptr, SMALL)),
+    ]
+    c_rows, keep_plans = _floor_rows(cb, handle, bf, af, cf)  # keep_plans: until the end
+    rows += [
         ("torch A @ B", lambda: ta @ tb),
+        ("torch mm(out=)", lambda: torch.mm(ta, tb, out=tc)),
         ("torch matmul(out=)", lambda: torch.matmul(ta, tb, out=tc)),
         ("cupy A @ B", lambda: ca @ cbuf),
         ("cupy matmul(out=)", lambda: cp.matmul(ca, cbuf, out=cc)),
     ]
-    # Correctness of the cupric rows before timing.
-    cb.matmul(a, b, out=c)
-    expect = host_a.astype(np.float64) @ host_b
-    got = c.to_numpy()
-    assert np.abs(got - expect).max() < 1e-3 * np.abs(expect).max(), "cupric 64x64 wrong"
-    for _, fn in rows:
-        for _ in range(200):
-            fn()
-    sync_all()
-    samples = {name: [] for name, _ in rows}
-    for _ in range(BATCHES):
-        for name, fn in rows:
+    # Every row is a batch of PER_BATCH calls: Python rows call PER_BATCH times, the C
+    # rows loop PER_BATCH times inside one call.
+    def python_batch(fn):
+        def batch(calls):
             t0 = time.perf_counter()
-            for _ in range(PER_BATCH):
+            for _ in range(calls):
                 fn()
-            t1 = time.perf_counter()
-            sync_all()
-            samples[name].append((t1 - t0) / PER_BATCH * 1e6)
+            return time.perf_counter() - t0
+        return batch
+
+    batches = [(name, python_batch(fn)) for name, fn in rows[:4]] + c_rows + [
+        (name, python_batch(fn)) for name, fn in rows[4:]]
+    for _, batch in batches:
+        batch(200)
+    rt.synchronize()
+    samples = {name: [] for name, _ in batches}
+    for _ in range(BATCHES):
+        for name, batch in batches:
+            seconds = batch(PER_BATCH)
+            rt.synchronize()  # outside the timed region, the same for every row
+            samples[name].append(seconds / PER_BATCH * 1e6)
     out = {}
-    for name, fn in rows:
-        t0 = time.perf_counter()
-        for _ in range(CONTINUOUS):
-            fn()
-        t1 = time.perf_counter()
-        sync_all()
+    for name, batch in batches:
+        seconds = batch(CONTINUOUS)
+        rt.synchronize()
         out[name] = {"us": statistics.median(samples[name]),
-                     "continuous_us": (t1 - t0) / CONTINUOUS * 1e6}
+                     "continuous_us": seconds / CONTINUOUS * 1e6}
     results["sgemm_64_host_us"] = out
+    del keep_plans
 
 
-def run(json_path: str | None = None) -> dict:
-    """Measure, print the table, and return (and optionally write) the results."""
+def run(json_path: str | None = None, host_only: bool = False) -> dict:
+    """Measure, print the table, and return (and optionally write) the results.
+
+    `host_only` skips the 8192^3 rates (the host-cost table alone takes seconds)."""
     results: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     try:
         import torch
         results["device"] = torch.cuda.get_device_name()
         results["torch"] = torch.__version__
+        import cupy
+        results["cupy"] = cupy.__version__
     except Exception as exc:  # reported in the table and JSON, never hidden
         results["setup_error"] = f"{type(exc).__name__}: {exc}"
-    for part in (_rates, _host_cost):
+    for part in ((_host_cost,) if host_only else (_rates, _host_cost)):
         try:
             part(results)
         except Exception as exc:
@@ -194,15 +329,29 @@ def _print(results: dict) -> None:
                   f"{row['ratio']:7.3f} {row['max_rel_diff_vs_torch']:13.2e}")
     host = results.get("sgemm_64_host_us", {})
     if host:
-        print(f"{'64x64 sgemm host cost':34s} {'median us':>10s} {'continuous us':>14s}")
+        route = results.get("sgemm_64_route", {})
+        print(f"cupric compiled path: {route.get('compiled_path')} "
+              f"({route.get('cublaslt_plans')} of {route.get('plans')} plans on cuBLASLt)"
+              + (f"; {route['compiled_error']}" if route.get("compiled_error") else ""))
+        print(f"{'64x64 sgemm host cost':50s} {'median us':>10s} {'continuous us':>14s}")
         for name, row in host.items():
-            print(f"{name:34s} {row['us']:10.2f} {row['continuous_us']:14.2f}")
+            print(f"{name:50s} {row['us']:10.2f} {row['continuous_us']:14.2f}")
     for key, value in results.items():
         if key.endswith("error"):
             print(f"{key}: {value}")
 
 
-main = script_main(run, __doc__.splitlines()[0], "gemm_8192")
+def main(argv=None) -> int:
+    import argparse
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", help="write the results to this file")
+    parser.add_argument("--host-only", action="store_true",
+                        help="only the 64x64 host-cost table (skip the 8192^3 rates)")
+    args = parser.parse_args(argv)
+    results = run(args.json, host_only=args.host_only)
+    failed = any(k.endswith("error") and results[k] for k in results) or any(
+        "error" in row for row in results.get("gemm_8192", {}).values())
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

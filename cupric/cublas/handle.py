@@ -254,7 +254,7 @@ class Handle(Resource):
 
     __slots__ = ("_ptr", "_device", "_stream_ptr", "_stream_obj", "_device_scalars",
                  "_math", "_atomics", "_owned", "_lock", "_multi", "_ctx", "_lt_plans",
-                 "_key")
+                 "_key", "_fast_plans")
 
     _shared = SharedHandles()
 
@@ -280,6 +280,9 @@ class Handle(Resource):
         self._ctx = 0
         self._lt_plans = {}
         self._key = None
+        # Compiled GEMM plans (cupric.cublas._fastgemm): key -> capsule. Cleared whenever
+        # what they assume changes (math mode, pointer mode) and on close.
+        self._fast_plans = {}
         return self
 
     @classmethod
@@ -432,6 +435,7 @@ class Handle(Resource):
         if self._closed:
             return
         Handle._shared.discard(self)
+        self._fast_plans.clear()
         self._lt_plans.clear()
         super().close()
 
@@ -470,6 +474,7 @@ class Handle(Resource):
         with self._lock:
             lib.check(fast_function("cublasSetMathMode")(self.ready(), flags))
             self._math = flags
+            self._fast_plans.clear()
 
     @property
     def math_mode(self) -> str:
@@ -508,6 +513,7 @@ class Handle(Resource):
         with self._lock:
             lib.check(fast_function("cublasSetPointerMode")(self.ready(), _POINTER_MODES[mode]))
             self._device_scalars = mode == "device"
+            self._fast_plans.clear()
 
     # -- helpers for the routines ------------------------------------------------------
 

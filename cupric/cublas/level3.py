@@ -12,7 +12,9 @@ import numpy as np
 
 from cupric.runtime.memory import DeviceBuffer
 
+from . import _fastgemm
 from . import _validate as V
+from . import handle as _handle
 from .handle import host_scalar, invoke, resolve
 
 __all__ = ["gemm", "gemm_batched", "gemm_strided_batched", "symm", "syrk", "herk", "trmm",
@@ -60,6 +62,11 @@ def gemm(transa, transb, alpha, a, b, beta, c, *, handle=None) -> None:
     >>> a = rt.to_device(np.asfortranarray(A))          # doctest: +SKIP
     >>> cublas.gemm("N", "T", 1.0, a, b, 0.0, c)
     """
+    fast = _c_gemm  # the compiled replay of a checked plan; None: take this path
+    if fast is not None:
+        done = fast(transa, transb, alpha, a, b, beta, c, handle)
+        if done is not None:
+            return None
     h = resolve(handle)
     cacheable = (type(a) is DeviceBuffer and type(b) is DeviceBuffer and type(c) is DeviceBuffer
                  and not h._device_scalars and not h._multi)
@@ -74,6 +81,8 @@ def gemm(transa, transb, alpha, a, b, beta, c, *, handle=None) -> None:
             kb, pb = host_scalar(prefix, beta, "beta")
             invoke(name, h.ready(), ta, tb, m, n, k, pa, a.ptr, lda, b.ptr, ldb, pb, c.ptr,
                    ldc)
+            if _c_gemm is not None and key not in h._fast_plans:  # a handle without it
+                _remember_compiled(h, key, name, prefix, ta, tb, m, n, k, lda, ldb, ldc, a, b, c)
             return
     ta, tb, ab, bb, cb, m, n, k, lda, ldb, ldc = gemm_geometry(h, "gemm", transa, transb,
                                                                 a, b, c)
@@ -82,8 +91,23 @@ def gemm(transa, transb, alpha, a, b, beta, c, *, handle=None) -> None:
     kb, pb = h.scalar(prefix, beta, "beta")
     name = V.routine_name("gemm", prefix, V.needs_64(m, n, k, lda, ldb, ldc))
     invoke(name, h.ready(), ta, tb, m, n, k, pa, ab.ptr, lda, bb.ptr, ldb, pb, cb.ptr, ldc)
-    if cacheable and len(_gemm_plans) < 4096:
-        _gemm_plans[key] = (name, prefix, ta, tb, m, n, k, lda, ldb, ldc)
+    if cacheable:
+        if len(_gemm_plans) < 4096:
+            _gemm_plans[key] = (name, prefix, ta, tb, m, n, k, lda, ldb, ldc)
+        _remember_compiled(h, key, name, prefix, ta, tb, m, n, k, lda, ldb, ldc, ab, bb, cb)
+
+
+def _remember_compiled(h, key, name, prefix, ta, tb, m, n, k, lda, ldb, ldc, a, b, c):
+    fn = _handle._FAST.get(name)  # the table `invoke` called through
+    if fn is not None:
+        _fastgemm.remember(h, key, fn, swap=False, alias=False, op1=ta, op2=tb, m=m, n=n, k=k,
+                           ld1=lda, ld2=ldb, ldc=ldc, letter=prefix,
+                           ptrs=(a.ptr, b.ptr, c.ptr), spans=(0,) * 6)
+
+
+# The compiled path (cupric.cublas._fastgemm): its gemm, or `_first_call`, which loads it
+# on the first gemm and rebinds this name (None when it cannot be built).
+_c_gemm = _fastgemm._first_call
 
 
 # Checked GEMM problems on cupric buffers by (trans, dtypes, shapes, strides): a repeated

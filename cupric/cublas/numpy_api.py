@@ -13,6 +13,7 @@ import numpy as np
 
 from cupric.runtime.memory import DeviceBuffer, extent
 
+from . import _fastgemm
 from . import _validate as V
 from .gemm_ex import DATA_TYPES
 from .handle import _FAST, fast_function, host_scalar, resolve
@@ -199,13 +200,20 @@ def matmul(a, b, out=None, alpha=_ONE, beta=_ZERO, *, precision=None, handle=Non
     >>> c = cublas.matmul(a, b)                                # doctest: +SKIP
     >>> cublas.matmul(a, b.T, out=c, beta=1.0)   # c += a @ b.T, no transpose copy
     """
+    if precision is None:
+        fast = _c_matmul  # the compiled replay of a checked plan; None: take this path
+        if fast is not None:
+            done = fast(a, b, out, alpha, beta, handle)
+            if done is not None:
+                return done
     h = resolve(handle)
     if (precision is None and type(out) is DeviceBuffer and type(a) is DeviceBuffer
             and type(b) is DeviceBuffer):
-        plan = _plans.get((a.dtype, a.shape, a.strides, b.shape, b.strides, out.dtype,
-                           out.shape, out.strides))
+        key = (a.dtype, a.shape, a.strides, b.dtype, b.shape, b.strides, out.dtype,
+               out.shape, out.strides)
+        plan = _plans.get(key)
         if plan is not None and not h._device_scalars and not h._multi:
-            return _replay(plan, h, a, b, out, alpha, beta)
+            return _replay(plan, h, a, b, out, alpha, beta, key)
     stream = h._stream_ptr
     ab, a_type = _operand(a, "a", stream)
     bb, b_type = _operand(b, "b", stream)
@@ -346,6 +354,10 @@ def matmul(a, b, out=None, alpha=_ONE, beta=_ZERO, *, precision=None, handle=Non
                 and type(out) is DeviceBuffer and a_type is None and compute is None
                 and len(_plans) < _PLAN_LIMIT):
             _remember(a, b, out, fn, rc, op1, op2, mm, nn, k, ld1, ld2, ldc, letter, ex)
+        if (ex is None and type(a) is DeviceBuffer and type(b) is DeviceBuffer
+                and (out is None or type(out) is DeviceBuffer)):
+            _remember_compiled(h, a, b, out, ob, fn, rc, op1, op2, mm, nn, k, ld1, ld2, ldc,
+                               prefix, p1, p2)
         return _finish(ob, out, h)
 
     # Batches: one stride per operand when the batch axes collapse, else pointer arrays.
@@ -392,13 +404,35 @@ _plans: dict[tuple, tuple] = {}
 _PLAN_LIMIT = 4096
 
 
+# The compiled path (cupric.cublas._fastgemm): its matmul, or `_first_call`, which loads
+# it on the first matmul and rebinds this name (None when it cannot be built).
+_c_matmul = _fastgemm._first_call
+
+
+def _remember_compiled(h, a, b, out, ob, fn, swap, op1, op2, mm, nn, k, ld1, ld2, ldc,
+                       prefix, p1, p2):
+    """Record the compiled plan of a checked 2-d call; allocating calls (out None) keep
+    the result's shape and dtype, and need no alias check."""
+    if out is None:
+        key = (a.dtype, a.shape, a.strides, b.dtype, b.shape, b.strides, None, None, None)
+        result = (ob.shape, ob.dtype)
+    else:
+        key = (a.dtype, a.shape, a.strides, b.dtype, b.shape, b.strides, out.dtype,
+               out.shape, out.strides)
+        result = None
+    spans = _relative_span(a) + _relative_span(b) + _relative_span(ob)
+    _fastgemm.remember(h, key, fn, swap=swap, alias=out is not None, op1=op1, op2=op2,
+                       m=mm, n=nn, k=k, ld1=ld1, ld2=ld2, ldc=ldc, letter=prefix,
+                       ptrs=(p1, p2, ob.ptr), spans=spans, result=result)
+
+
 def _relative_span(buf):
     low, high = extent(buf.shape, buf.strides, buf.itemsize)
     return low, high
 
 
 def _remember(a, b, out, fn, swap, op1, op2, mm, nn, k, ld1, ld2, ldc, letter, ex):
-    key = (a.dtype, a.shape, a.strides, b.shape, b.strides, out.dtype, out.shape,
+    key = (a.dtype, a.shape, a.strides, b.dtype, b.shape, b.strides, out.dtype, out.shape,
            out.strides)
     spans = _relative_span(a) + _relative_span(b) + _relative_span(out)
     # alpha=1, beta=0 (the defaults) resolved once; the tuple keeps the buffers alive.
@@ -407,8 +441,10 @@ def _remember(a, b, out, fn, swap, op1, op2, mm, nn, k, ld1, ld2, ldc, letter, e
                    defaults)
 
 
-def _replay(plan, h, a, b, out, alpha, beta):
-    """The hot path of a repeated 2-d matmul: open/writable/alias checks, scalars, call."""
+def _replay(plan, h, a, b, out, alpha, beta, key):
+    """The Python replay of a repeated 2-d matmul: open/writable/alias checks, scalars,
+    call. (The compiled path runs first; this one serves the calls it leaves, and makes
+    its plan on a handle that has none for `key` yet.)"""
     fn, swap, op1, op2, mm, nn, k, ld1, ld2, ldc, letter, ex, spans, defaults = plan
     if a._alloc._closed or b._alloc._closed or out._alloc._closed:
         V.device_array(a, "a"), V.device_array(b, "b"), V.device_array(out, "out")
@@ -435,6 +471,10 @@ def _replay(plan, h, a, b, out, alpha, beta):
         from . import lib
         lib.check(status)
     out._stream = h._stream_ptr
+    if ex is None and _c_matmul is not None and key not in h._fast_plans:
+        _fastgemm.remember(h, key, fn, swap=swap, alias=True, op1=op1, op2=op2, m=mm, n=nn,
+                           k=k, ld1=ld1, ld2=ld2, ldc=ldc, letter=letter, ptrs=(p1, p2, po),
+                           spans=spans)
     return out
 
 
