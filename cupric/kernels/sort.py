@@ -337,7 +337,7 @@ def bitonic_sort(x, out=None, *, descending=False, stream=None):
     while padded < n:
         padded <<= 1
     keys = call.scratch((padded,), np.uint32)
-    call.launch(to_keys, call.covering_blocks(padded, BLOCK), BLOCK, src, keys, flip)
+    call.launch(to_keys, call.blocks(padded, BLOCK), BLOCK, src, keys, flip)
     chunks = padded // CHUNK
     call.launch(bitonic_sort_shared_kernel, chunks, HALF, keys)
     k = 2 * CHUNK
@@ -350,7 +350,7 @@ def bitonic_sort(x, out=None, *, descending=False, stream=None):
             j >>= 1
         call.launch(bitonic_merge_shared_kernel, chunks, HALF, keys, np.int64(k))
         k <<= 1
-    call.launch(from_keys, call.covering_blocks(n, BLOCK), BLOCK, keys, dst, flip)
+    call.launch(from_keys, call.blocks(n, BLOCK), BLOCK, keys, dst, flip)
     call.finish()
     return result
 
@@ -392,7 +392,7 @@ def radix_sort(x, out=None, *, descending=False, stream=None):
     flip = np.uint32(_ALL_BITS if descending else 0)
     keys = call.scratch((n,), np.uint32)
     spare = call.scratch((n,), np.uint32)
-    call.launch(to_keys, call.covering_blocks(n, BLOCK), BLOCK, src, keys, flip)
+    call.launch(to_keys, call.blocks(n, BLOCK), BLOCK, src, keys, flip)
     tiles = -(-n // RADIX_TILE)
     counts = call.scratch((RADIX * tiles,), np.uint32)
     offsets = call.scratch((RADIX * tiles,), np.uint32)
@@ -403,6 +403,6 @@ def radix_sort(x, out=None, *, descending=False, stream=None):
         call.launch(radix_scatter_kernel, tiles, RADIX_BLOCK, keys, spare, offsets,
                     np.uint32(shift), np.int64(tiles))
         keys, spare = spare, keys
-    call.launch(from_keys, call.covering_blocks(n, BLOCK), BLOCK, keys, dst, flip)
+    call.launch(from_keys, call.blocks(n, BLOCK), BLOCK, keys, dst, flip)
     call.finish()
     return result

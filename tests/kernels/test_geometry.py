@@ -39,3 +39,28 @@ def test_call_geometry_follows_its_simulator_decision(monkeypatch):
     assert call.covering_blocks(1 << 28, 256, 4) == SIMULATOR_MAX_BLOCKS
     call.simulator = False
     assert call.covering_blocks(1 << 28, 256, 4) == 1 << 18
+
+
+@pytest.mark.parametrize("dtype, covering", [("f4", True), ("i4", True), ("f8", True),
+                                             ("u8", True), ("i2", False), ("u1", False),
+                                             ("?", False)])
+def test_quad_geometry(monkeypatch, dtype, covering):
+    # Four-elements-a-thread kernels: a covering grid for items of 4 bytes or more (vecadd
+    # and saxpy with STREAM_BLOCK threads a block), the bounded grid of BLOCK threads for
+    # smaller items.
+    import numpy as np
+
+    from cupric.kernels import elementwise as ew
+    monkeypatch.setattr(_common, "_sm_count", lambda ordinal: 132)
+    monkeypatch.setattr(_common, "device_ordinal", lambda: 0)
+    call = _common.Call("test")
+    call.simulator = False
+    out = np.empty((1 << 22) + 3, dtype)
+    for block in (ew.STREAM_BLOCK, ew.BLOCK):
+        got = ew.quad_geometry(call, out, block)
+        if covering:
+            assert got == (-(-out.size // (4 * block)), block)
+        else:
+            assert got == (WAVES_PER_SM * 132, ew.BLOCK)
+    call.simulator = True
+    assert ew.quad_geometry(call, out, ew.STREAM_BLOCK)[0] == SIMULATOR_MAX_BLOCKS

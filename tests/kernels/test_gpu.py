@@ -254,15 +254,18 @@ def _record_grids(monkeypatch):
 
 
 def test_elementwise_covering_grid(rng, monkeypatch):
-    # The host functions launch a grid covering the array once (four elements per thread,
-    # one per thread for float16 and map), past the 8-blocks-per-SM cap of blocks_for;
-    # the n % 4 tail elements go to the first threads.
+    # vecadd, saxpy, memcpy and fill on items of 4 bytes or more launch a grid covering
+    # the array once (four elements a thread), past the WAVES_PER_SM cap of blocks_for;
+    # the n % 4 tail elements go to the first threads. Smaller items, the one-element
+    # kernels (float16 arithmetic, map) and rgba2gray keep the bounded grid.
     require_lowering("elementwise")
     from cupric.kernels import elementwise, image
-    from cupric.kernels._common import WAVES_PER_SM, sm_count
+    from cupric.kernels._common import WAVES_PER_SM, blocks_for, sm_count
     n = (1 << 22) + 3
-    quads_grid, one_grid = -(-n // (256 * 4)), -(-n // 256)
-    assert quads_grid > WAVES_PER_SM * sm_count()
+    wide = elementwise.STREAM_BLOCK
+    stream_grid, quads_grid = -(-n // (wide * 4)), -(-n // (256 * 4))
+    bounded4, bounded1 = blocks_for(n, 256, 4), blocks_for(n, 256)
+    assert quads_grid > WAVES_PER_SM * sm_count() == bounded4
     grids = _record_grids(monkeypatch)
     a, b = random_array(rng, n, "f4"), random_array(rng, n, "f4")
     da, db, out = dev(a), dev(b), dev(poison(n, "f4"))
@@ -274,16 +277,24 @@ def test_elementwise_covering_grid(rng, monkeypatch):
     np.testing.assert_array_equal(host(out), b)
     elementwise.fill(out, -3.5)
     assert (host(out) == -3.5).all()
+    d = random_array(rng, n, "f8")
+    np.testing.assert_array_equal(host(elementwise.vecadd(dev(d), dev(d))), d + d)
+    assert grids == [(stream_grid, wide)] * 2 + [(quads_grid, 256)] * 2 + \
+        [(stream_grid, wide)]
+    grids.clear()
     got = host(elementwise.map(_blend, da, db, db))
     np.testing.assert_allclose(got, a + b * (b - a), rtol=1e-5, atol=1e-3)
     half = random_array(rng, n, "f2")
     np.testing.assert_array_equal(host(elementwise.vecadd(dev(half), dev(half))), half + half)
+    small = random_array(rng, n, "u1")
+    np.testing.assert_array_equal(host(elementwise.vecadd(dev(small), dev(small))),
+                                  small + small)
     img = rng.integers(0, 256, (1, n, 4), dtype=np.uint8)
     gray = host(image.rgba2gray(dev(img)))
     weights = np.array(image.GRAY_WEIGHTS, np.float32)
     expect = np.floor(img[..., :3].astype(np.float32) @ weights + np.float32(0.5))
     assert np.abs(gray.astype(int) - expect.astype(int)).max() <= 1
-    assert grids == [(quads_grid, 256)] * 4 + [(one_grid, 256)] * 2 + [(quads_grid, 256)]
+    assert grids == [(bounded1, 256)] * 2 + [(bounded4, 256)] * 2
 
 
 def test_elementwise_kernels_on_small_grids(rng):

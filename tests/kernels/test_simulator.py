@@ -31,8 +31,11 @@ def test_vecadd_saxpy_memcpy(rng, dtype):
 
 
 def test_elementwise_two_groups_per_trip(rng):
-    # Past two grids of groups of four: every path of the grid-stride loops.
-    n = 2 * 4 * 4 * 256 + 37
+    # Past two grids of groups of four (SIMULATOR_MAX_BLOCKS blocks): every path of the
+    # grid-stride loops.
+    from cupric.kernels._common import SIMULATOR_MAX_BLOCKS
+    n = 2 * 4 * SIMULATOR_MAX_BLOCKS * elementwise.STREAM_BLOCK + 37
+    assert n > 2 * 4 * SIMULATOR_MAX_BLOCKS * elementwise.BLOCK
     a, b = random_array(rng, n, "f4"), random_array(rng, n, "f4")
     np.testing.assert_array_equal(elementwise.vecadd(a, b), a + b)
     np.testing.assert_allclose(elementwise.saxpy(2, a, b), 2 * a + b, rtol=1e-6)
