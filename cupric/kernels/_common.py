@@ -87,9 +87,11 @@ def covering_blocks(n: int, block: int, per_thread: int = 1,
     """Blocks for an elementwise grid-stride kernel over `n` items, `per_thread` items
     per thread per trip: a grid that covers `n` once, so each thread makes one trip (the
     geometry of a plain CUDA C elementwise kernel; on an H200 a grid capped at 8 blocks
-    per SM ran vecadd and saxpy 7 % slower). Capped at `MAX_GRID_X` blocks (beyond that
-    the kernels' grid-stride loops take the rest) and at `SIMULATOR_MAX_BLOCKS` on the
-    simulator, which runs blocks one after another. Never less than 1."""
+    per SM ran vecadd, saxpy, memcpy and fill on float32 6-9 % slower; see
+    `elementwise.quad_geometry` for where it is used). Capped at `MAX_GRID_X` blocks
+    (beyond that the kernels' grid-stride loops take the rest) and at
+    `SIMULATOR_MAX_BLOCKS` on the simulator, which runs blocks one after another. Never
+    less than 1."""
     need = max(1, -(-n // (block * per_thread)))
     if on_simulator() if simulator is None else simulator:
         return min(need, SIMULATOR_MAX_BLOCKS)
