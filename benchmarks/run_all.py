@@ -19,7 +19,7 @@ import tempfile
 import time
 
 BENCHMARKS = ["launch_overhead", "bandwidth", "compile_latency", "saxpy", "kernels",
-              "rng", "gemm", "conv"]
+              "rng", "gemm", "conv", "path_tracer"]
 
 
 def _flatten(prefix: str, value, out: dict) -> None:

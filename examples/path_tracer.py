@@ -2,20 +2,36 @@
 and a triangle mesh with diffuse, metal and glass materials, seen through a thin-lens
 camera (depth of field), accumulated progressively, written as a PNG (Pillow).
 
-    python3 examples/path_tracer.py [--backend cpu|cuda|optix|all] [--width 640
-        --height 360 --spp 64] [--cpu-size 48x32 --cpu-spp 4] [--max-depth 8]
-        [--seed 1] [--optix-spheres builtin|custom] [--denoise] [--out path_tracer.png]
+    python3 examples/path_tracer.py [--backend cpu|cuda|optix|all] [--scene showcase|heavy]
+        [--width 640 --height 360 --spp 64] [--cpu-size 48x32 --cpu-spp 4]
+        [--max-depth 8] [--seed 1] [--optix-spheres auto|builtin|custom] [--denoise]
+        [--out path_tracer.png]
+
+Scenes: ``showcase`` (default): 17 spheres, a ground of two triangles and an icosahedron;
+``heavy``: the same spheres on a finely tessellated, displaced terrain and beside a
+displaced sphere mesh, about a million triangles, where tracing rays (traversal) costs
+more than shading them.
 
 Backends:
 - ``cuda``: `render_kernel`, a cupric kernel, one thread per pixel, an iterative path
-  loop, and a software BVH (built on the host with NumPy, traversed with a stack in a
-  local array; examples/_tracer_bvh.py).
-- ``optix``: OptiX traces the rays on the RT cores through an instance AS over two
-  GASes (built-in spheres, triangles); `tracer_raygen` runs the same path loop and
-  `tracer_hit` reports the primitive and distance.
+  loop, and a software BVH (binned SAH, built on the host with NumPy, 64-byte nodes
+  traversed nearer child first with a stack in a local array; examples/_tracer_bvh.py).
+- ``optix``: OptiX traces the rays through an instance AS over one GAS per kind of
+  primitive; `tracer_raygen` runs the same path loop and `tracer_hit` reports the
+  primitive and distance. OptiX uses the RT cores where the GPU has them
+  (`DeviceContext.rtcore_version` > 0); on a GPU without them (H100, H200: compute
+  GPUs) it traverses in software on the SMs.
 - ``cpu``: the SAME `render_kernel` run on cupric's CPU simulator (not a separate NumPy
   renderer), at a small size (``--cpu-size``, default 48x32, ``--cpu-spp`` 4): every
   simulated thread is Python, so it measures the simulator, not a CPU renderer.
+
+OptiX spheres (``--optix-spheres``): OptiX's built-in sphere intersector culls exit hits:
+a ray that starts inside a sphere does not hit it (measured on driver 580, OptiX 9.0, and
+documented for curves and spheres as "back-face culling"), so light refracted into a
+glass sphere would never leave it through the sphere. ``auto`` (default) gives the
+opaque spheres to the built-in intersector and the glass ones to `tracer_sphere`, the
+kernel's own `hit_sphere` as a custom primitive; ``builtin`` uses the built-in one for
+all (glass renders wrong, for comparison); ``custom`` the custom one for all.
 
 Both GPU backends and the simulator call the device functions of
 examples/_tracer_shading.py (camera, random numbers, materials, sky, normals), so they
@@ -23,10 +39,11 @@ draw the same random numbers for the same pixel, sample and seed: images agree u
 the rare path that floating-point differences in the intersection send another way.
 With ``--backend all`` the script renders the cuda and optix images at the same size and
 sample count and prints their mean absolute difference (and the simulator's against the
-cuda backend at the CPU size). Samples per second (paths: pixels x samples per pixel)
-are printed per backend. ``--denoise`` runs OptiX's AI denoiser on the result (the
-driver must carry its weights file; see docs/optix.md). Without a GPU only the cpu
-backend runs, with a notice.
+cuda backend at the CPU size). Per backend it prints samples (paths: pixels x samples
+per pixel) and rays per second; rays are counted exactly (each pixel's thread adds the
+rays it traced to a per-pixel counter). ``--denoise`` runs OptiX's AI denoiser on the
+result (the driver must carry its weights file; see docs/optix.md). Without a GPU only
+the cpu backend runs, with a notice.
 """
 
 from __future__ import annotations
@@ -59,10 +76,12 @@ I32_1D = Array[i32, 1, "C"]
 I32_2D = Array[i32, 2, "C"]
 BLOCK = (16, 8)
 #: The kernel's signature, for `inspect_ptx` and the tests.
-KERNEL_SIGNATURE = ("Array[f32, 3, 'C'], Array[f32, 1, 'C'], Array[f32, 2, 'C'], "
-                    "Array[i32, 1, 'C'], Array[f32, 2, 'C'], Array[f32, 2, 'C'], "
-                    "Array[f32, 2, 'C'], Array[i32, 2, 'C'], Array[i32, 1, 'C'], "
+KERNEL_SIGNATURE = ("Array[f32, 3, 'C'], Array[i32, 2, 'C'], Array[f32, 1, 'C'], "
+                    "Array[f32, 2, 'C'], Array[i32, 1, 'C'], Array[f32, 2, 'C'], "
+                    "Array[f32, 2, 'C'], Array[f32, 2, 'C'], Array[i32, 1, 'C'], "
                     "i32, i32, u32, i32")
+SCENES = ("showcase", "heavy")
+SPHERE_MODES = ("auto", "builtin", "custom")
 
 
 # -- the scene -----------------------------------------------------------------------------------
@@ -79,24 +98,90 @@ class Scene:
         return len(self.spheres) + len(self.triangles)
 
 
-def icosahedron(center, radius) -> np.ndarray:
-    """(20, 9) triangles of a regular icosahedron (the triangle mesh of the scene)."""
+_ICOSAHEDRON_FACES = np.array([
+    (0, 11, 5), (0, 5, 1), (0, 1, 7), (0, 7, 10), (0, 10, 11), (1, 5, 9), (5, 11, 4),
+    (11, 10, 2), (10, 7, 6), (7, 1, 8), (3, 9, 4), (3, 4, 2), (3, 2, 6), (3, 6, 8),
+    (3, 8, 9), (4, 9, 5), (2, 4, 11), (6, 2, 10), (8, 6, 7), (9, 8, 1)])
+
+
+def _icosahedron_vertices() -> np.ndarray:
     phi = (1 + 5 ** 0.5) / 2
     v = np.array([[-1, phi, 0], [1, phi, 0], [-1, -phi, 0], [1, -phi, 0],
                   [0, -1, phi], [0, 1, phi], [0, -1, -phi], [0, 1, -phi],
                   [phi, 0, -1], [phi, 0, 1], [-phi, 0, -1], [-phi, 0, 1]], dtype=np.float64)
-    v = v / np.linalg.norm(v[0]) * radius + np.asarray(center, dtype=np.float64)
-    faces = [(0, 11, 5), (0, 5, 1), (0, 1, 7), (0, 7, 10), (0, 10, 11), (1, 5, 9),
-             (5, 11, 4), (11, 10, 2), (10, 7, 6), (7, 1, 8), (3, 9, 4), (3, 4, 2),
-             (3, 2, 6), (3, 6, 8), (3, 8, 9), (4, 9, 5), (2, 4, 11), (6, 2, 10),
-             (8, 6, 7), (9, 8, 1)]
-    return np.array([v[list(f)].reshape(9) for f in faces])
+    return v / np.linalg.norm(v[0])
 
 
-def make_scene(small_spheres: int = 14) -> Scene:
-    """The fixed scene: a ground of two triangles, three large spheres (glass, diffuse,
-    metal), an icosahedron of polished metal, and small spheres of random materials (a
-    fixed generator, so every run and backend sees the same scene)."""
+def icosahedron(center, radius) -> np.ndarray:
+    """(20, 9) triangles of a regular icosahedron (the triangle mesh of the scene)."""
+    v = _icosahedron_vertices() * radius + np.asarray(center, dtype=np.float64)
+    return v[_ICOSAHEDRON_FACES].reshape(-1, 9)
+
+
+def icosphere(level: int) -> tuple[np.ndarray, np.ndarray]:
+    """(vertices on the unit sphere, faces) of an icosahedron subdivided `level` times
+    (each triangle into four, shared edge midpoints): 20 * 4**level faces."""
+    vertices = _icosahedron_vertices()
+    faces = _ICOSAHEDRON_FACES.copy()
+    for _ in range(level):
+        edges = np.sort(faces[:, [0, 1, 1, 2, 2, 0]].reshape(-1, 2), axis=1)
+        unique, inverse = np.unique(edges, axis=0, return_inverse=True)
+        middle = vertices[unique[:, 0]] + vertices[unique[:, 1]]
+        middle /= np.linalg.norm(middle, axis=1, keepdims=True)
+        m = (len(vertices) + inverse.reshape(-1)).reshape(-1, 3)  # midpoints of 01, 12, 20
+        vertices = np.concatenate([vertices, middle])
+        a, b, c = faces[:, 0], faces[:, 1], faces[:, 2]
+        faces = np.concatenate([np.stack([a, m[:, 0], m[:, 2]], 1),
+                                np.stack([b, m[:, 1], m[:, 0]], 1),
+                                np.stack([c, m[:, 2], m[:, 1]], 1), m])
+    return vertices, faces
+
+
+def displaced_sphere(center, radius: float, level: int, amplitude: float) -> np.ndarray:
+    """(20 * 4**level, 9) triangles of a lumpy sphere: an icosphere whose radius varies
+    by up to `amplitude` (relative) with a few octaves of sines."""
+    v, faces = icosphere(level)
+    x, y, z = v[:, 0], v[:, 1], v[:, 2]
+    bumps = (0.5 * np.sin(3.1 * x + 1.7) * np.sin(2.3 * y - 0.4) * np.sin(2.7 * z + 0.9)
+             + 0.3 * np.sin(7.3 * x - 5.1 * z + 0.3) + 0.2 * np.sin(17.0 * y + 11.0 * x))
+    points = np.asarray(center, np.float64) + radius * v * (1.0 + amplitude * bumps)[:, None]
+    return points[faces].reshape(-1, 9)
+
+
+def terrain(cells: int, half: float = 30.0) -> np.ndarray:
+    """(2 * cells**2, 9) triangles of a height field over [-half, half]^2: nearly flat
+    (a few centimetres of ripples) under the spheres, hills rising beyond 8 units."""
+    xs = np.linspace(-half, half, cells + 1)
+    x, z = np.meshgrid(xs, xs, indexing="ij")
+    r = np.hypot(x, z)
+    ramp = np.clip((r - 8.0) / 22.0, 0.0, 1.0)
+    amplitude = 0.02 + 2.5 * ramp * ramp * (3 - 2 * ramp)
+    h = amplitude * (0.5 * np.sin(0.35 * x + 0.6) * np.cos(0.3 * z - 0.4)
+                     + 0.3 * np.sin(0.9 * x + 1.1 * z) + 0.2 * np.sin(2.3 * x - 1.7 * z + 0.3))
+    grid = np.stack([x, h, z], axis=-1)
+    p00, p10 = grid[:-1, :-1], grid[1:, :-1]
+    p01, p11 = grid[:-1, 1:], grid[1:, 1:]
+    first = np.concatenate([p00, p01, p11], axis=-1).reshape(-1, 9)
+    second = np.concatenate([p00, p11, p10], axis=-1).reshape(-1, 9)
+    return np.concatenate([first, second])
+
+
+#: The heavy scene's lumpy sphere: centre (x, y, z), radius.
+BLOB = ((-2.0, 1.1, -2.4), 1.0)
+
+
+def make_scene(kind: str = "showcase", small_spheres: int = 14, *, terrain_cells: int = 600,
+               blob_level: int = 7) -> Scene:
+    """The fixed scenes (a fixed generator, so every run and backend sees the same one).
+
+    ``showcase``: a ground of two triangles, three large spheres (glass, diffuse, metal),
+    an icosahedron of polished metal, and small spheres of random materials.
+    ``heavy``: the same but on a displaced terrain of ``2 * terrain_cells**2`` triangles,
+    beside a lumpy sphere of ``20 * 4**blob_level`` triangles (defaults: 720,000 and
+    327,680).
+    """
+    if kind not in SCENES:
+        raise ValueError(f"kind must be one of {', '.join(SCENES)}, got {kind!r}")
     rng = np.random.default_rng(2026)
     materials = [(LAMBERTIAN, 0.5, 0.5, 0.5, 0.0),  # 0 ground
                  (DIELECTRIC, 1.0, 1.0, 1.0, 1.5),  # 1 glass
@@ -105,11 +190,13 @@ def make_scene(small_spheres: int = 14) -> Scene:
                  (METAL, 0.3, 0.7, 0.8, 0.25)]  # 4 brushed teal (the mesh)
     spheres = [(0.0, 1.0, 0.0, 1.0), (-4.0, 1.0, 0.0, 1.0), (4.0, 1.0, 0.0, 1.0)]
     sphere_material = [1, 2, 3]
+    keep_clear = [(0, 0), (-4, 0), (4, 0), (1.8, 2.4)]  # the large spheres and the mesh
+    if kind == "heavy":
+        keep_clear.append((BLOB[0][0], BLOB[0][2]))
     placed = 0
     while placed < small_spheres:
         x, z = rng.uniform(-6.0, 6.0), rng.uniform(-3.0, 4.0)
-        # Keep clear of the large spheres and the mesh.
-        if min(np.hypot(x - cx, z - cz) for cx, cz in ((0, 0), (-4, 0), (4, 0), (1.8, 2.4))) < 1.4:
+        if min(np.hypot(x - cx, z - cz) for cx, cz in keep_clear) < 1.4:
             continue
         choice = rng.uniform()
         colour = rng.uniform(0.1, 0.9, size=3)
@@ -122,15 +209,25 @@ def make_scene(small_spheres: int = 14) -> Scene:
         spheres.append((x, 0.2, z, 0.2))
         sphere_material.append(len(materials) - 1)
         placed += 1
-    ground = np.array([[-30, 0, -30, 30, 0, 30, 30, 0, -30],
-                       [-30, 0, -30, -30, 0, 30, 30, 0, 30]], dtype=np.float64)
     mesh = icosahedron((1.8, 0.75, 2.4), 0.75)
-    triangles = np.concatenate([ground, mesh])
-    triangle_material = [0, 0] + [4] * len(mesh)
+    if kind == "showcase":
+        ground = np.array([[-30, 0, -30, 30, 0, 30, 30, 0, -30],
+                           [-30, 0, -30, -30, 0, 30, 30, 0, 30]], dtype=np.float64)
+        triangles = np.concatenate([ground, mesh])
+        triangle_material = [0] * len(ground) + [4] * len(mesh)
+    else:
+        ground = terrain(terrain_cells)
+        materials.append((LAMBERTIAN, 0.65, 0.3, 0.2, 0.0))  # terracotta (the lumpy sphere)
+        blob = displaced_sphere(BLOB[0], BLOB[1], blob_level, 0.12)
+        triangles = np.concatenate([ground, mesh, blob])
+        triangle_material = np.concatenate([np.zeros(len(ground), np.int64),
+                                            np.full(len(mesh), 4),
+                                            np.full(len(blob), len(materials) - 1)])
     return Scene(spheres=np.array(spheres, dtype=np.float32),
-                 triangles=triangles.astype(np.float32),
+                 triangles=np.ascontiguousarray(triangles, dtype=np.float32),
                  materials=np.array(materials, dtype=np.float32),
-                 prim_material=np.array(sphere_material + triangle_material, dtype=np.int32))
+                 prim_material=np.concatenate([sphere_material,
+                                               triangle_material]).astype(np.int32))
 
 
 def make_camera(width: int, height: int, look_from=(13.0, 2.0, 3.0), look_at=(0.0, 0.5, 0.0),
@@ -160,12 +257,13 @@ def make_camera(width: int, height: int, look_from=(13.0, 2.0, 3.0), look_at=(0.
 # -- the CUDA backend (and, on the simulator, the cpu one) ---------------------------------------
 
 @cupric.kernel
-def render_kernel(accum: IMAGE, camera: F32_1D, materials: F32_2D, prim_material: I32_1D,
-                  spheres: F32_2D, triangles: F32_2D, bounds: F32_2D, meta: I32_2D,
+def render_kernel(accum: IMAGE, rays: I32_2D, camera: F32_1D, materials: F32_2D,
+                  prim_material: I32_1D, spheres: F32_2D, triangles: F32_2D, nodes: F32_2D,
                   prim_ids: I32_1D, first_sample: i32, samples: i32, seed: u32,
                   max_depth: i32):
     """Add `samples` paths per pixel (samples first_sample, first_sample + 1, ...) to
-    accum[y, x, :] (RGB sums; divide by the total sample count to get the image)."""
+    accum[y, x, :] (RGB sums; divide by the total sample count to get the image), and
+    the number of rays they traced to rays[y, x]."""
     x, y = grid(2)
     height = accum.shape[0]
     width = accum.shape[1]
@@ -173,6 +271,7 @@ def render_kernel(accum: IMAGE, camera: F32_1D, materials: F32_2D, prim_material
         return
     stack = local.array(STACK_SIZE, i32)
     total = float3(f32(0.0), f32(0.0), f32(0.0))
+    traced = i32(0)
     for k in range(i32(samples)):
         origin, direction, state = primary_ray(camera, x, y, width, height,
                                                i32(first_sample) + k, seed)
@@ -180,8 +279,9 @@ def render_kernel(accum: IMAGE, camera: F32_1D, materials: F32_2D, prim_material
         radiance = float3(f32(0.0), f32(0.0), f32(0.0))
         depth = i32(0)
         while depth < i32(max_depth):
-            t, prim = closest_hit(stack, bounds, meta, prim_ids, spheres, triangles, origin,
+            t, prim = closest_hit(stack, nodes, prim_ids, spheres, triangles, origin,
                                   direction, f32(T_MIN), f32(T_FAR))
+            traced += 1
             if prim < 0:
                 radiance = throughput * sky(direction)
                 break
@@ -198,19 +298,21 @@ def render_kernel(accum: IMAGE, camera: F32_1D, materials: F32_2D, prim_material
     accum[y, x, 0] += total.x
     accum[y, x, 1] += total.y
     accum[y, x, 2] += total.z
+    rays[y, x] += traced
 
 
 # -- the OptiX backend ---------------------------------------------------------------------------
 # Every program takes the pipeline's launch parameters (docs/optix.md): the same list.
 
 @ox.raygen
-def tracer_raygen(accum: IMAGE, camera: F32_1D, materials: F32_2D, prim_material: I32_1D,
-                  spheres: F32_2D, triangles: F32_2D, handle: u64, first_sample: i32,
-                  samples: i32, seed: u32, max_depth: i32):
+def tracer_raygen(accum: IMAGE, rays: I32_2D, camera: F32_1D, materials: F32_2D,
+                  prim_material: I32_1D, spheres: F32_2D, triangles: F32_2D, handle: u64,
+                  first_sample: i32, samples: i32, seed: u32, max_depth: i32):
     x, y, _ = optix.launch_index()
     width = accum.shape[1]
     height = accum.shape[0]
     total = float3(f32(0.0), f32(0.0), f32(0.0))
+    traced = i32(0)
     for k in range(samples):
         origin, direction, state = primary_ray(camera, x, y, width, height,
                                                first_sample + k, seed)
@@ -221,7 +323,9 @@ def tracer_raygen(accum: IMAGE, camera: F32_1D, materials: F32_2D, prim_material
             # Payload: 1 + the primitive (0 = missed), and the hit distance's bits.
             found, t_bits = optix.trace(handle, (origin.x, origin.y, origin.z),
                                         (direction.x, direction.y, direction.z),
-                                        f32(T_MIN), f32(T_FAR), u32(0), u32(0))
+                                        f32(T_MIN), f32(T_FAR), u32(0), u32(0),
+                                        ray_flags=optix.RAY_FLAG_DISABLE_ANYHIT)
+            traced += 1
             if found == u32(0):
                 radiance = throughput * sky(direction)
                 break
@@ -237,35 +341,34 @@ def tracer_raygen(accum: IMAGE, camera: F32_1D, materials: F32_2D, prim_material
     accum[y, x, 0] += total.x
     accum[y, x, 1] += total.y
     accum[y, x, 2] += total.z
+    rays[y, x] += traced
 
 
 @ox.miss
-def tracer_miss(accum: IMAGE, camera: F32_1D, materials: F32_2D, prim_material: I32_1D,
-                spheres: F32_2D, triangles: F32_2D, handle: u64, first_sample: i32,
-                samples: i32, seed: u32, max_depth: i32):
+def tracer_miss(accum: IMAGE, rays: I32_2D, camera: F32_1D, materials: F32_2D,
+                prim_material: I32_1D, spheres: F32_2D, triangles: F32_2D, handle: u64,
+                first_sample: i32, samples: i32, seed: u32, max_depth: i32):
     optix.set_payload(0, u32(0))
 
 
 @ox.closest_hit
-def tracer_hit(accum: IMAGE, camera: F32_1D, materials: F32_2D, prim_material: I32_1D,
-               spheres: F32_2D, triangles: F32_2D, handle: u64, first_sample: i32,
-               samples: i32, seed: u32, max_depth: i32):
-    # Instance 0 holds the spheres' GAS, instance 1 the triangles' (see OptixRenderer):
-    # map the GAS-local primitive index to the one index space of the shading code.
-    prim = i32(optix.primitive_index())
-    if optix.instance_index() == 1:
-        prim = prim + i32(spheres.shape[0])
-    optix.set_payload(0, u32(prim + 1))
+def tracer_hit(accum: IMAGE, rays: I32_2D, camera: F32_1D, materials: F32_2D,
+               prim_material: I32_1D, spheres: F32_2D, triangles: F32_2D, handle: u64,
+               first_sample: i32, samples: i32, seed: u32, max_depth: i32):
+    # Every GAS is built with the primitive index offset of its first primitive in the
+    # one index space of the shading code (spheres, then triangles), so OptiX's
+    # primitive index is already that index.
+    optix.set_payload(0, u32(optix.primitive_index() + 1))
     optix.set_payload(1, bits.bitcast(optix.ray_tmax(), u32))
 
 
 @ox.intersection
-def tracer_sphere(accum: IMAGE, camera: F32_1D, materials: F32_2D, prim_material: I32_1D,
-                  spheres: F32_2D, triangles: F32_2D, handle: u64, first_sample: i32,
-                  samples: i32, seed: u32, max_depth: i32):
-    # Spheres as custom primitives (``--optix-spheres custom``): the CUDA kernel's own
-    # `hit_sphere` on OptiX's traversal, to tell OptiX's built-in sphere test apart
-    # from the rest of the pipeline when the backends disagree.
+def tracer_sphere(accum: IMAGE, rays: I32_2D, camera: F32_1D, materials: F32_2D,
+                  prim_material: I32_1D, spheres: F32_2D, triangles: F32_2D, handle: u64,
+                  first_sample: i32, samples: i32, seed: u32, max_depth: i32):
+    # Spheres as custom primitives: the CUDA kernel's own `hit_sphere` on OptiX's
+    # traversal. Unlike OptiX's built-in spheres it finds the exit of a ray that starts
+    # inside, which glass needs (see the module docstring).
     k = i32(optix.primitive_index())
     ox_, oy, oz = optix.object_ray_origin()
     dx, dy, dz = optix.object_ray_direction()
@@ -276,9 +379,9 @@ def tracer_sphere(accum: IMAGE, camera: F32_1D, materials: F32_2D, prim_material
 
 
 OPTIX_PROGRAMS = (tracer_raygen, tracer_miss, tracer_hit, tracer_sphere)
-OPTIX_PARAMS = ("Array[f32, 3, 'C'], Array[f32, 1, 'C'], Array[f32, 2, 'C'], "
-                "Array[i32, 1, 'C'], Array[f32, 2, 'C'], Array[f32, 2, 'C'], u64, i32, i32, "
-                "u32, i32")
+OPTIX_PARAMS = ("Array[f32, 3, 'C'], Array[i32, 2, 'C'], Array[f32, 1, 'C'], "
+                "Array[f32, 2, 'C'], Array[i32, 1, 'C'], Array[f32, 2, 'C'], "
+                "Array[f32, 2, 'C'], u64, i32, i32, u32, i32")
 PIPELINE_OPTIONS = ox.PipelineCompileOptions(num_payload_values=2, num_attribute_values=2,
                                              traversable_graph="single_level_instancing",
                                              primitive_types=("triangle", "sphere", "custom"))
@@ -307,13 +410,18 @@ def _batches(spp: int, batch: int):
 @dataclass
 class Render:
     image: np.ndarray  # (height, width, 3) float32, linear radiance (mean over samples)
-    seconds: float
+    seconds: float  # the timed launches
     spp: int
+    rays: int  # rays traced by the timed launches (counted by every pixel's thread)
 
     @property
     def samples_per_second(self) -> float:
         h, w, _ = self.image.shape
         return h * w * self.spp / self.seconds
+
+    @property
+    def rays_per_second(self) -> float:
+        return self.rays / self.seconds
 
 
 def render_simulator(scene: Scene, width: int, height: int, spp: int, *, seed: int = 1,
@@ -322,133 +430,201 @@ def render_simulator(scene: Scene, width: int, height: int, spp: int, *, seed: i
     """`render_kernel` on the CPU simulator (NumPy arrays), one launch per sample."""
     bvh = bvh or build_bvh(scene.spheres, scene.triangles)
     accum = np.zeros((height, width, 3), dtype=np.float32)
+    rays = np.zeros((height, width), dtype=np.int32)
     camera = make_camera(width, height)
     blocks = ((width + BLOCK[0] - 1) // BLOCK[0], (height + BLOCK[1] - 1) // BLOCK[1])
     bar = _progress(spp, "cpu (simulator)") if progress else None
     t0 = time.perf_counter()
     for first, count in _batches(spp, 1):
         render_kernel.simulate[blocks, BLOCK](
-            accum, camera, scene.materials, scene.prim_material, scene.spheres,
-            scene.triangles, bvh.bounds, bvh.meta, bvh.prim_ids, first, count, seed,
-            max_depth)
+            accum, rays, camera, scene.materials, scene.prim_material, scene.spheres,
+            scene.triangles, bvh.nodes, bvh.prim_ids, first, count, seed, max_depth)
         if bar is not None:
             bar.update(count)
     seconds = time.perf_counter() - t0
     if bar is not None:
         bar.close()
-    return Render(accum / np.float32(spp), seconds, spp)
+    return Render(accum / np.float32(spp), seconds, spp, int(rays.sum(dtype=np.int64)))
 
 
-def render_cuda(scene: Scene, width: int, height: int, spp: int, *, seed: int = 1,
-                max_depth: int = 8, batch: int = 4, progress: bool = True) -> Render:
-    """`render_kernel` on the GPU: `batch` samples per launch, timed after a warm-up
-    launch that compiles the kernel (or loads it from the cache)."""
-    from cupric import runtime as rt
-    bvh = build_bvh(scene.spheres, scene.triangles)
-    args = [rt.to_device(a) for a in (make_camera(width, height), scene.materials,
-                                      scene.prim_material, scene.spheres, scene.triangles,
-                                      bvh.bounds, bvh.meta, bvh.prim_ids)]
-    accum = rt.to_device(np.zeros((height, width, 3), dtype=np.float32))
-    blocks = ((width + BLOCK[0] - 1) // BLOCK[0], (height + BLOCK[1] - 1) // BLOCK[1])
-    # Warm-up: one sample into a scratch image, so compilation is not timed.
-    scratch = rt.to_device(np.zeros((height, width, 3), dtype=np.float32))
-    render_kernel[blocks, BLOCK](scratch, *args, 0, 1, seed, max_depth)
-    rt.synchronize()
-    bar = _progress(spp, "cuda") if progress else None
-    t0 = time.perf_counter()
-    for first, count in _batches(spp, batch):
-        render_kernel[blocks, BLOCK](accum, *args, first, count, seed, max_depth)
+class CudaRenderer:
+    """`render_kernel` on the GPU over one scene: its BVH is built once (host, NumPy;
+    `build_seconds`) and uploaded with the scene."""
+
+    def __init__(self, scene: Scene):
+        from cupric import runtime as rt
+        self.scene = scene
+        t0 = time.perf_counter()
+        self.bvh = build_bvh(scene.spheres, scene.triangles)
+        self.build_seconds = time.perf_counter() - t0
+        self.data = [rt.to_device(a) for a in (scene.materials, scene.prim_material,
+                                               scene.spheres, scene.triangles,
+                                               self.bvh.nodes, self.bvh.prim_ids)]
+
+    def render(self, width: int, height: int, spp: int, *, seed: int = 1,
+               max_depth: int = 8, batch: int = 4, progress: bool = True,
+               warm_up: bool = True) -> Render:
+        """`batch` samples per launch, timed after a warm-up launch that compiles the
+        kernel or loads it from the cache (``warm_up=False``: the first launch, compile
+        included, is timed too)."""
+        from cupric import runtime as rt
+        camera = rt.to_device(make_camera(width, height))
+        accum = rt.to_device(np.zeros((height, width, 3), dtype=np.float32))
+        rays = rt.to_device(np.zeros((height, width), dtype=np.int32))
+        blocks = ((width + BLOCK[0] - 1) // BLOCK[0], (height + BLOCK[1] - 1) // BLOCK[1])
+        materials, prim_material, spheres, triangles, nodes, prim_ids = self.data
+
+        def launch(image, counter, first, count):
+            render_kernel[blocks, BLOCK](image, counter, camera, materials, prim_material,
+                                         spheres, triangles, nodes, prim_ids, first, count,
+                                         seed, max_depth)
+
+        if warm_up:  # one sample into scratch arrays, so compilation is not timed
+            launch(rt.to_device(np.zeros((height, width, 3), dtype=np.float32)),
+                   rt.to_device(np.zeros((height, width), dtype=np.int32)), 0, 1)
+            rt.synchronize()
+        bar = _progress(spp, "cuda") if progress else None
+        t0 = time.perf_counter()
+        for first, count in _batches(spp, batch):
+            launch(accum, rays, first, count)
+            if bar is not None:
+                rt.synchronize()  # the bar shows finished samples, not queued launches
+                bar.update(count)
+        image = accum.to_numpy()  # waits for the launches: the image is on the host
+        seconds = time.perf_counter() - t0
         if bar is not None:
-            rt.synchronize()  # the bar shows finished samples, not queued launches
-            bar.update(count)
-    rt.synchronize()
-    seconds = time.perf_counter() - t0
-    if bar is not None:
-        bar.close()
-    return Render(accum.to_numpy() / np.float32(spp), seconds, spp)
+            bar.close()
+        return Render(image / np.float32(spp), seconds, spp,
+                      int(rays.to_numpy().sum(dtype=np.int64)))
+
+
+def render_cuda(scene: Scene, width: int, height: int, spp: int, **options) -> Render:
+    """One `CudaRenderer` render (BVH built here); options as `CudaRenderer.render`."""
+    return CudaRenderer(scene).render(width, height, spp, **options)
 
 
 class OptixRenderer:
     """The OptiX pipeline, scene acceleration structures and SBT for one scene.
 
-    Two GASes (spheres; triangles) under one instance AS with identity transforms;
-    instance k uses hit group k, both running `tracer_hit`. ``spheres="builtin"``
-    (default) intersects spheres with OptiX's built-in sphere module, ``"custom"`` with
-    `tracer_sphere` over custom primitives (their boxes), the kernel's own test.
+    One GAS per kind of primitive, under one instance AS with identity transforms:
+    built-in spheres, custom-primitive spheres (`tracer_sphere`), triangles; instance k
+    uses hit group k. ``spheres`` chooses which spheres go where: "auto" (opaque ones
+    built-in, glass ones custom: OptiX's built-in spheres cull the exit hits that rays
+    refracted into glass need), "builtin" or "custom" (all). The renderer orders its
+    copy of the spheres so that each GAS holds a contiguous range, and builds each GAS
+    with the primitive index offset of its first primitive, so that OptiX's primitive
+    index is the shading code's index. Timings: `compile_seconds` (modules, groups,
+    pipeline), `build_seconds` (every acceleration structure, compacted).
     """
 
-    def __init__(self, scene: Scene, spheres: str = "builtin"):
+    def __init__(self, scene: Scene, spheres: str = "auto"):
         from cupric import runtime as rt
         from cupric.optix import lib
-        if spheres not in ("builtin", "custom"):
-            raise ValueError(f"spheres must be 'builtin' or 'custom', got {spheres!r}")
+        if spheres not in SPHERE_MODES:
+            raise ValueError(f"spheres must be one of {', '.join(SPHERE_MODES)}, got "
+                             f"{spheres!r}")
         if not lib.is_available():
             raise RuntimeError(f"the driver has no OptiX runtime for ABI {lib.abi_version()} "
                                "(libnvoptix.so.1)")
         self.scene = scene
+        self.spheres_mode = spheres
+        n = len(scene.spheres)
+        glass = scene.materials[scene.prim_material[:n], 0] == DIELECTRIC
+        builtin = {"auto": ~glass, "builtin": np.ones(n, bool), "custom": np.zeros(n, bool)}
+        builtin = builtin[spheres]
+        self.sphere_order = np.concatenate([np.flatnonzero(builtin), np.flatnonzero(~builtin)])
+        ordered = scene.spheres[self.sphere_order]
+        prim_material = np.concatenate([scene.prim_material[:n][self.sphere_order],
+                                        scene.prim_material[n:]])
+        n_builtin = int(builtin.sum())
         self.ctx = ox.create_context()
         ctx = self.ctx
+        self.rtcore_version = ctx.rtcore_version
+        self._objects = []  # SBT and acceleration structures, closed before the context
+        t0 = time.perf_counter()
         self.module = ctx.compile_module(list(OPTIX_PROGRAMS), ox.ModuleCompileOptions(),
                                          PIPELINE_OPTIONS)
-        if spheres == "builtin":
-            self.sphere_module = ctx.builtin_intersection_module(
-                "sphere", pipeline_options=PIPELINE_OPTIONS)
-            sphere_group = ctx.hit_group(self.module, closest_hit=tracer_hit,
-                                         intersection_module=self.sphere_module)
-        else:
-            self.sphere_module = None
-            sphere_group = ctx.hit_group(self.module, closest_hit=tracer_hit,
-                                         intersection=tracer_sphere)
+        hit_groups, inputs, self._keep = [], [], []
+        if n_builtin:
+            sphere_module = ctx.builtin_intersection_module("sphere",
+                                                            pipeline_options=PIPELINE_OPTIONS)
+            hit_groups.append(ctx.hit_group(self.module, closest_hit=tracer_hit,
+                                            intersection_module=sphere_module))
+            centers = rt.to_device(np.ascontiguousarray(ordered[:n_builtin, :3]))
+            radii = rt.to_device(np.ascontiguousarray(ordered[:n_builtin, 3]))
+            self._keep += [centers, radii]
+            inputs.append(ox.SphereInput(centers, radii, flags="disable_anyhit"))
+        if n_builtin < n:
+            hit_groups.append(ctx.hit_group(self.module, closest_hit=tracer_hit,
+                                            intersection=tracer_sphere))
+            custom = ordered[n_builtin:]
+            aabbs = rt.to_device(np.ascontiguousarray(np.concatenate(
+                [custom[:, :3] - custom[:, 3:], custom[:, :3] + custom[:, 3:]], axis=1)))
+            self._keep.append(aabbs)
+            inputs.append(ox.CustomPrimitiveInput(aabbs, flags="disable_anyhit",
+                                                  primitive_index_offset=n_builtin))
+        if len(scene.triangles):
+            hit_groups.append(ctx.hit_group(self.module, closest_hit=tracer_hit))
+            vertices = rt.to_device(np.ascontiguousarray(scene.triangles.reshape(-1, 3)))
+            self._keep.append(vertices)
+            inputs.append(ox.TriangleInput(vertices, flags="disable_anyhit",
+                                           primitive_index_offset=n))
         self.groups = [ctx.raygen_group(self.module, tracer_raygen),
-                       ctx.miss_group(self.module, tracer_miss),
-                       sphere_group,
-                       ctx.hit_group(self.module, closest_hit=tracer_hit)]
+                       ctx.miss_group(self.module, tracer_miss), *hit_groups]
         self.pipeline = ctx.create_pipeline(self.groups, PIPELINE_OPTIONS,
                                             ox.PipelineLinkOptions(max_trace_depth=1))
         self.sbt = ox.create_sbt(raygen=ox.make_records(self.groups[0]),
                                  miss=ox.make_records(self.groups[1]),
                                  hitgroup=ox.make_records(self.groups[2:]))
-        if spheres == "builtin":
-            self.centers = rt.to_device(np.ascontiguousarray(scene.spheres[:, :3]))
-            self.radii = rt.to_device(np.ascontiguousarray(scene.spheres[:, 3]))
-            sphere_input = ox.SphereInput(self.centers, self.radii)
-        else:
-            centers, radii = scene.spheres[:, :3], scene.spheres[:, 3:]
-            self.aabbs = rt.to_device(np.ascontiguousarray(
-                np.concatenate([centers - radii, centers + radii], axis=1), dtype=np.float32))
-            sphere_input = ox.CustomPrimitiveInput(self.aabbs)
-        self.vertices = rt.to_device(np.ascontiguousarray(scene.triangles.reshape(-1, 3)))
-        self.sphere_gas = ctx.build_accel([sphere_input])
-        self.triangle_gas = ctx.build_accel([ox.TriangleInput(self.vertices)])
+        self._objects.append(self.sbt)
+        self.compile_seconds = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        self.gases = [self._build([build_input]) for build_input in inputs]
         self.instances = rt.to_device(ox.make_instances(
-            [self.sphere_gas, self.triangle_gas], sbt_offsets=[0, 1]))
-        self.ias = ctx.build_accel([ox.InstanceInput(self.instances)])
-        self.data = [rt.to_device(a) for a in (scene.materials, scene.prim_material,
-                                               scene.spheres, scene.triangles)]
+            self.gases, sbt_offsets=list(range(len(self.gases)))))
+        self.ias = self._build([ox.InstanceInput(self.instances)])
+        rt.synchronize()
+        self.build_seconds = time.perf_counter() - t0
+        self.data = [rt.to_device(a) for a in (scene.materials, prim_material, ordered,
+                                               scene.triangles)]
+
+    def _build(self, inputs):
+        """An acceleration structure, compacted (the uncompacted one is closed)."""
+        built = self.ctx.build_accel(inputs, ox.AccelBuildOptions(allow_compaction=True))
+        compact = built.compact()
+        if compact is not built:
+            built.close()
+        self._objects.append(compact)
+        return compact
 
     def render(self, width: int, height: int, spp: int, *, seed: int = 1, max_depth: int = 8,
-               batch: int = 4, progress: bool = True) -> Render:
+               batch: int = 4, progress: bool = True, warm_up: bool = True) -> Render:
+        """As `CudaRenderer.render` (OptiX compiled its modules in the constructor)."""
         from cupric import runtime as rt
         camera = rt.to_device(make_camera(width, height))
         accum = rt.to_device(np.zeros((height, width, 3), dtype=np.float32))
-        scratch = rt.to_device(np.zeros((height, width, 3), dtype=np.float32))
+        rays = rt.to_device(np.zeros((height, width), dtype=np.int32))
         params = (camera, *self.data, self.ias.handle)
-        self.pipeline.launch(self.sbt, (width, height), scratch, *params, 0, 1, seed,
-                             max_depth)  # warm-up
-        rt.synchronize()
+        if warm_up:
+            self.pipeline.launch(self.sbt, (width, height),
+                                 rt.to_device(np.zeros((height, width, 3), np.float32)),
+                                 rt.to_device(np.zeros((height, width), np.int32)), *params,
+                                 0, 1, seed, max_depth)
+            rt.synchronize()
         bar = _progress(spp, "optix") if progress else None
         t0 = time.perf_counter()
         for first, count in _batches(spp, batch):
-            self.pipeline.launch(self.sbt, (width, height), accum, *params, first, count,
-                                 seed, max_depth)
+            self.pipeline.launch(self.sbt, (width, height), accum, rays, *params, first,
+                                 count, seed, max_depth)
             if bar is not None:
                 rt.synchronize()
                 bar.update(count)
-        rt.synchronize()
+        image = accum.to_numpy()
         seconds = time.perf_counter() - t0
         if bar is not None:
             bar.close()
-        return Render(accum.to_numpy() / np.float32(spp), seconds, spp)
+        return Render(image / np.float32(spp), seconds, spp,
+                      int(rays.to_numpy().sum(dtype=np.int64)))
 
     def denoise(self, image: np.ndarray) -> np.ndarray:
         """OptiX's HDR denoiser on a linear image (height, width, 3).
@@ -470,7 +646,7 @@ class OptixRenderer:
 
     def close(self) -> None:
         """Release the OptiX objects; closing the context closes what it made."""
-        for obj in (self.sbt, self.ias, self.sphere_gas, self.triangle_gas):
+        for obj in reversed(self._objects):
             obj.close()
         self.ctx.close()
 
@@ -524,6 +700,8 @@ def _size(text: str) -> tuple[int, int]:
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=("cpu", "cuda", "optix", "all"), default="all")
+    parser.add_argument("--scene", choices=SCENES, default="showcase",
+                        help="showcase (default) or heavy (about a million triangles)")
     parser.add_argument("--width", type=int, default=640)
     parser.add_argument("--height", type=int, default=360)
     parser.add_argument("--spp", type=int, default=64, help="samples per pixel (GPU)")
@@ -536,9 +714,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=4, help="samples per GPU launch")
     parser.add_argument("--denoise", action="store_true",
                         help="also write an OptiX-denoised image (needs a GPU)")
-    parser.add_argument("--optix-spheres", choices=("builtin", "custom"), default="builtin",
-                        help="OptiX sphere intersection: built-in (RT cores) or the kernel's "
-                             "own test as a custom primitive")
+    parser.add_argument("--optix-spheres", choices=SPHERE_MODES, default="auto",
+                        help="OptiX sphere intersection: auto (default: built-in for opaque "
+                             "spheres, the kernel's own test as a custom primitive for glass, "
+                             "whose exit hits the built-in one culls), builtin or custom")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--out", default="path_tracer.png")
     args = parser.parse_args(argv)
@@ -552,7 +731,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    scene = make_scene()
+    scene = make_scene(args.scene)
     progress = not args.no_progress
     gpu = on_gpu("the path tracer")
     backends = ["cpu", "cuda", "optix"] if args.backend == "all" else [args.backend]
@@ -561,38 +740,51 @@ def main(argv=None) -> int:
             print("notice: no GPU: the cuda and optix backends are skipped; rendering with "
                   "the cpu backend only", file=sys.stderr)
         backends = ["cpu"]
-    print(f"scene: {len(scene.spheres)} spheres, {len(scene.triangles)} triangles, "
-          f"{len(scene.materials)} materials")
+    print(f"scene {args.scene}: {len(scene.spheres)} spheres, {len(scene.triangles)} "
+          f"triangles, {len(scene.materials)} materials")
     renders: dict[str, Render] = {}
-    renderer = None
+    cuda = optix_renderer = None
+    bvh = None
     try:
         for backend in backends:
             if backend == "cpu":
                 w, h = args.cpu_size
+                bvh = bvh or (cuda.bvh if cuda else build_bvh(scene.spheres, scene.triangles))
                 result = render_simulator(scene, w, h, args.cpu_spp, seed=args.seed,
-                                          max_depth=args.max_depth, progress=progress)
+                                          max_depth=args.max_depth, bvh=bvh,
+                                          progress=progress)
             elif backend == "cuda":
-                result = render_cuda(scene, args.width, args.height, args.spp, seed=args.seed,
+                cuda = CudaRenderer(scene)
+                print(f"cuda   BVH: {len(cuda.bvh.nodes)} nodes, depth {cuda.bvh.depth}, "
+                      f"built in {cuda.build_seconds:.3f} s (host, NumPy)")
+                result = cuda.render(args.width, args.height, args.spp, seed=args.seed,
                                      max_depth=args.max_depth, batch=args.batch,
                                      progress=progress)
             else:
-                renderer = renderer or OptixRenderer(scene, args.optix_spheres)
-                result = renderer.render(args.width, args.height, args.spp, seed=args.seed,
-                                         max_depth=args.max_depth, batch=args.batch,
-                                         progress=progress)
+                optix_renderer = optix_renderer or OptixRenderer(scene, args.optix_spheres)
+                print(f"optix  RT cores: rtcore version {optix_renderer.rtcore_version}"
+                      f"{'' if optix_renderer.rtcore_version else ' (none: OptiX traverses in software)'}"
+                      f"; acceleration structures built in {optix_renderer.build_seconds:.3f} s")
+                result = optix_renderer.render(args.width, args.height, args.spp,
+                                               seed=args.seed, max_depth=args.max_depth,
+                                               batch=args.batch, progress=progress)
             renders[backend] = result
             h, w, _ = result.image.shape
             out = args.out if len(backends) == 1 else _path_with_suffix(args.out, backend)
             print(f"{backend:6s} {w}x{h}, {result.spp} spp: {result.seconds:.3f} s, "
                   f"{result.samples_per_second / 1e6:.3f} Msamples/s "
-                  f"({result.samples_per_second:.4g} paths/s); wrote {save_png(result.image, out)}")
+                  f"({result.samples_per_second:.4g} paths/s), "
+                  f"{result.rays_per_second / 1e6:.1f} Mrays/s ({result.rays} rays); "
+                  f"wrote {save_png(result.image, out)}")
         if "cuda" in renders and "optix" in renders:
             print(f"cuda vs optix at {args.spp} spp: mean abs difference "
-                  f"{mean_abs_diff(renders['cuda'].image, renders['optix'].image):.5f}")
-        if "cpu" in renders and "cuda" in renders:
+                  f"{mean_abs_diff(renders['cuda'].image, renders['optix'].image):.5f}; "
+                  f"optix/cuda rays per second "
+                  f"{renders['optix'].rays_per_second / renders['cuda'].rays_per_second:.2f}")
+        if "cpu" in renders and cuda is not None:
             w, h = args.cpu_size
-            small = render_cuda(scene, w, h, args.cpu_spp, seed=args.seed,
-                                max_depth=args.max_depth, batch=args.batch, progress=False)
+            small = cuda.render(w, h, args.cpu_spp, seed=args.seed, max_depth=args.max_depth,
+                                batch=args.batch, progress=False)
             print(f"cpu vs cuda at {w}x{h}, {args.cpu_spp} spp: mean abs difference "
                   f"{mean_abs_diff(renders['cpu'].image, small.image):.5f}")
         if args.denoise:
@@ -604,9 +796,9 @@ def main(argv=None) -> int:
                     print("--denoise denoises a cuda or optix render: none was made",
                           file=sys.stderr)
                 else:
-                    renderer = renderer or OptixRenderer(scene, args.optix_spheres)
+                    optix_renderer = optix_renderer or OptixRenderer(scene, args.optix_spheres)
                     try:
-                        clean = renderer.denoise(source.image)
+                        clean = optix_renderer.denoise(source.image)
                     except ox.DenoiserUnavailableError as exc:
                         print(f"--denoise: the OptiX denoiser is unavailable on this machine "
                               f"({exc.description}); the driver installation lacks its "
@@ -616,8 +808,8 @@ def main(argv=None) -> int:
                         out = _path_with_suffix(args.out, "denoised")
                         print(f"denoised: wrote {save_png(clean, out)}")
     finally:
-        if renderer is not None:
-            renderer.close()
+        if optix_renderer is not None:
+            optix_renderer.close()
     return 0
 
 

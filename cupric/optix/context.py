@@ -308,6 +308,15 @@ class DeviceContext(Resource):
         return int(value[0])
 
     @property
+    def rtcore_version(self) -> int:
+        """The RT core version OptiX uses on this device
+        (OPTIX_DEVICE_PROPERTY_RTCORE_VERSION: 10 for version 1.0, ...), 0 where the GPU
+        has no RT cores (compute GPUs such as the H100 and H200): OptiX then traverses
+        acceleration structures and intersects built-in primitives in software, on the
+        SMs, like any CUDA kernel."""
+        return self.get_property("rtcore_version")
+
+    @property
     def cache_enabled(self) -> bool:
         from . import lib
         value = lib.ffi.new("int *")

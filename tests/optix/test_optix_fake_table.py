@@ -124,7 +124,7 @@ class FakeTable:
         return 0
 
     def optixDeviceContextGetProperty(self, context, prop, value, size):
-        ffi.cast("unsigned int *", value)[0] = 31 if prop == 0x2001 else 7
+        ffi.cast("unsigned int *", value)[0] = {0x2001: 31, 0x2005: 0}.get(prop, 7)
         return 0
 
     def optixModuleCreate(self, context, mco, pco, data, size, log, log_size, out):
@@ -291,6 +291,8 @@ def test_context_module_groups_pipeline_sbt_launch(fake):
     assert ("cache_enabled", 0) in table.calls and ("cache_location", b"/tmp/optix-cache") \
         in table.calls
     assert context.get_property("max_trace_depth") == 31
+    # OPTIX_DEVICE_PROPERTY_RTCORE_VERSION, 0 as on an H100/H200 (no RT cores).
+    assert context.rtcore_version == 0 and context.get_property("max_instance_id") == 7
     # OptiX's log reaches ctx.log through the callback.
     table.log_callback(3, b"TAG", b"hello", ffi.NULL)
     assert context.log[-1] == (3, "TAG", "hello")

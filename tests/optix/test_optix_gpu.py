@@ -505,3 +505,36 @@ def test_builtin_spheres(ctx, instanced):
     assert (result[clear, 0] == 0).all() and (result[clear, 1] == -1).all()
     for obj in (sbt, pipeline, *groups, *([ias] if ias else []), gas, spheres, module):
         obj.close()
+
+
+def test_builtin_spheres_cull_exit_hits(ctx):
+    """OptiX's built-in spheres report no hit for a ray that starts inside the sphere
+    (exit hits are culled, as the OptiX guide says of curves and spheres; measured with
+    OptiX 9.0, driver 580, on an H200), where a custom primitive reports whatever its
+    intersection program reports. examples/path_tracer.py relies on this being so (it
+    gives glass spheres, whose refracted rays start inside, to a custom intersector), and
+    docs/optix.md states it: if this test fails, OptiX changed, and both should too."""
+    options = ox.PipelineCompileOptions(num_payload_values=3, num_attribute_values=2,
+                                        primitive_types=("sphere",))
+    module = ctx.compile_module([camera, nothing, which_sphere], pipeline_options=options)
+    spheres = ctx.builtin_intersection_module("sphere", pipeline_options=options)
+    # Every ray of `camera` starts at z = -1 within |x|, |y| < 1: inside this sphere.
+    centers = rt.to_device(np.array([[0.0, 0.0, -1.0]], dtype=np.float32))
+    radii = rt.to_device(np.array([3.0], dtype=np.float32))
+    gas = ctx.build_accel([ox.SphereInput(centers, radii)])
+    groups = [ctx.raygen_group(module, camera), ctx.miss_group(module, nothing),
+              ctx.hit_group(module, closest_hit=which_sphere, intersection_module=spheres)]
+    pipeline = ctx.create_pipeline(groups, options)
+    sbt = ox.create_sbt(raygen=ox.make_records(groups[0]), miss=ox.make_records(groups[1]),
+                        hitgroup=ox.make_records(groups[2]))
+    image = poisoned_image()
+    pipeline.launch(sbt, (W, H), image, gas.handle)
+    rt.synchronize()
+    result = image.to_numpy()
+    hits = int((result[..., 0] != 0).sum())
+    assert not np.isnan(result).any()
+    assert hits == 0, (f"{hits} of {W * H} rays from inside a built-in sphere hit it: OptiX "
+                       "now reports exit hits (update examples/path_tracer.py's "
+                       "--optix-spheres auto and docs/optix.md)")
+    for obj in (sbt, pipeline, *groups, gas, spheres, module):
+        obj.close()
