@@ -7,9 +7,9 @@ cupric and in CUDA C: one element per thread (numba-cuda too), "x4" (four elemen
 apart per thread: four independent coalesced loads in flight) and "v4" (four neighbouring
 elements per thread: one 128-bit access per array; cupric merges the four accesses because
 the launch found the arrays 16-byte aligned, the C kernel uses float4). "library" is
-`cupric.kernels.saxpy`/`vecadd` (grid-stride, two float4-wide groups per trip, at most
-8 blocks per SM); "library_kernel_one_trip" is its kernel launched with a grid that covers
-the array once (the geometry of v4), to tell the grid size apart from the code.
+`cupric.kernels.saxpy`/`vecadd` (grid-stride kernels, two float4-wide groups per trip, on
+the grid the library picks: one covering the array once); "library_kernel_one_trip" is its
+kernel launched on the geometry of v4, to tell the grid size apart from the code.
 
 Timing, CUDA events, device time only: each sample is one lead-in call, then two events
 around BATCH calls; the lead-in keeps the GPU busy while the host queues the events and
