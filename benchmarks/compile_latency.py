@@ -90,13 +90,10 @@ def timed(owner, name, label):
         finally:
             times[label] = times.get(label, 0.0) + clock() - start
     setattr(owner, name, wrapper)
-timed(kernel, "_start_toolchain_load", "start the loader thread")
-timed(toolchain, "load_libnvvm", "load libNVVM (thread, once)")
-timed(toolchain, "_warm_up_libnvvm", "warm up libNVVM (thread)")
-timed(toolchain, "_warm_up_nvjitlink", "warm up nvJitLink (thread)")
-timed(toolchain, "_load_libnvvm_and_warm_up", "libNVVM thread in all")
-timed(toolchain, "_load_nvjitlink_and_warm_up", "nvJitLink thread in all")
-timed(toolchain, "_wait_for_warm_up", "wait for the nvJitLink thread")
+timed(kernel, "_start_toolchain_load", "start the loader threads")
+timed(toolchain, "_load_libnvvm", "load libNVVM (thread)")
+timed(toolchain, "_load_nvjitlink", "load nvJitLink (thread)")
+timed(toolchain, "_wait_for_loader", "wait for the nvJitLink thread")
 timed(nvvm, "compile_ir", "libNVVM compile")
 timed(link, "link_ptx", "link (nvJitLink/ptxas)")
 ir_property = kernel.Specialization.ir

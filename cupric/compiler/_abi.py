@@ -18,7 +18,7 @@ from typing import Sequence
 
 __all__ = [
     "DECLARATIONS", "LibraryCallError", "Nvvm", "NvvmProgram", "NvJitLink", "NvJitLinkHandle",
-    "NVJITLINK_INPUT_CUBIN", "NVJITLINK_INPUT_PTX", "generate",
+    "NVJITLINK_INPUT_CUBIN", "NVJITLINK_INPUT_PTX", "generate", "preload",
 ]
 
 NVVM_DECLARATIONS = """
@@ -62,7 +62,14 @@ nvJitLinkResult nvJitLinkGetInfoLogSize(nvJitLinkHandle handle, size_t *size);
 nvJitLinkResult nvJitLinkGetInfoLog(nvJitLinkHandle handle, char *log);
 """
 
-DECLARATIONS = NVVM_DECLARATIONS + NVJITLINK_DECLARATIONS
+# The dynamic loader, called through an ABI-mode call so that the GIL is released while it
+# maps a library (see `preload`).
+LOADER_DECLARATIONS = """
+void *dlopen(const char *filename, int flags);
+char *dlerror(void);
+"""
+
+DECLARATIONS = NVVM_DECLARATIONS + NVJITLINK_DECLARATIONS + LOADER_DECLARATIONS
 
 #: nvvmResult codes, in order (nvvm.h).
 NVVM_RESULTS = (
@@ -115,6 +122,38 @@ def _ffi():
     from cupric.compiler._toolchain_ffi import ffi
 
     return ffi
+
+
+_loader: list = []  # (dlopen, dlerror) from the process's own symbols, looked up once
+
+
+def preload(path: str) -> None:
+    """Load the shared library at `path` into the process with the GIL released.
+
+    cffi's ``ffi.dlopen`` holds the GIL while the dynamic loader maps and relocates a
+    library (milliseconds for libNVVM's 70 MB and nvJitLink's 120 MB), which would stall
+    the thread that types a kernel beside a loader thread. Calling the C library's
+    ``dlopen`` through an ABI-mode call releases the GIL instead; the `Nvvm`/`NvJitLink`
+    that opens the same path afterwards finds it loaded. The library stays loaded for the
+    life of the process (as every toolchain library does).
+
+    Raises
+    ------
+    OSError
+        The dynamic loader refused the file (its message).
+    """
+    import os
+
+    ffi = _ffi()
+    if not _loader:
+        process = ffi.dlopen(None)
+        # Both looked up before the call: a lookup (dlsym) clears dlopen's error message.
+        _loader[:] = [process.dlopen, process.dlerror]
+    dlopen, dlerror = _loader
+    if dlopen(os.fsencode(path), os.RTLD_NOW) == ffi.NULL:
+        message = dlerror()
+        detail = ffi.string(message).decode("utf-8", "replace") if message != ffi.NULL else ""
+        raise OSError(f"cannot load library {path!r}: {detail}")
 
 
 def _check(status: int, function: str, names: Sequence[str]) -> None:

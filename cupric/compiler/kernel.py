@@ -287,7 +287,7 @@ class Specialization:
         key = self.cache_key(options)
         artifact = backend.lookup(key, options=options)
         if artifact is None:
-            nvvm_ready = _start_toolchain_load(options.arch)
+            nvvm_ready = _start_toolchain_load()
             try:
                 ir = self.ir
             except CompileError as exc:
@@ -369,14 +369,13 @@ def _make_fast_path(kern, key, args, written, prepared):
     return namespace["fast"]
 
 
-def _start_toolchain_load(arch: str | None = None) -> threading.Event:
-    """Start loading libNVVM and nvJitLink for a cold compile for `arch` (see
-    `toolchain.start_loading`: a thread loads them and warms each up while this thread
-    types and lowers the kernel); the event is set once libNVVM is loaded (or failed to
-    load). Libraries that fail to load are reported by `backend.build` itself, with the
-    package to install."""
+def _start_toolchain_load() -> threading.Event:
+    """Start loading libNVVM and nvJitLink for a cold compile (see
+    `toolchain.start_loading`: threads load them while this thread types and lowers the
+    kernel); the event is set once libNVVM is loaded (or failed to load). Libraries that
+    fail to load are reported by `backend.build` itself, with the package to install."""
     from cupric.compiler import toolchain
-    return toolchain.start_loading(arch)
+    return toolchain.start_loading()
 
 
 def param_types(arg_types) -> list:

@@ -370,8 +370,7 @@ def nvjitlink() -> Tool:
     """Locate and load nvJitLink and read its version (`nvJitLinkVersion`).
 
     Loaded from the location remembered in cupric's cache, else found through
-    `cuda.pathfinder` (as `load_libnvvm`). Waits for a warm-up that `start_loading`
-    began, so that no link runs beside it (see there).
+    `cuda.pathfinder` (as `load_libnvvm`). Waits for a load that `start_loading` began.
 
     Raises
     ------
@@ -382,7 +381,7 @@ def nvjitlink() -> Tool:
     -------------
     Safe: a second caller waits for the load under way.
     """
-    _wait_for_warm_up()
+    _wait_for_loader()
     opened = _OPENED.get("nvjitlink")
     if opened is None:
         with _NVJITLINK_LOCK:
@@ -422,24 +421,27 @@ def nvjitlink_library():
 
 # -- loading ahead of a cold compile ----------------------------------------------------------
 
-_WARM_UP: list[threading.Thread] = []  # the warm-up under way, if any
+_LOADERS: list[threading.Thread] = []  # the nvJitLink loader under way, if any
 
 
-def start_loading(arch: str | None = None) -> threading.Event:
-    """Start loading libNVVM and nvJitLink on threads, ahead of a compile for `arch`.
+def start_loading() -> threading.Event:
+    """Start loading libNVVM and nvJitLink on threads, ahead of a compile.
 
-    The caller types and lowers its kernel meanwhile. One thread loads libNVVM (the
-    returned event is set then, or when that failed) and compiles an empty module for
-    `arch`; the other loads nvJitLink and links a one-instruction kernel for `arch`. The
-    first compile and the first link of a process pay a one-time setup (measured: about 3
-    and 8 ms) that is then over before the kernel's IR is ready. The C calls release the
-    GIL. Errors are not reported here: the compile and the link meet them again and raise
-    them with their full message.
+    The caller types and lowers its kernel meanwhile: the dynamic loader's work for the
+    two libraries (70 and 120 MB; 4 and 10 ms on the H200 machine) is then over when the
+    IR is ready. Errors are not reported here: the compile and the link meet them again
+    and raise them with their full message.
+
+    The Python part (imports, the remembered locations) runs here, on the calling thread;
+    the threads then spend their time in the dynamic loader with the GIL released
+    (`_abi.preload`): a thread holding the GIL would stall the typing beside it. Warming
+    the libraries up as well (an empty compile, a one-instruction link) was measured and
+    left out: with the kernel typed in a few ms it only moved work around, and a link
+    running beside libNVVM's compile slowed that compile down.
 
     The threads are not daemons: a process that ends right after starting them waits for
-    them (tens of ms at most) instead of unloading the libraries under a running call, and
-    `nvjitlink()` waits for the nvJitLink thread, so that the kernel's link never runs
-    beside the warm-up.
+    them (milliseconds) instead of unloading the libraries under the loader, and
+    `nvjitlink()` waits for the nvJitLink thread rather than loading beside it.
 
     Returns
     -------
@@ -447,72 +449,66 @@ def start_loading(arch: str | None = None) -> threading.Event:
         Set once libNVVM is loaded, or failed to load.
     """
     ready = threading.Event()
-    if "libnvvm" in _OPENED:
-        ready.set()  # a compile of this process did all of it already
-    else:
-        threading.Thread(target=_load_libnvvm_and_warm_up, args=(ready, arch),
+    need_nvvm, need_nvjitlink = "libnvvm" not in _OPENED, "nvjitlink" not in _OPENED
+    if not need_nvvm:
+        ready.set()  # a compile of this process loaded it already
+    if not (need_nvvm or need_nvjitlink):
+        return ready
+    try:
+        from cupric.compiler import _abi, _locations
+        # What the compile and the link import anyway, imported before the threads run.
+        from cupric.compiler import nvvm as _nvvm, options as _options, target as _target  # noqa: F401
+
+        _abi._ffi()
+        nvvm_path = _locations.recall("libnvvm") if need_nvvm else None
+        nvjitlink_path = _locations.recall("nvjitlink") if need_nvjitlink else None
+    except Exception:  # noqa: BLE001 - e.g. cffi missing: the compile itself reports it
+        ready.set()
+        return ready
+    if need_nvvm:
+        threading.Thread(target=_load_libnvvm, args=(ready, nvvm_path and nvvm_path[0]),
                          name="cupric-libnvvm-load").start()
-    if "nvjitlink" not in _OPENED:
-        thread = threading.Thread(target=_load_nvjitlink_and_warm_up, args=(arch,),
+    if need_nvjitlink:
+        thread = threading.Thread(target=_load_nvjitlink,
+                                  args=(nvjitlink_path and nvjitlink_path[0],),
                                   name="cupric-nvjitlink-load")
-        _WARM_UP[:] = [thread]
+        _LOADERS[:] = [thread]
         thread.start()
     return ready
 
 
-def _wait_for_warm_up() -> None:
-    for thread in list(_WARM_UP):
+def _wait_for_loader() -> None:
+    for thread in list(_LOADERS):
         if thread is not threading.current_thread():
             thread.join()
 
 
-def _load_libnvvm_and_warm_up(ready: threading.Event, arch: str | None) -> None:
+def _preload(path: str | None) -> None:
+    if path:
+        from cupric.compiler._abi import preload
+
+        try:
+            preload(path)
+        except OSError:
+            pass  # the load proper searches again and reports what it finds
+
+
+def _load_libnvvm(ready: threading.Event, path: str | None) -> None:
     try:
+        _preload(path)
         load_libnvvm()
     except Exception:  # noqa: BLE001 - compile_ir raises it again on the main thread
         return
     finally:
         ready.set()
-    if arch is not None:
-        try:
-            _warm_up_libnvvm(arch)
-        except Exception:  # noqa: BLE001 - an arch libNVVM refuses fails the compile itself
-            return
 
 
-def _load_nvjitlink_and_warm_up(arch: str | None) -> None:
+def _load_nvjitlink(path: str | None) -> None:
     try:
-        tool = nvjitlink()
-        if arch is not None:
-            _warm_up_nvjitlink(arch, tool)
+        _preload(path)
+        nvjitlink()
     except Exception:  # noqa: BLE001 - link_ptx falls back to ptxas or reports it
         return
-
-
-def _warm_up_libnvvm(arch: str) -> None:
-    """Compile an empty module for `arch`: libNVVM's first-compile setup, and the release
-    read from its header (`note_ptx`), so `nvvm_release` needs no probe later."""
-    from cupric.compiler import nvvm as nvvm_module
-    from cupric.compiler.options import CompileOptions
-
-    nvvm_module.compile_ir([nvvm_module.ir_header() + nvvm_module.ir_version_metadata(0)],
-                           CompileOptions(arch=arch), libdevice=False, verify=False)
-
-
-def _warm_up_nvjitlink(arch: str, tool: Tool) -> None:
-    """Link a one-instruction kernel for `arch` with the options of a kernel link, in the
-    newest PTX ISA this nvJitLink reads: its first-link setup."""
-    from cupric.compiler._abi import NVJITLINK_INPUT_PTX
-    from cupric.compiler.options import CompileOptions
-    from cupric.compiler.target import ptx_isa_of_release
-
-    options = CompileOptions(arch=arch).resolve()
-    major, minor = ptx_isa_of_release(tool.version)
-    ptx = (f".version {major}.{minor}\n.target {options.arch}\n.address_size 64\n"
-           f".visible .entry cupric_warm_up()\n{{\n\tret;\n}}\n")
-    with _OPENED["nvjitlink"].library.handle(options.nvjitlink_flags()) as handle:
-        handle.add_data(NVJITLINK_INPUT_PTX, ptx.encode("utf-8"), "cupric-warm-up.ptx")
-        handle.complete()
 
 
 def report() -> dict:

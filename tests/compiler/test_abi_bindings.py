@@ -293,19 +293,53 @@ def test_a_remembered_file_that_does_not_load_falls_back_to_the_search(tmp_path,
 
 # -- the loader threads ---------------------------------------------------------------------------
 
-def test_start_loading_loads_and_warms_up_both_libraries(nvvm_lib, jitlink_lib):
-    ready = toolchain.start_loading("sm_90")
+def test_start_loading_loads_both_libraries_on_threads(nvvm_lib, jitlink_lib, monkeypatch):
+    # As in a fresh process: nothing opened yet (the libraries stay mapped, so this is fast).
+    monkeypatch.setattr(toolchain, "_OPENED", {})
+    monkeypatch.setattr(toolchain, "_TOOLS", {})
+    ready = toolchain.start_loading()
     assert ready.wait(60)
-    for thread in threading.enumerate():
-        if thread.name.startswith("cupric-"):
-            assert not thread.daemon
-    toolchain._wait_for_warm_up()
-    assert toolchain.nvjitlink().version[0] >= 12
+    threads = [t for t in threading.enumerate() if t.name.startswith("cupric-")]
+    assert all(not t.daemon for t in threads)
+    assert toolchain.nvjitlink().version == jitlink_lib.version()  # waits for its loader
+    assert not any(t.is_alive() for t in threads if t.name == "cupric-nvjitlink-load")
+    assert set(toolchain._OPENED) == {"libnvvm", "nvjitlink"}
     # Everything loaded: nothing more to start.
-    assert toolchain.start_loading("sm_90").is_set()
+    assert toolchain.start_loading().is_set()
 
 
-def test_the_warm_ups_run_on_their_own(nvvm_lib, jitlink_lib):
-    toolchain._warm_up_libnvvm("sm_90")
-    toolchain._warm_up_nvjitlink("sm_90", toolchain.nvjitlink())
-    toolchain._warm_up_nvjitlink("sm_100", toolchain.nvjitlink())
+def test_preload_releases_the_gil_and_reports_a_bad_file(tmp_path, jitlink_lib):
+    _abi.preload(jitlink_lib.path)  # loaded already: the loader only counts it
+    bad = tmp_path / "libbad.so"
+    bad.write_bytes(b"no ELF")
+    with pytest.raises(OSError, match="libbad.so"):
+        _abi.preload(str(bad))
+
+
+def test_links_without_nvjitlink_cache_and_falls_back_when_refused(nvvm_lib, jitlink_lib,
+                                                                      monkeypatch):
+    from cupric.compiler import link
+    from cupric.compiler.options import CompileOptions
+
+    ptx = _ptx(nvvm_lib)
+    seen = []
+    real = jitlink_lib.handle
+
+    def old_nvjitlink(options):  # an nvJitLink that does not know -no-cache
+        seen.append(list(options))
+        if "-no-cache" in options:
+            raise _abi.LibraryCallError("nvJitLinkCreate", 1, _abi.NVJITLINK_RESULTS)
+        return real(options)
+
+    monkeypatch.setattr(link, "_NO_CACHE", ["-no-cache"])
+    monkeypatch.setattr(jitlink_lib, "handle", old_nvjitlink)
+    out = link.link_ptx(ptx, CompileOptions(arch="sm_90"), linker="nvjitlink")
+    assert out.cubin[:4] == b"\x7fELF"
+    assert "-no-cache" in seen[0] and "-no-cache" not in seen[1]
+    assert link._NO_CACHE == []  # not asked again
+    link.link_ptx(ptx, CompileOptions(arch="sm_90"), linker="nvjitlink")
+    assert len(seen) == 3 and "-no-cache" not in seen[2]
+    monkeypatch.undo()
+    assert link._NO_CACHE == ["-no-cache"]
+    # The installed nvJitLink takes it.
+    assert link.link_ptx(ptx, CompileOptions(arch="sm_90")).cubin[:4] == b"\x7fELF"
