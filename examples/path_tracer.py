@@ -4,7 +4,7 @@ camera (depth of field), accumulated progressively, written as a PNG (Pillow).
 
     python3 examples/path_tracer.py [--backend cpu|cuda|optix|all] [--scene showcase|heavy]
         [--width 640 --height 360 --spp 64] [--cpu-size 48x32 --cpu-spp 4]
-        [--max-depth 8] [--seed 1] [--optix-spheres auto|builtin|custom] [--denoise]
+        [--max-depth 8] [--seed 1] [--optix-spheres custom|auto|builtin] [--denoise]
         [--out path_tracer.png]
 
 Scenes: ``showcase`` (default): 17 spheres, a ground of two triangles and an icosahedron;
@@ -26,12 +26,14 @@ Backends:
   simulated thread is Python, so it measures the simulator, not a CPU renderer.
 
 OptiX spheres (``--optix-spheres``): OptiX's built-in sphere intersector culls exit hits:
-a ray that starts inside a sphere does not hit it (measured on driver 580, OptiX 9.0, and
-documented for curves and spheres as "back-face culling"), so light refracted into a
-glass sphere would never leave it through the sphere. ``auto`` (default) gives the
-opaque spheres to the built-in intersector and the glass ones to `tracer_sphere`, the
-kernel's own `hit_sphere` as a custom primitive; ``builtin`` uses the built-in one for
-all (glass renders wrong, for comparison); ``custom`` the custom one for all.
+a ray that starts inside a sphere does not hit it (measured with OptiX 9.0, driver 580;
+OptiX documents this "back-face culling" for curves and spheres), so light refracted
+into a glass sphere would never leave it through the sphere. ``custom`` (default) gives
+every sphere to `tracer_sphere`, the kernel's own `hit_sphere` as a custom primitive
+(the CUDA backend's test exactly); ``auto`` only the glass ones, the opaque ones going
+to the built-in intersector (meant for GPUs whose RT cores intersect spheres; on an H200
+the third GAS costs more than the built-in test saves); ``builtin`` all of them (glass
+renders wrong; for comparison).
 
 Both GPU backends and the simulator call the device functions of
 examples/_tracer_shading.py (camera, random numbers, materials, sky, normals), so they
@@ -81,7 +83,7 @@ KERNEL_SIGNATURE = ("Array[f32, 3, 'C'], Array[i32, 2, 'C'], Array[f32, 1, 'C'],
                     "Array[f32, 2, 'C'], Array[f32, 2, 'C'], Array[i32, 1, 'C'], "
                     "i32, i32, u32, i32")
 SCENES = ("showcase", "heavy")
-SPHERE_MODES = ("auto", "builtin", "custom")
+SPHERE_MODES = ("custom", "auto", "builtin")
 
 
 # -- the scene -----------------------------------------------------------------------------------
@@ -490,7 +492,8 @@ class CudaRenderer:
             if bar is not None:
                 rt.synchronize()  # the bar shows finished samples, not queued launches
                 bar.update(count)
-        image = accum.to_numpy()  # waits for the launches: the image is on the host
+        rt.synchronize()
+        image = accum.to_numpy()  # the image on the host
         seconds = time.perf_counter() - t0
         if bar is not None:
             bar.close()
@@ -508,16 +511,16 @@ class OptixRenderer:
 
     One GAS per kind of primitive, under one instance AS with identity transforms:
     built-in spheres, custom-primitive spheres (`tracer_sphere`), triangles; instance k
-    uses hit group k. ``spheres`` chooses which spheres go where: "auto" (opaque ones
-    built-in, glass ones custom: OptiX's built-in spheres cull the exit hits that rays
-    refracted into glass need), "builtin" or "custom" (all). The renderer orders its
+    uses hit group k. ``spheres`` chooses which spheres go where: "custom" (all, the
+    default), "auto" (opaque ones built in, glass ones custom: OptiX's built-in spheres
+    cull the exit hits that rays refracted into glass need) or "builtin" (all). The renderer orders its
     copy of the spheres so that each GAS holds a contiguous range, and builds each GAS
     with the primitive index offset of its first primitive, so that OptiX's primitive
     index is the shading code's index. Timings: `compile_seconds` (modules, groups,
     pipeline), `build_seconds` (every acceleration structure, compacted).
     """
 
-    def __init__(self, scene: Scene, spheres: str = "auto"):
+    def __init__(self, scene: Scene, spheres: str = "custom"):
         from cupric import runtime as rt
         from cupric.optix import lib
         if spheres not in SPHERE_MODES:
@@ -619,6 +622,7 @@ class OptixRenderer:
             if bar is not None:
                 rt.synchronize()
                 bar.update(count)
+        rt.synchronize()
         image = accum.to_numpy()
         seconds = time.perf_counter() - t0
         if bar is not None:
@@ -714,10 +718,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=4, help="samples per GPU launch")
     parser.add_argument("--denoise", action="store_true",
                         help="also write an OptiX-denoised image (needs a GPU)")
-    parser.add_argument("--optix-spheres", choices=SPHERE_MODES, default="auto",
-                        help="OptiX sphere intersection: auto (default: built-in for opaque "
-                             "spheres, the kernel's own test as a custom primitive for glass, "
-                             "whose exit hits the built-in one culls), builtin or custom")
+    parser.add_argument("--optix-spheres", choices=SPHERE_MODES, default="custom",
+                        help="OptiX sphere intersection: custom (default: the kernel's own "
+                             "test as a custom primitive), auto (built-in for opaque spheres, "
+                             "custom for glass, whose exit hits the built-in one culls) or "
+                             "builtin (glass renders wrong)")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--out", default="path_tracer.png")
     args = parser.parse_args(argv)

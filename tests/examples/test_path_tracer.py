@@ -460,7 +460,7 @@ def test_bad_arguments_are_refused():
     with pytest.raises(SystemExit):
         pt.parse_args(["--scene", "huge"])
     args = pt.parse_args(["--cpu-size", "20x10"])
-    assert args.cpu_size == (20, 10) and args.optix_spheres == "auto"
+    assert args.cpu_size == (20, 10) and args.optix_spheres == "custom"
     assert args.scene == "showcase"
     with pytest.raises(ValueError, match="kind"):
         pt.make_scene("huge")
@@ -560,24 +560,25 @@ def test_gpu_cuda_and_optix_agree_on_a_heavy_scene():
 
 @pytest.mark.gpu
 def test_gpu_sphere_modes_agree(optix_renderer):
-    """Every sphere through the kernel's `hit_sphere` as a custom primitive, against the
-    default split (opaque spheres built in, glass custom), on the same traversal: the
-    built-in test agrees with the kernel's where OptiX uses it. (With every sphere built
-    in, glass renders wrong: OptiX culls the exit hits of rays refracted into it; see
+    """OptiX's built-in spheres for the opaque spheres and custom ones for glass
+    ("auto") against every sphere through the kernel's `hit_sphere` as a custom primitive
+    (the default), on the same traversal: the built-in test agrees with the kernel's
+    where OptiX uses it. (With every sphere built in, glass renders wrong: OptiX culls
+    the exit hits of rays refracted into it; see
     tests/optix/test_optix_gpu.py::test_builtin_spheres_cull_exit_hits.)"""
-    assert optix_renderer.spheres_mode == "auto"
-    custom = pt.OptixRenderer(pt.make_scene(), spheres="custom")
+    assert optix_renderer.spheres_mode == "custom"
+    auto = pt.OptixRenderer(pt.make_scene(), spheres="auto")
     try:
-        with_custom = custom.render(96, 64, 16, seed=5, progress=False)
+        with_auto = auto.render(96, 64, 16, seed=5, progress=False)
     finally:
-        custom.close()
-    auto = optix_renderer.render(96, 64, 16, seed=5, progress=False)
-    noise = pt.mean_abs_diff(auto.image, optix_renderer.render(96, 64, 16, seed=6,
-                                                               progress=False).image)
-    same = pt.mean_abs_diff(auto.image, with_custom.image)
-    print(f"auto vs custom spheres {same:.5f}, auto seed 5 vs 6 {noise:.5f}")
+        auto.close()
+    custom = optix_renderer.render(96, 64, 16, seed=5, progress=False)
+    noise = pt.mean_abs_diff(custom.image, optix_renderer.render(96, 64, 16, seed=6,
+                                                                 progress=False).image)
+    same = pt.mean_abs_diff(custom.image, with_auto.image)
+    print(f"custom vs auto spheres {same:.5f}, custom seed 5 vs 6 {noise:.5f}")
     assert same < 0.01 and same < 0.25 * noise, (same, noise)
-    assert abs(auto.rays - with_custom.rays) <= 2e-3 * auto.rays
+    assert abs(custom.rays - with_auto.rays) <= 2e-3 * custom.rays
 
 
 @pytest.mark.gpu

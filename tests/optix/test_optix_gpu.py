@@ -511,8 +511,8 @@ def test_builtin_spheres_cull_exit_hits(ctx):
     """OptiX's built-in spheres report no hit for a ray that starts inside the sphere
     (exit hits are culled, as the OptiX guide says of curves and spheres; measured with
     OptiX 9.0, driver 580, on an H200), where a custom primitive reports whatever its
-    intersection program reports. examples/path_tracer.py relies on this being so (it
-    gives glass spheres, whose refracted rays start inside, to a custom intersector), and
+    intersection program reports. examples/path_tracer.py relies on this being so (its
+    glass spheres, whose refracted rays start inside, go to a custom intersector), and
     docs/optix.md states it: if this test fails, OptiX changed, and both should too."""
     options = ox.PipelineCompileOptions(num_payload_values=3, num_attribute_values=2,
                                         primitive_types=("sphere",))
@@ -535,6 +535,6 @@ def test_builtin_spheres_cull_exit_hits(ctx):
     assert not np.isnan(result).any()
     assert hits == 0, (f"{hits} of {W * H} rays from inside a built-in sphere hit it: OptiX "
                        "now reports exit hits (update examples/path_tracer.py's "
-                       "--optix-spheres auto and docs/optix.md)")
+                       "--optix-spheres and docs/optix.md)")
     for obj in (sbt, pipeline, *groups, gas, spheres, module):
         obj.close()
