@@ -290,13 +290,17 @@ static int put3(PyObject *key, Py_ssize_t at, PyObject *buf) {
     return 1;
 }
 
-static Plan *find_plan(PyObject *h, PyObject *key) {
+/* The plan of `key` on handle h, its capsule in *owner (a new reference: another thread
+   may drop the plan from the handle while this call runs without the GIL), or NULL. */
+static Plan *find_plan(PyObject *h, PyObject *key, PyObject **owner) {
     PyObject *plans = SLOT(h, off_h_plans);
     if (plans == NULL || !PyDict_CheckExact(plans)) return NULL;
     PyObject *capsule = PyDict_GetItemWithError(plans, key);   /* borrowed */
     if (capsule == NULL) { PyErr_Clear(); return NULL; }
     Plan *p = (Plan *)PyCapsule_GetPointer(capsule, CAPSULE);
-    if (p == NULL) PyErr_Clear();
+    if (p == NULL) { PyErr_Clear(); return NULL; }
+    Py_INCREF(capsule);
+    *owner = capsule;
     return p;
 }
 
@@ -357,7 +361,7 @@ static PyObject *fast_matmul(PyObject *module, PyObject *const *args, Py_ssize_t
     if (!scalar(args[3], &alpha) || !scalar(args[4], &beta)) Py_RETURN_NONE;
     PyObject *h = usable_handle(args[5]);
     if (h == NULL) Py_RETURN_NONE;
-    PyObject *result = NULL;
+    PyObject *result = NULL, *owner = NULL;
     PyObject *key = PyTuple_New(9);
     if (key == NULL) { Py_DECREF(h); return NULL; }
     if (!put3(key, 0, a) || !put3(key, 3, b)) goto python;
@@ -366,8 +370,9 @@ static PyObject *fast_matmul(PyObject *module, PyObject *const *args, Py_ssize_t
     } else if (!put3(key, 6, out)) {
         goto python;
     }
-    Plan *p = find_plan(h, key);
-    if (p == NULL || (out == Py_None) != (p->shape != NULL)) goto python;
+    Plan *p = find_plan(h, key, &owner);
+    if (p == NULL || (out == Py_None) != (p->shape != NULL) || SLOT(h, off_h_stream) == NULL)
+        goto python;
     int ok = 1;
     uintptr_t pa = open_ptr(a, &ok), pb = open_ptr(b, &ok), po;
     if (!ok) goto python;
@@ -409,6 +414,7 @@ python:
 fail:
     result = NULL;
 done:
+    Py_XDECREF(owner);
     Py_DECREF(key);
     Py_DECREF(h);
     return result;
@@ -428,13 +434,13 @@ static PyObject *fast_gemm(PyObject *module, PyObject *const *args, Py_ssize_t n
     if (!scalar(args[2], &alpha) || !scalar(args[5], &beta)) Py_RETURN_NONE;
     PyObject *h = usable_handle(args[7]);
     if (h == NULL) Py_RETURN_NONE;
-    PyObject *result = NULL;
+    PyObject *result = NULL, *owner = NULL;
     PyObject *key = PyTuple_New(11);
     if (key == NULL) { Py_DECREF(h); return NULL; }
     Py_INCREF(args[0]); PyTuple_SET_ITEM(key, 0, args[0]);
     Py_INCREF(args[1]); PyTuple_SET_ITEM(key, 1, args[1]);
     if (!put3(key, 2, a) || !put3(key, 5, b) || !put3(key, 8, c)) goto python;
-    Plan *p = find_plan(h, key);
+    Plan *p = find_plan(h, key, &owner);
     if (p == NULL || p->shape != NULL || SLOT(c, off_readonly) != Py_False) goto python;
     int ok = 1;
     uintptr_t pa = open_ptr(a, &ok), pb = open_ptr(b, &ok), pc = open_ptr(c, &ok);
@@ -455,6 +461,7 @@ python:
 fail:
     result = NULL;
 done:
+    Py_XDECREF(owner);
     Py_DECREF(key);
     Py_DECREF(h);
     return result;
