@@ -513,10 +513,10 @@ class OptixRenderer:
     built-in spheres, custom-primitive spheres (`tracer_sphere`), triangles; instance k
     uses hit group k. ``spheres`` chooses which spheres go where: "custom" (all, the
     default), "auto" (opaque ones built in, glass ones custom: OptiX's built-in spheres
-    cull the exit hits that rays refracted into glass need) or "builtin" (all). The renderer orders its
-    copy of the spheres so that each GAS holds a contiguous range, and builds each GAS
-    with the primitive index offset of its first primitive, so that OptiX's primitive
-    index is the shading code's index. Timings: `compile_seconds` (modules, groups,
+    cull the exit hits that rays refracted into glass need) or "builtin" (all). The
+    renderer orders its copy of the spheres so that each GAS holds a contiguous range,
+    and builds each GAS with the primitive index offset of its first primitive, so that
+    OptiX's primitive index is the shading code's index. Timings: `compile_seconds` (modules, groups,
     pipeline), `build_seconds` (every acceleration structure, compacted).
     """
 
@@ -767,9 +767,10 @@ def main(argv=None) -> int:
                                      progress=progress)
             else:
                 optix_renderer = optix_renderer or OptixRenderer(scene, args.optix_spheres)
-                print(f"optix  RT cores: rtcore version {optix_renderer.rtcore_version}"
-                      f"{'' if optix_renderer.rtcore_version else ' (none: OptiX traverses in software)'}"
-                      f"; acceleration structures built in {optix_renderer.build_seconds:.3f} s")
+                rtcore = optix_renderer.rtcore_version
+                none = "" if rtcore else " (none: OptiX traverses in software)"
+                print(f"optix  RT cores: rtcore version {rtcore}{none}; acceleration "
+                      f"structures built in {optix_renderer.build_seconds:.3f} s")
                 result = optix_renderer.render(args.width, args.height, args.spp,
                                                seed=args.seed, max_depth=args.max_depth,
                                                batch=args.batch, progress=progress)

@@ -136,7 +136,6 @@ def _sah_cost(bvh):
         d = np.maximum(box[3:].astype(np.float64) - box[:3], 0)
         return d[0] * d[1] + d[1] * d[2] + d[2] * d[0]
 
-    children = bvh.children
     boxes = bvh.child_boxes()
     root = np.concatenate([np.minimum(boxes[0, 0, :3], boxes[0, 1, :3]),
                            np.maximum(boxes[0, 0, 3:], boxes[0, 1, 3:])])
