@@ -516,8 +516,9 @@ class OptixRenderer:
     cull the exit hits that rays refracted into glass need) or "builtin" (all). The
     renderer orders its copy of the spheres so that each GAS holds a contiguous range,
     and builds each GAS with the primitive index offset of its first primitive, so that
-    OptiX's primitive index is the shading code's index. Timings: `compile_seconds` (modules, groups,
-    pipeline), `build_seconds` (every acceleration structure, compacted).
+    OptiX's primitive index is the shading code's index. Timings: `compile_seconds`
+    (modules, groups, pipeline), `build_seconds` (every acceleration structure,
+    compacted).
     """
 
     def __init__(self, scene: Scene, spheres: str = "custom"):
