@@ -15,6 +15,8 @@ import threading
 import numpy as np
 
 from cupric.compiler.errors import CompileError
+from cupric.runtime.array_adapters import ADAPTERS as _ADAPTERS
+from cupric.runtime.array_adapters import adapter_for as _adapter_for
 
 __all__ = ["kernel", "device_function", "Kernel", "DeviceFunction", "Specialization",
            "KernelArgumentError"]
@@ -140,10 +142,13 @@ _LAYOUTS: dict = {}
 def _array_parts(buf, flat: list, extents: list, index: int):
     """Append the ABI values of a device array (pointer, shapes, strides in elements);
     return its cache-key part."""
-    shape = buf.shape
-    strides = buf.strides
-    itemsize = buf.itemsize
-    ptr = buf.ptr
+    return _array_values(buf.ptr, buf.shape, buf.strides, buf.itemsize, buf.dtype, flat,
+                         extents, index)
+
+
+def _array_values(ptr, shape, strides, itemsize, dtype, flat: list, extents: list,
+                  index: int):
+    """`_array_parts` for an array given by its parts (strides in bytes)."""
     flat.append(ptr)
     flat.extend(shape)
     lo = hi = ptr
@@ -168,7 +173,19 @@ def _array_parts(buf, flat: list, extents: list, index: int):
         layout = _LAYOUTS[key] = _layout(shape, strides, itemsize)
         if len(_LAYOUTS) > 4096:
             _LAYOUTS.clear()
-    return (buf.dtype, len(shape), layout)
+    return (dtype, len(shape), layout)
+
+
+def _foreign_parts(parts, flat: list, extents: list, index: int):
+    """`_array_parts` for what an array adapter read (see `cupric.runtime.array_adapters`):
+    the same values and key as the CUDA Array Interface path, and the same ordering after
+    the producer's stream (the legacy default stream waits for it, as
+    `as_device_array(obj)` without a stream does)."""
+    ptr, shape, strides, dtype, stream = parts
+    if stream is not None and stream != 1:
+        from cupric.runtime.memory import order_after
+        order_after(0, stream)
+    return _array_values(ptr, shape, strides, dtype.itemsize, dtype, flat, extents, index)
 
 
 def _arg_parts(value, flat: list, extents: list, index: int):
@@ -188,7 +205,15 @@ def _arg_parts(value, flat: list, extents: list, index: int):
         raise TypeError(f"argument {index} is a host NumPy array; copy it to the device "
                         "first (cupric.runtime.to_device(a)) or run on the simulator "
                         "(kern.simulate[grid, block](...))")
-    if all(hasattr(value, a) for a in ("ptr", "shape", "strides", "itemsize", "dtype")):
+    adapter = _ADAPTERS.get(cls, _UNSEEN)
+    if adapter is _UNSEEN:
+        adapter = _adapter_for(cls)
+    if adapter is not None:
+        # CuPy, PyTorch, numba-cuda arrays: their attributes, not a fresh interface dict.
+        parts = adapter.read(value)
+        if parts is not None:
+            return _foreign_parts(parts, flat, extents, index)
+    elif all(hasattr(value, a) for a in ("ptr", "shape", "strides", "itemsize", "dtype")):
         # DeviceBuffer and its subclasses: recognized once per class.
         _ARRAY_CLASSES.add(cls)
         return _array_parts(value, flat, extents, index)
@@ -200,6 +225,7 @@ def _arg_parts(value, flat: list, extents: list, index: int):
     return _array_parts(buf, flat, extents, index)
 
 
+_UNSEEN = object()
 _ARRAY_CLASSES: set = set()
 #: NumPy scalar classes that pack as themselves (structured np.void goes the slow way).
 _NUMPY_SCALARS = frozenset({np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8,
@@ -328,24 +354,67 @@ def _make_fast_path(kern, key, args, written, prepared):
     names = [f"a{i}" for i in range(len(args))]
     env = {"_slow": kern._launch, "_launch": prepared.launch}
     checks, setup, flat, arrays = [], [], [], []
+    streams: list = []  # CuPy current-stream readers to check once per launch
+    slow = "return _slow(g, b, st, sh, args)"
     for i, (name, value, part) in enumerate(zip(names, args, key)):
         cls = value.__class__
         env[f"C{i}"] = cls
         checks.append(f"{name}.__class__ is C{i}")
-        if isinstance(part, tuple) and len(part) == 3 and part[1:] == (1, "C") and \
-                cls in _ARRAY_CLASSES:
+        vector = isinstance(part, tuple) and len(part) == 3 and part[1:] == (1, "C")
+        adapter = _ADAPTERS.get(cls) if vector else None
+        if adapter is not None and (adapter.kind not in ("cupy", "torch") or
+                                    adapter.dtypes.get(value.dtype) != part[0]):
+            return None
+        if vector and cls in _ARRAY_CLASSES:
             env[f"D{i}"] = value.dtype
             size = value.itemsize
             setup.append(f"s{i} = {name}.shape")
             setup.append(f"if len(s{i}) != 1 or {name}.dtype is not D{i} or "
-                         f"{name}.strides[0] != {size}: return _slow(g, b, st, sh, args)")
+                         f"{name}.strides[0] != {size}: {slow}")
             setup.append(f"p{i} = {name}.ptr; n{i} = s{i}[0]")
+            flat += [f"p{i}", f"n{i}", "1"]
+            arrays.append((i, size))
+        elif adapter is not None and adapter.kind == "cupy":
+            # What CupyAdapter.read gives a non-empty contiguous 1-D array, inline; an
+            # empty one (its pointer reads 0) takes the general path.
+            env[f"D{i}"] = value.dtype
+            size = part[0].itemsize
+            setup.append(f"s{i} = {name}.shape")
+            setup.append(f"if len(s{i}) != 1 or {name}.dtype is not D{i} or "
+                         f"{name}.strides[0] != {size}: {slow}")
+            setup.append(f"n{i} = s{i}[0]")
+            setup.append(f"if not n{i}: {slow}")
+            setup.append(f"p{i} = {name}.data.ptr")
+            flat += [f"p{i}", f"n{i}", "1"]
+            arrays.append((i, size))
+            if adapter.current_stream is not None and \
+                    adapter.current_stream not in streams:
+                streams.append(adapter.current_stream)
+        elif adapter is not None and adapter.kind == "torch":
+            # TorchAdapter.read inline: a CUDA, strided, non-autograd tensor of the same
+            # dtype, 1-D, unit stride, not empty.
+            env[f"D{i}"] = value.dtype
+            env[f"L{i}"] = adapter.strided
+            size = part[0].itemsize
+            setup.append(f"if {name}.dtype is not D{i} or not {name}.is_cuda or "
+                         f"{name}.requires_grad or {name}.layout is not L{i}: {slow}")
+            setup.append(f"s{i} = {name}.shape")
+            setup.append(f"if len(s{i}) != 1 or {name}.stride(0) != 1: {slow}")
+            setup.append(f"n{i} = s{i}[0]")
+            setup.append(f"if not n{i}: {slow}")
+            setup.append(f"p{i} = {name}.data_ptr()")
             flat += [f"p{i}", f"n{i}", "1"]
             arrays.append((i, size))
         elif part is cls and (cls in (int, float, bool) or cls in _NUMPY_SCALARS):
             flat.append(name)
         else:
             return None
+    for k, reader in enumerate(streams):
+        # CuPy names its current stream; the null stream (0) or the legacy one (1) needs
+        # no ordering, any other takes the general path, which orders after it.
+        env[f"Q{k}"] = reader
+        setup.insert(0, f"q{k} = Q{k}()")
+        setup.insert(1, f"if q{k} != 0 and q{k} != 1: {slow}")
     if arrays:
         setup.append("if (" + " | ".join(f"p{i}" for i, _ in arrays) +
                      ") & 15: return _slow(g, b, st, sh, args)")
@@ -472,7 +541,19 @@ class Kernel:
     ----
     First launch with new argument types: typing, codegen, libNVVM and the linker (tens of
     ms), or a disk-cache hit. Later launches: a dictionary lookup on the argument types and
-    the runtime's prepared packing.
+    the runtime's prepared packing. CuPy arrays, PyTorch tensors and numba-cuda device
+    arrays are read through their own attributes (`cupric.runtime.array_adapters`), as
+    cheaply as DeviceBuffers; other arrays through `__cuda_array_interface__` or DLPack.
+
+    Streams
+    -------
+    An array whose `__cuda_array_interface__` names a producer stream (CuPy: its current
+    stream; numba-cuda: the array's bound stream) makes the legacy default stream wait for
+    that stream before the launch (an event; the host does not wait), as
+    `cupric.runtime.as_device_array(obj)` does without a `stream`. The launch's own
+    stream is not ordered after the producer: launching on another stream, order it
+    yourself, for example by making that stream CuPy's current one
+    (`with cupy.cuda.ExternalStream(stream.handle): ...`). PyTorch names no stream.
     """
 
     _cupric_kernel = True
