@@ -55,8 +55,10 @@ def _initialize():
             return _driver_module
         if _init_error is not None:
             # Failing again with the same error is cheaper and clearer than a second
-            # library search; the driver does not appear during a process's life.
-            raise _init_error
+            # library search; the driver does not appear during a process's life. The
+            # traceback of the earlier raise is dropped: raising the same object again
+            # would otherwise chain every caller's frames (and their locals) onto it.
+            raise _init_error.with_traceback(None)
         try:
             from cuda.bindings import driver as module
         except ImportError as exc:

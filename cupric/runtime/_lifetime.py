@@ -29,6 +29,13 @@ Usage (every handle-owning class of cupric.runtime, including memory)::
 
 A borrowed object (`from_handle()`) is made with ``self._init_resource(handle, None)``: it
 never releases what it borrows, and `close()` only marks it closed.
+
+`TrackedResource` is the same contract at a lower cost, for objects made by the thousand
+(device allocations): instead of a `weakref.finalize` per object (about 1 us to make and
+detach), its release is an entry of one process-wide table keyed by the object's id,
+which `close()` or the object's `__del__` pops (a dict pop is atomic: exactly one of
+them gets it), and which the exit hook empties, releasing what is still alive. `__del__`
+queues the release as a finalizer does; it never calls the driver itself.
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ import weakref
 
 from .errors import ClosedError
 
-__all__ = ["Resource", "drain", "pending_count"]
+__all__ = ["Resource", "TrackedResource", "drain", "pending_count", "live_count"]
 
 # (release, handle, args, label) tuples waiting for a safe moment. deque.append and
 # popleft are atomic, so finalizers in any thread may push without a lock.
@@ -54,6 +61,20 @@ _drain_lock = threading.Lock()
 # module): from then on, finalizers run from that exit hook, not from a GC pass, and no
 # later runtime call would drain the queue, so they release at once.
 _exiting = False
+
+
+# id(object) -> (release, handle, args, label) of every live `TrackedResource` that owns
+# its handle. Insertion-ordered, so the exit hook releases the newest first, as
+# weakref.finalize's hook does.
+_live: dict = {}
+
+
+def _text(label) -> str:
+    # A label is a str, or a tuple (format, *values) formatted only when a message needs
+    # it: building the string for every allocation would cost more than the rest.
+    if isinstance(label, tuple):
+        return label[0] % label[1:]
+    return str(label)
 
 
 def _finalize(release, handle, args, label) -> None:
@@ -74,22 +95,29 @@ def _release_quietly_at_exit(release, handle, args, label) -> None:
         expected = (exc.code in (4, 201, 709) or exc.code in STICKY_CODES
                     or isinstance(exc, ContextLostError))
         if not expected:
-            warnings.warn(f"cupric: releasing {label} at exit failed: {exc}",
+            warnings.warn(f"cupric: releasing {_text(label)} at exit failed: {exc}",
                           RuntimeWarning, stacklevel=1)
     except Exception as exc:  # a library's own release (cuBLAS, cuDNN, ...): reported
-        warnings.warn(f"cupric: releasing {label} at exit failed: {exc}",
+        warnings.warn(f"cupric: releasing {_text(label)} at exit failed: {exc}",
                       RuntimeWarning, stacklevel=1)
 
 
 def _drain_at_exit() -> None:
-    # Releases queued by finalizers that no later runtime call drained. The process is
-    # ending, so the quiet variant applies (see _release_quietly_at_exit).
+    # Releases queued by finalizers that no later runtime call drained, then those of the
+    # tracked objects still alive, newest first. The process is ending, so the quiet
+    # variant applies (see _release_quietly_at_exit).
     global _exiting
     _exiting = True
     while True:
         try:
             release, handle, args, label = _pending.popleft()
         except IndexError:
+            break
+        _release_quietly_at_exit(release, handle, args, label)
+    while True:
+        try:
+            _key, (release, handle, args, label) = _live.popitem()
+        except KeyError:
             return
         _release_quietly_at_exit(release, handle, args, label)
 
@@ -104,6 +132,11 @@ atexit.register(_drain_at_exit)
 def pending_count() -> int:
     """How many releases are queued (for tests and diagnostics)."""
     return len(_pending)
+
+
+def live_count() -> int:
+    """How many `TrackedResource` objects own a handle not yet released (diagnostics)."""
+    return len(_live)
 
 
 def drain() -> None:
@@ -129,7 +162,7 @@ def drain() -> None:
             try:
                 release(handle, *args)
             except Exception as exc:  # reported, not swallowed: see the docstring
-                warnings.warn(f"cupric: deferred release of {label} failed: {exc}",
+                warnings.warn(f"cupric: deferred release of {_text(label)} failed: {exc}",
                               RuntimeWarning, stacklevel=2)
     finally:
         _drain_lock.release()
@@ -213,3 +246,60 @@ class Resource:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.close()
+
+
+class TrackedResource(Resource):
+    """A `Resource` whose release is an entry of the process-wide table, not a
+    `weakref.finalize` (see the module docstring): same API and guarantees, cheaper to
+    make and to release.
+
+    Subclasses call `_track(handle, release, args, label)` (`args` a tuple, `label` a str
+    or a ``(format, *values)`` tuple) or `_init_resource` as for `Resource`.
+
+    Thread safety
+    -------------
+    As `Resource`: `close()` racing with itself or with the object's death releases once.
+    """
+
+    __slots__ = ()
+
+    def _init_resource(self, handle, release, *args) -> None:
+        self._track(handle, release, args, None if release is None else self._label())
+
+    def _track(self, handle, release, args: tuple, label) -> None:
+        self._handle = handle
+        self._closed = False
+        if release is None:  # borrowed: never destroyed by us
+            self._finalizer = None
+        else:
+            self._finalizer = True  # owns its handle (`owns_handle`)
+            _live[id(self)] = (release, handle, args, label)
+
+    def _untrack(self):
+        """The release entry, removed from the table; None if it was already taken."""
+        return _live.pop(id(self), None)
+
+    def close(self) -> None:
+        """Release the handle now. A second call does nothing.
+
+        Raises
+        ------
+        CudaError
+            If the driver fails to release the handle (the object is closed anyway: the
+            handle must not be released twice).
+        """
+        if self._closed:
+            return
+        self._closed = True
+        entry = _live.pop(id(self), None)
+        if entry is None:
+            return
+        release, handle, args, _label = entry
+        release(handle, *args)
+
+    # Bound as defaults: module globals may be gone when the last objects die at
+    # interpreter shutdown (by then the exit hook has emptied the table).
+    def __del__(self, _pop=_live.pop, _finalize=_finalize) -> None:
+        entry = _pop(id(self), None)
+        if entry is not None:
+            _finalize(*entry)

@@ -95,8 +95,15 @@ class ContextFlags:
                                            & int(d.CUctx_flags.CU_CTX_LMEM_RESIZE_TO_MAX)))
 
 
-def _release_primary(_context_handle, cu_device) -> None:
+# CUcontext (as an int) -> device ordinal, for the primary contexts cupric holds retained:
+# `current_device` answers from it without a second driver query. An entry goes when the
+# retain is released or the context reset, before its address could name another context.
+_primary_ordinals: dict[int, int] = {}
+
+
+def _release_primary(context_handle, cu_device) -> None:
     # The primary context is released through its device, not its CUcontext handle.
+    _primary_ordinals.pop(int(context_handle), None)
     check(driver().cuDevicePrimaryCtxRelease(cu_device))
 
 
@@ -128,6 +135,7 @@ class Context(Resource):
         self._device = device
         self._ptr = int(handle)
         self._init_resource(handle, _release_primary, device.handle)
+        _primary_ordinals[self._ptr] = device.ordinal
         return self
 
     @staticmethod
@@ -264,6 +272,7 @@ class Context(Resource):
         `IllegalAddressError` without restarting the process.
         """
         from .errors import reset_context_poison
+        _primary_ordinals.pop(self._ptr, None)
         check(driver().cuDevicePrimaryCtxReset(self._device.handle))
         reset_context_poison(self._ptr)
         reset_context_poison(0)
@@ -305,16 +314,23 @@ def current_device():
 
     If no context is current, device 0's primary context becomes current, as the CUDA
     Runtime API does.
+
+    Cost
+    ----
+    One `cuCtxGetCurrent` when the current context is a primary context cupric holds
+    (the memory module's compiled path skips even that: `memory._device_of_context`).
     """
     from .device import Device
     d = driver()
-    ctx = check(d.cuCtxGetCurrent())
-    if int(ctx) == 0:
+    ctx = int(check(d.cuCtxGetCurrent()))
+    if ctx == 0:
         device = Device(0)
         device.make_current()
         return device
-    ordinal = check(d.cuCtxGetDevice())
-    return Device(int(ordinal))
+    ordinal = _primary_ordinals.get(ctx)
+    if ordinal is None:  # not a primary context cupric holds: ask the driver
+        ordinal = int(check(d.cuCtxGetDevice()))
+    return Device(ordinal)
 
 
 def synchronize() -> None:

@@ -19,7 +19,8 @@ import numpy as np
 
 from . import _lifetime
 from ._driver import check, driver
-from .errors import ClosedError
+from .errors import ClosedError, error_from_code
+from .stream import Stream as _Stream
 
 __all__ = [
     "DeviceBuffer", "DeviceBox", "empty", "zeros", "empty_like", "zeros_like", "to_device",
@@ -62,6 +63,8 @@ def stream_handle(stream) -> int:
         return 0
     if type(stream) is int:
         return stream
+    if type(stream) is _Stream and not stream._closed:
+        return stream._ptr
     handle = getattr(stream, "handle", None)  # cupric Stream: raises once closed
     if handle is not None:
         return int(handle)
@@ -69,9 +72,41 @@ def stream_handle(stream) -> int:
     return as_stream_handle(stream)
 
 
+# The compiled allocation path (`_fastalloc.Entry`): _UNSET until the first allocation
+# resolves it, None where it cannot be built (or is turned off); then every call below
+# goes through cuda.bindings. Tests that substitute a fake driver set it to None.
+_UNSET = object()
+_fast = _UNSET
+
+
+def _load_fast():
+    global _fast
+    from . import _fastalloc
+    try:
+        entry = _fastalloc.native()
+    except Exception as exc:  # no driver: the cuda.bindings path raises the typed error
+        exc.with_traceback(None)  # the error is kept by _driver: keep no frames with it
+        entry = None
+    _fast = entry
+    return entry
+
+
 def _device_of_context() -> int:
     """Make sure a context is current in this thread (device 0's primary context when
-    none is, as the Runtime API does) and return the ordinal of its device."""
+    none is, as the Runtime API does) and return the ordinal of its device.
+
+    Cost
+    ----
+    One C call (two driver queries) with the compiled path; else see
+    `context.current_device`.
+    """
+    fast = _fast
+    if fast is _UNSET:
+        fast = _load_fast()
+    if fast is not None:
+        device = fast.device()
+        if device >= 0:
+            return device
     from .context import current_device
     return current_device().ordinal
 
@@ -427,11 +462,13 @@ def cai_dict(ptr, shape, strides, dtype, readonly, stream) -> dict:
 # Allocations
 
 
-class _Allocation(_lifetime.Resource):
+class _Allocation(_lifetime.TrackedResource):
     """The owner of one allocation (or of a borrow): a slotted holder of the raw pointer.
 
-    Every view of the allocation holds it; its finalizer (set up by `Resource`) queues the
-    free when the last view dies. `owner` keeps alive whatever a borrow depends on.
+    Every view of the allocation holds it; when the last view dies, its release is queued
+    (`_lifetime.TrackedResource`: a table entry rather than a `weakref.finalize`, which
+    would cost more than the allocation itself). `owner` keeps alive whatever a borrow
+    depends on.
     """
 
     __slots__ = ("ptr", "nbytes", "kind", "device", "owner")
@@ -445,42 +482,80 @@ class _Allocation(_lifetime.Resource):
             return
         self._closed = True
         self.owner = None
-        fin = self._finalizer
-        if fin is None:
+        entry = self._untrack()  # only one of close() and __del__ gets the entry
+        if entry is None:
             return
-        info = fin.detach()  # only one of close() and the finalizer gets the arguments
-        if info is None:
-            return
-        _obj, _func, (release, handle, args, _label), _kwargs = info
+        release, handle, args, _label = entry
         if stream is not None and self.kind == ASYNC:
-            args = (stream,)
+            args = (stream, self.device)
         release(handle, *args)
 
 
-def _context_for_free(ptr) -> None:
-    # A deferred free runs in whichever thread drains the queue next, which may have no
-    # context current (CUDA_ERROR_INVALID_CONTEXT): make the owning device's current.
-    d = driver()
-    if int(check(d.cuCtxGetCurrent())) == 0:
-        from .device import Device
-        Device(pointer_device(ptr)).make_current()
+_LABEL = "device allocation (%s, %d bytes)"
 
 
-def _free_sync(ptr) -> None:
+def _context_for_free(ptr, device: int = -1, stream: int | None = None):
+    """The context to push for a free, or None when the current one will do.
+
+    A deferred free runs in whichever thread drains the queue next, which may have no
+    context current (CUDA_ERROR_INVALID_CONTEXT), or another device's: then cuMemFree, and
+    cuMemFreeAsync on a stream the current context names (0, 1, 2), would free in the
+    wrong place. The owning device's primary context is used then.
+    """
+    current = int(check(driver().cuCtxGetCurrent()))
+    if current and (device < 0 or (stream is not None and stream > 2)
+                    or _device_of_context() == device):
+        return None
+    from .device import Device
+    if device < 0:
+        if current:
+            return None
+        device = pointer_device(ptr)
+    return Device(device).primary_context()
+
+
+def _free_sync(ptr, device: int = -1) -> None:
     # cuMemFree waits for the device to finish work that may use the memory.
-    _context_for_free(ptr)
-    check(driver().cuMemFree(ptr))
+    fast = _fast
+    if fast is not None and fast is not _UNSET:
+        err = fast.free(ptr, None, device)
+        if err == 0:
+            return
+        if err > 0:
+            raise error_from_code(err)
+    context = _context_for_free(ptr, device)
+    if context is None:
+        check(driver().cuMemFree(ptr))
+    else:
+        with context:
+            check(driver().cuMemFree(ptr))
 
 
-def _free_async(ptr, stream) -> None:
-    _context_for_free(ptr)
-    closed = getattr(stream, "closed", False)
-    if closed:
+def _free_async(ptr, stream, device: int = -1) -> None:
+    if stream is not None and type(stream) is not int and getattr(stream, "closed", False):
         # The stream the memory was ordered on is gone: wait for the device, then free
         # on the legacy default stream.
-        check(driver().cuCtxSynchronize())
+        context = _context_for_free(ptr, device, LEGACY_STREAM)
+        if context is None:
+            check(driver().cuCtxSynchronize())
+        else:
+            with context:
+                check(driver().cuCtxSynchronize())
         stream = LEGACY_STREAM
-    check(driver().cuMemFreeAsync(ptr, stream_handle(stream)))
+    h = stream_handle(stream)
+    fast = _fast
+    if fast is not None and fast is not _UNSET:
+        err = fast.free(ptr, h, device)
+        if err == 0:
+            return
+        if err > 0:
+            raise error_from_code(err)
+    context = _context_for_free(ptr, device, h)
+    if context is None:
+        check(driver().cuMemFreeAsync(ptr, h))
+    else:
+        with context:
+            check(driver().cuMemFreeAsync(ptr, h))
 
 
 def _release_borrow(handle, release) -> None:
@@ -495,26 +570,69 @@ def _new_allocation(ptr: int, nbytes: int, kind: str, device: int, release, *arg
     alloc.kind = kind
     alloc.device = device
     alloc.owner = owner
-    alloc._init_resource(ptr, release, *args)
+    alloc._track(ptr, release, args, (_LABEL, kind, nbytes))
     return alloc
 
 
 def _allocate(nbytes: int, stream=None, pool=None) -> _Allocation:
-    """Allocate `nbytes` of device memory on the current device."""
+    """Allocate `nbytes` of device memory on the current device.
+
+    `stream` None allocates with `cuMemAlloc`, else in stream order; `pool` is a
+    `MemoryPool` (allocated from on `stream`, the legacy default stream when None).
+    """
+    pool_ptr = 0
+    if pool is not None:
+        pool.handle  # noqa: B018  (raises ClosedError for a closed pool)
+        pool_ptr = pool._ptr
+        if stream is None:
+            stream = 0
+    fast = _fast
+    if fast is _UNSET:
+        fast = _load_fast()
+    if fast is not None and nbytes:
+        if _lifetime._pending:  # frees queued by dead buffers go first (as check() does)
+            _lifetime.drain()
+        h = None if stream is None else stream_handle(stream)
+        err, ptr, device = fast.alloc(nbytes, h, pool_ptr)
+        if err == _NO_CONTEXT:  # make device 0's primary context current, as below
+            _device_of_context()
+            err, ptr, device = fast.alloc(nbytes, h, pool_ptr)
+        if err == 0:
+            alloc = _Allocation.__new__(_Allocation)
+            alloc.ptr = ptr
+            alloc.nbytes = nbytes
+            alloc.device = device
+            alloc.owner = None
+            if h is None:
+                alloc.kind = SYNC
+                alloc._track(ptr, _free_sync, (device,), (_LABEL, SYNC, nbytes))
+            else:
+                alloc.kind = ASYNC
+                alloc._track(ptr, _free_async, (stream, device), (_LABEL, ASYNC, nbytes))
+            return alloc
+        if err > 0:
+            raise error_from_code(err, requested=nbytes)
+    return _allocate_bindings(nbytes, stream, pool)
+
+
+_NO_CONTEXT = -1  # _fastalloc.NO_CONTEXT (not imported: that module loads on first use)
+
+
+def _allocate_bindings(nbytes: int, stream, pool) -> _Allocation:
+    # The path through cuda.bindings: without the compiled one, and for what it leaves.
     device = _device_of_context()
     if nbytes == 0:
         return _new_allocation(0, 0, EMPTY, device, None)
     d = driver()
     if pool is not None:
         h = stream_handle(stream)
-        ptr = check(d.cuMemAllocFromPoolAsync(nbytes, pool, h), requested=nbytes)
-        return _new_allocation(int(ptr), nbytes, ASYNC, device, _free_async,
-                               stream if stream is not None else 0)
+        ptr = check(d.cuMemAllocFromPoolAsync(nbytes, pool.handle, h), requested=nbytes)
+        return _new_allocation(int(ptr), nbytes, ASYNC, device, _free_async, stream, device)
     if stream is None:
         ptr = check(d.cuMemAlloc(nbytes), requested=nbytes)
-        return _new_allocation(int(ptr), nbytes, SYNC, device, _free_sync)
+        return _new_allocation(int(ptr), nbytes, SYNC, device, _free_sync, device)
     ptr = check(d.cuMemAllocAsync(nbytes, stream_handle(stream)), requested=nbytes)
-    return _new_allocation(int(ptr), nbytes, ASYNC, device, _free_async, stream)
+    return _new_allocation(int(ptr), nbytes, ASYNC, device, _free_async, stream, device)
 
 
 def borrow(ptr: int, shape, strides, dtype, *, readonly=False, owner=None, release=None,
@@ -1170,15 +1288,67 @@ class DeviceBox(DeviceBuffer):
 # Factories
 
 
-def _new_buffer(shape, dtype, stream=None, pool=None, cls=None) -> DeviceBuffer:
-    dt = normalize_dtype(dtype)
-    shape = normalize_shape(shape)
-    nbytes = dt.itemsize
+# (shape, dtype) as given -> the normalized C-contiguous layout (shape, strides, dtype,
+# itemsize, size, nbytes, ndim, the shape as given): repeated allocations of one shape
+# skip the normalization (about 2 us). Only exact ints and tuples of exact ints are keys;
+# unhashable shapes and dtype specs (lists, dicts) are normalized every time. Bounded:
+# cleared when full.
+_layouts: dict = {}
+_LAYOUTS_MAX = 512
+
+
+def _exact_shape(shape) -> bool:
+    if type(shape) is int:
+        return True
+    if type(shape) is not tuple:
+        return False
     for n in shape:
-        nbytes *= n
-    alloc = _allocate(nbytes, stream, pool)
-    return DeviceBuffer._make(alloc, alloc.ptr, shape, c_strides(shape, dt.itemsize), dt,
-                              False, stream, cls=cls)
+        if type(n) is not int:
+            return False
+    return True
+
+
+def _layout(shape, dtype) -> tuple:
+    try:
+        layout = _layouts[shape, dtype]
+    except KeyError:
+        cacheable = True
+    except TypeError:  # an unhashable shape or dtype spec
+        cacheable = False
+    else:
+        # Equal keys are not always the same request: (2.0, 3) equals (2, 3) but is
+        # refused, and a dtype with metadata equals (and hashes as) its plain twin.
+        if ((layout[7] is shape or _exact_shape(shape))
+                and (layout[2] is dtype or not isinstance(dtype, np.dtype)
+                     or dtype.metadata is None)):
+            return layout
+        cacheable = False
+    dt = normalize_dtype(dtype)
+    norm = normalize_shape(shape)
+    size = 1
+    for n in norm:
+        size *= n
+    layout = (norm, c_strides(norm, dt.itemsize), dt, dt.itemsize, size, size * dt.itemsize,
+              len(norm), shape)
+    if cacheable and dt.metadata is None and _exact_shape(shape):
+        if len(_layouts) >= _LAYOUTS_MAX:
+            _layouts.clear()
+        _layouts[shape, dtype] = layout
+    return layout
+
+
+def _new_buffer(shape, dtype, stream=None, pool=None, cls=None) -> DeviceBuffer:
+    layout = _layout(shape, dtype)
+    alloc = _allocate(layout[5], stream, pool)
+    self = object.__new__(DeviceBuffer if cls is None else cls)
+    self._alloc = alloc
+    self.ptr = alloc.ptr
+    (self.shape, self.strides, self.dtype, self.itemsize, self.size, self.nbytes,
+     self.ndim, _given) = layout
+    self.readonly = False
+    self._stream = stream
+    self._base = None
+    return self
 
 
 def empty(shape, dtype=np.float64, stream=None) -> DeviceBuffer:

@@ -135,7 +135,7 @@ class MemoryPool(_lifetime.Resource):
         CudaOutOfMemoryError
             Saying how much was asked for and how much the device has free.
         """
-        buf = _new_buffer(shape, dtype, stream, pool=self.handle)
+        buf = _new_buffer(shape, dtype, stream, pool=self)
         buf._alloc.owner = self
         return buf
 

@@ -146,6 +146,7 @@ def fake(monkeypatch):
     drv = FakeDriver()
     monkeypatch.setattr(m, "driver", lambda: drv)
     monkeypatch.setattr(m, "_device_of_context", lambda: 0)
+    monkeypatch.setattr(m, "_fast", None)  # the compiled path would reach the real driver
     monkeypatch.setattr(m, "_tls", type(m._tls)())
     try:
         yield drv

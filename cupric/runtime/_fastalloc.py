@@ -1,0 +1,381 @@
+"""The compiled allocation path: current device, allocate and free in one C call each.
+
+A small device allocation spends most of its host time outside the driver: cuda.bindings
+costs about a microsecond of Python per call, and allocating needed three calls
+(`cuCtxGetCurrent`, `cuCtxGetDevice`, `cuMemAllocAsync`) and freeing two. This small
+CPython extension makes those calls straight into libcuda, with the addresses it is given
+(resolved from the loaded libcuda through ctypes), so that one C call asks which device
+is current and allocates, and one frees.
+
+The extension decides nothing: every driver error comes back as its `CUresult` for the
+Python side to raise typed (`cupric.runtime.errors`), and every case it does not handle
+(no context current, a legacy/per-thread stream or a synchronous free while another
+device's context is current, a handle that is not an int) comes back as `NEED_PYTHON`
+for the cuda.bindings path. It is built once per machine and Python version into the
+cupric cache with the compiler setuptools finds; without one, or with
+``CUPRIC_BUILD_LAUNCHER=0`` (no building) or ``CUPRIC_FAST_ALLOC=0`` (not used), memory
+goes through cuda.bindings as before.
+
+``make(*addresses)`` returns three functions bound to the entry points given (`SYMBOLS`
+order); `native()` holds the ones bound to the loaded libcuda as an `Entry`. None of them
+raises for a driver failure:
+
+* ``device()``: the ordinal of the current context's device, `NO_CONTEXT` when no context
+  is current, `NEED_PYTHON` when the driver refuses the query;
+* ``alloc(nbytes, stream, pool)``: ``(err, ptr, device)``. `stream` None allocates with
+  `cuMemAlloc`; otherwise `pool` 0 uses `cuMemAllocAsync` on the stream handle and a
+  nonzero `pool` `cuMemAllocFromPoolAsync`. `err` is 0, a `CUresult`, `NO_CONTEXT` or
+  `NEED_PYTHON`;
+* ``free(ptr, stream, device)``: `cuMemFree` (`stream` None) or `cuMemFreeAsync`; returns
+  0, a `CUresult` or `NEED_PYTHON`. `device` is the allocation's ordinal: a synchronous free,
+  or one on a stream handle that names the current context's stream (0, 1 legacy,
+  2 per-thread), is only made from that device's context.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import threading
+
+__all__ = ["Entry", "load", "native", "build_error", "SOURCE", "NO_CONTEXT", "NEED_PYTHON", "SYMBOLS"]
+
+NO_CONTEXT = -1    # no context is current in the calling thread
+NEED_PYTHON = -2   # a case the C path leaves to cuda.bindings
+
+# The libcuda entry points `configure` takes, in its argument order (the ABI versions
+# the CUDA headers map the plain names to).
+SYMBOLS = ("cuCtxGetCurrent", "cuCtxGetDevice", "cuMemAlloc_v2", "cuMemAllocAsync",
+           "cuMemAllocFromPoolAsync", "cuMemFree_v2", "cuMemFreeAsync")
+
+SOURCE = r"""
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+typedef int (*ctx_get_current_fn)(void **);
+typedef int (*ctx_get_device_fn)(int *);
+typedef int (*mem_alloc_fn)(unsigned long long *, size_t);
+typedef int (*mem_alloc_async_fn)(unsigned long long *, size_t, void *);
+typedef int (*mem_alloc_pool_fn)(unsigned long long *, size_t, void *, void *);
+typedef int (*mem_free_fn)(unsigned long long);
+typedef int (*mem_free_async_fn)(unsigned long long, void *);
+
+#define NO_CONTEXT (-1)
+#define NEED_PYTHON (-2)
+
+typedef struct {
+    ctx_get_current_fn ctx_get_current;
+    ctx_get_device_fn ctx_get_device;
+    mem_alloc_fn mem_alloc;
+    mem_alloc_async_fn mem_alloc_async;
+    mem_alloc_pool_fn mem_alloc_pool;
+    mem_free_fn mem_free;
+    mem_free_async_fn mem_free_async;
+} Entry;
+
+static const char CAPSULE[] = "cupric.runtime.fastalloc";
+
+static void entry_free(PyObject *capsule) {
+    void *e = PyCapsule_GetPointer(capsule, CAPSULE);
+    if (e == NULL) { PyErr_Clear(); return; }
+    PyMem_Free(e);
+}
+
+/* The current context's device, NO_CONTEXT, or NEED_PYTHON. */
+static int current_device(const Entry *e) {
+    void *ctx = NULL;
+    if (e->ctx_get_current(&ctx) != 0) return NEED_PYTHON;
+    if (ctx == NULL) return NO_CONTEXT;
+    int device = -1;
+    if (e->ctx_get_device(&device) != 0 || device < 0) return NEED_PYTHON;
+    return device;
+}
+
+/* An int handle as a pointer-sized value; 0 (no error set) when it is not one. */
+static int as_handle(PyObject *o, uintptr_t *out) {
+    if (!PyLong_CheckExact(o)) return 0;
+    unsigned long long v = PyLong_AsUnsignedLongLong(o);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+    *out = (uintptr_t)v;
+    return 1;
+}
+
+static int as_size(PyObject *o, size_t *out) {
+    if (!PyLong_CheckExact(o)) return 0;
+    size_t v = PyLong_AsSize_t(o);
+    if (v == (size_t)-1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+    *out = v;
+    return 1;
+}
+
+static PyObject *py_device(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    const Entry *e = (const Entry *)PyCapsule_GetPointer(self, CAPSULE);
+    if (e == NULL) return NULL;
+    if (nargs != 0) { PyErr_SetString(PyExc_TypeError, "device() takes no arguments"); return NULL; }
+    return PyLong_FromLong(current_device(e));
+}
+
+static PyObject *result3(int err, unsigned long long ptr, int device) {
+    return Py_BuildValue("(iKi)", err, ptr, device);
+}
+
+/* alloc(nbytes, stream or None, pool) -> (err, ptr, device) */
+static PyObject *py_alloc(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    const Entry *e = (const Entry *)PyCapsule_GetPointer(self, CAPSULE);
+    if (e == NULL) return NULL;
+    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "alloc(nbytes, stream, pool)"); return NULL; }
+    size_t nbytes;
+    uintptr_t stream = 0, pool = 0;
+    int sync = args[1] == Py_None;
+    if (!as_size(args[0], &nbytes) || (!sync && !as_handle(args[1], &stream))
+        || !as_handle(args[2], &pool))
+        return result3(NEED_PYTHON, 0, -1);
+    int device = current_device(e);
+    if (device < 0) return result3(device, 0, -1);
+    unsigned long long ptr = 0;
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    if (sync)
+        err = e->mem_alloc(&ptr, nbytes);
+    else if (pool)
+        err = e->mem_alloc_pool(&ptr, nbytes, (void *)pool, (void *)stream);
+    else
+        err = e->mem_alloc_async(&ptr, nbytes, (void *)stream);
+    Py_END_ALLOW_THREADS
+    return result3(err, err == 0 ? ptr : 0, device);
+}
+
+/* free(ptr, stream or None, device) -> err */
+static PyObject *py_free(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    const Entry *e = (const Entry *)PyCapsule_GetPointer(self, CAPSULE);
+    if (e == NULL) return NULL;
+    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "free(ptr, stream, device)"); return NULL; }
+    uintptr_t ptr, stream = 0;
+    int sync = args[1] == Py_None;
+    if (!as_handle(args[0], &ptr) || (!sync && !as_handle(args[1], &stream))
+        || !PyLong_CheckExact(args[2]))
+        return PyLong_FromLong(NEED_PYTHON);
+    long owner = PyLong_AsLong(args[2]);
+    if (owner == -1 && PyErr_Occurred()) { PyErr_Clear(); return PyLong_FromLong(NEED_PYTHON); }
+    int device = current_device(e);
+    if (device < 0) return PyLong_FromLong(NEED_PYTHON);
+    /* The current context decides which stream 0/1/2 name and where cuMemFree runs. */
+    if ((sync || stream <= 2) && owner >= 0 && owner != device)
+        return PyLong_FromLong(NEED_PYTHON);
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    err = sync ? e->mem_free((unsigned long long)ptr)
+               : e->mem_free_async((unsigned long long)ptr, (void *)stream);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(err);
+}
+
+static PyMethodDef device_def = {"device", (PyCFunction)(void (*)(void))py_device,
+                                 METH_FASTCALL, "device() -> ordinal, NO_CONTEXT or NEED_PYTHON"};
+static PyMethodDef alloc_def = {"alloc", (PyCFunction)(void (*)(void))py_alloc,
+                                METH_FASTCALL, "alloc(nbytes, stream, pool) -> (err, ptr, device)"};
+static PyMethodDef free_def = {"free", (PyCFunction)(void (*)(void))py_free,
+                               METH_FASTCALL, "free(ptr, stream, device) -> err"};
+
+/* make(*addresses in SYMBOLS order) -> (device, alloc, free), bound to those addresses */
+static PyObject *py_make(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    uintptr_t a[7];
+    if (nargs != 7) { PyErr_SetString(PyExc_TypeError, "make takes 7 addresses"); return NULL; }
+    for (int i = 0; i < 7; i++) {
+        if (!as_handle(args[i], &a[i]) || a[i] == 0) {
+            PyErr_SetString(PyExc_ValueError, "make: every address must be a nonzero int");
+            return NULL;
+        }
+    }
+    Entry *e = (Entry *)PyMem_Calloc(1, sizeof(Entry));
+    if (e == NULL) return PyErr_NoMemory();
+    e->ctx_get_current = (ctx_get_current_fn)a[0];
+    e->ctx_get_device = (ctx_get_device_fn)a[1];
+    e->mem_alloc = (mem_alloc_fn)a[2];
+    e->mem_alloc_async = (mem_alloc_async_fn)a[3];
+    e->mem_alloc_pool = (mem_alloc_pool_fn)a[4];
+    e->mem_free = (mem_free_fn)a[5];
+    e->mem_free_async = (mem_free_async_fn)a[6];
+    PyObject *capsule = PyCapsule_New(e, CAPSULE, entry_free);
+    if (capsule == NULL) { PyMem_Free(e); return NULL; }
+    PyObject *d = PyCFunction_NewEx(&device_def, capsule, NULL);
+    PyObject *al = PyCFunction_NewEx(&alloc_def, capsule, NULL);
+    PyObject *fr = PyCFunction_NewEx(&free_def, capsule, NULL);
+    Py_DECREF(capsule);
+    if (d == NULL || al == NULL || fr == NULL) {
+        Py_XDECREF(d); Py_XDECREF(al); Py_XDECREF(fr);
+        return NULL;
+    }
+    PyObject *r = PyTuple_Pack(3, d, al, fr);
+    Py_DECREF(d); Py_DECREF(al); Py_DECREF(fr);
+    return r;
+}
+
+static PyMethodDef methods[] = {
+    {"make", (PyCFunction)(void (*)(void))py_make, METH_FASTCALL,
+     "make(*addresses) -> (device, alloc, free) bound to the libcuda entry points given"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, MODULE_NAME, NULL, -1, methods};
+
+PyMODINIT_FUNC INIT_NAME(void) { return PyModule_Create(&moduledef); }
+"""
+
+_module = None          # the built and imported extension
+_native = None          # its functions bound to the loaded libcuda
+_error: str | None = None
+_lock = threading.Lock()
+
+
+def _name() -> str:
+    tag = sys.implementation.cache_tag.replace("-", "_")
+    digest = hashlib.sha256(SOURCE.encode()).hexdigest()[:12]
+    return f"_cupric_fastalloc_{tag}_{digest}"
+
+
+def _cache_dir() -> str:
+    base = os.environ.get("CUPRIC_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cupric")
+    return os.path.join(base, "memory")
+
+
+def build_error() -> str | None:
+    """Why the extension could not be built, loaded or configured, or None."""
+    return _error
+
+
+def load(build: bool | None = None):
+    """The extension module (built into the cache if needed), or None.
+
+    `build` None follows ``CUPRIC_BUILD_LAUNCHER`` (anything but "0" builds). A failure is
+    recorded in `build_error` and not retried within the process.
+    """
+    global _module, _error
+    if _module is not None:
+        return _module
+    with _lock:
+        if _module is not None:
+            return _module
+        if _error is not None:
+            return None
+        if build is None:
+            build = os.environ.get("CUPRIC_BUILD_LAUNCHER", "1") != "0"
+        name = _name()
+        directory = _cache_dir()
+        path = _find(directory, name)
+        try:
+            if path is None:
+                if not build:
+                    return None
+                path = _build(directory, name)
+            _module = _import(name, path)
+        except Exception as exc:  # no compiler, headers or a stale file: recorded
+            _error = f"{type(exc).__name__}: {exc}"[:500]
+            return None
+        return _module
+
+
+class Entry:
+    """The extension's three functions bound to one set of libcuda entry points."""
+
+    __slots__ = ("device", "alloc", "free")
+
+    def __init__(self, module, addresses) -> None:
+        self.device, self.alloc, self.free = module.make(*addresses)
+
+
+def native() -> Entry | None:
+    """The extension's functions bound to the loaded libcuda, or None.
+
+    Needs the driver (`cuInit` done through `_driver.driver()`, which raises
+    `NoDriverError` without one); None when the extension cannot be built or
+    ``CUPRIC_FAST_ALLOC=0``.
+    """
+    global _native, _error
+    if _native is not None:
+        return _native
+    if os.environ.get("CUPRIC_FAST_ALLOC", "1") == "0":
+        return None
+    from ._driver import driver
+    driver()  # cuInit first: raises NoDriverError when there is no driver
+    module = load()
+    if module is None:
+        return None
+    with _lock:
+        if _native is None:
+            try:
+                _native = Entry(module, libcuda_addresses())
+            except Exception as exc:  # a libcuda without these entry points: recorded
+                _error = f"{type(exc).__name__}: {exc}"[:500]
+                return None
+    return _native
+
+
+def libcuda_addresses(path: str | None = None) -> tuple[int, ...]:
+    """The addresses of `SYMBOLS` in libcuda (the copy cuda.bindings loaded), or in the
+    library at `path`."""
+    import ctypes
+    if path is None:
+        from .launch import _libcuda_path
+        path = _libcuda_path()
+    lib = ctypes.CDLL(path)
+    return tuple(ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value
+                 for symbol in SYMBOLS)
+
+
+def _find(directory: str, name: str) -> str | None:
+    import importlib.machinery
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = os.path.join(directory, name + suffix)
+        if os.path.exists(path):
+            return path
+    return None
+
+
+def _import(name: str, path: str):
+    import importlib.machinery
+    import importlib.util
+    loader = importlib.machinery.ExtensionFileLoader(name, path)
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def _build(directory: str, name: str) -> str:
+    import contextlib
+    import io
+    import shutil
+    import tempfile
+    from setuptools import Distribution, Extension
+    from setuptools.command.build_ext import build_ext
+
+    os.makedirs(directory, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        source = os.path.join(tmp, name + ".c")
+        with open(source, "w") as f:
+            f.write(f'#define MODULE_NAME "{name}"\n#define INIT_NAME PyInit_{name}\n')
+            f.write(SOURCE)
+        ext = Extension(name, [source], extra_compile_args=["-O2"])
+        dist = Distribution({"name": name, "ext_modules": [ext]})
+        cmd = build_ext(dist)
+        cmd.build_lib = tmp
+        cmd.build_temp = tmp
+        cmd.ensure_finalized()
+        log = io.StringIO()
+        # The compiler's chatter goes to the error message on failure, not the terminal.
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            try:
+                cmd.run()
+            except BaseException as exc:
+                raise RuntimeError(f"building the allocation extension failed: {exc}\n"
+                                   f"{log.getvalue()[-2000:]}") from exc
+        built = cmd.get_ext_fullpath(name)
+        target = os.path.join(directory, os.path.basename(built))
+        # Atomic: a concurrent build in another process leaves one complete file.
+        shutil.copyfile(built, target + f".{os.getpid()}.partial")
+        os.replace(target + f".{os.getpid()}.partial", target)
+    return target
