@@ -136,9 +136,6 @@ def _layout(shape, strides, itemsize) -> str:
     return _layout_of(strides, shape, itemsize)
 
 
-_LAYOUTS: dict = {}
-
-
 def _array_parts(buf, flat: list, extents: list, index: int):
     """Append the ABI values of a device array (pointer, shapes, strides in elements);
     return its cache-key part."""
@@ -149,31 +146,45 @@ def _array_parts(buf, flat: list, extents: list, index: int):
 def _array_values(ptr, shape, strides, itemsize, dtype, flat: list, extents: list,
                   index: int):
     """`_array_parts` for an array given by its parts (strides in bytes)."""
+    geometry = _GEOMETRY.get((shape, strides, itemsize))
+    if geometry is None:
+        geometry = _geometry(shape, strides, itemsize, index)
+    steps, low, high, layout = geometry
     flat.append(ptr)
     flat.extend(shape)
-    lo = hi = ptr
+    flat.extend(steps)
+    if high:  # not empty: the bytes it spans, for the alias and alignment checks
+        extents.append((ptr + low, ptr + high, index, ptr))
+    return (dtype, len(shape), layout)
+
+
+#: (shape, byte strides, itemsize) -> (strides in elements, first byte and end of the span
+#: relative to the pointer (0, 0 when empty), layout).
+_GEOMETRY: dict = {}
+
+
+def _geometry(shape, strides, itemsize, index: int):
+    steps = []
+    low = high = 0
     empty = False
     for n, s in zip(shape, strides):
         q, r = divmod(s, itemsize)
         if r:
             raise TypeError(f"argument {index}: a stride of {s} bytes is not a multiple of "
                             f"the item size {itemsize}")
-        flat.append(q)
+        steps.append(q)
         if n == 0:
             empty = True
         elif s >= 0:
-            hi += (n - 1) * s
+            high += (n - 1) * s
         else:
-            lo += (n - 1) * s
-    if not empty:
-        extents.append((lo, hi + itemsize, index, ptr))
-    key = (shape, strides, itemsize)
-    layout = _LAYOUTS.get(key)
-    if layout is None:
-        layout = _LAYOUTS[key] = _layout(shape, strides, itemsize)
-        if len(_LAYOUTS) > 4096:
-            _LAYOUTS.clear()
-    return (dtype, len(shape), layout)
+            low += (n - 1) * s
+    span = (0, 0) if empty else (low, high + itemsize)
+    geometry = (tuple(steps), *span, _layout(shape, strides, itemsize))
+    if len(_GEOMETRY) > 4096:
+        _GEOMETRY.clear()
+    _GEOMETRY[(shape, strides, itemsize)] = geometry
+    return geometry
 
 
 def _foreign_parts(parts, flat: list, extents: list, index: int):
@@ -196,6 +207,14 @@ def _arg_parts(value, flat: list, extents: list, index: int):
         return cls
     if cls in _ARRAY_CLASSES:
         return _array_parts(value, flat, extents, index)
+    adapter = _ADAPTERS.get(cls, _UNSEEN)
+    if adapter is _UNSEEN:
+        adapter = _adapter_for(cls)
+    if adapter is not None:
+        # CuPy, PyTorch, numba-cuda arrays: their attributes, not a fresh interface dict.
+        parts = adapter.read(value)
+        if parts is not None:
+            return _foreign_parts(parts, flat, extents, index)
     if isinstance(value, np.generic):
         flat.append(value)
         return (np.void, value.dtype) if isinstance(value, np.void) else cls
@@ -205,15 +224,8 @@ def _arg_parts(value, flat: list, extents: list, index: int):
         raise TypeError(f"argument {index} is a host NumPy array; copy it to the device "
                         "first (cupric.runtime.to_device(a)) or run on the simulator "
                         "(kern.simulate[grid, block](...))")
-    adapter = _ADAPTERS.get(cls, _UNSEEN)
-    if adapter is _UNSEEN:
-        adapter = _adapter_for(cls)
-    if adapter is not None:
-        # CuPy, PyTorch, numba-cuda arrays: their attributes, not a fresh interface dict.
-        parts = adapter.read(value)
-        if parts is not None:
-            return _foreign_parts(parts, flat, extents, index)
-    elif all(hasattr(value, a) for a in ("ptr", "shape", "strides", "itemsize", "dtype")):
+    if adapter is None and all(hasattr(value, a) for a in ("ptr", "shape", "strides",
+                                                           "itemsize", "dtype")):
         # DeviceBuffer and its subclasses: recognized once per class.
         _ARRAY_CLASSES.add(cls)
         return _array_parts(value, flat, extents, index)

@@ -154,7 +154,8 @@ class CupyAdapter(ArrayAdapter):
         dtype = self.dtypes[a.dtype]
         if dtype is False:
             return None
-        shape, strides, empty = _byte_layout(a.shape, a.strides, dtype.itemsize)
+        shape, strides, empty = _BYTE_LAYOUTS.get((a.shape, a.strides, dtype.itemsize)) or \
+            _byte_layout(a.shape, a.strides, dtype.itemsize)
         stream = None
         if self.current_stream is not None:
             stream = self.current_stream() or 1
@@ -219,7 +220,9 @@ class TorchAdapter(ArrayAdapter):
         dtype = self.dtypes.get(t.dtype)
         if dtype is None or not t.is_cuda or t.requires_grad or t.layout is not self.strided:
             return None
-        shape, strides, empty = _element_layout(t.shape, t.stride(), dtype.itemsize)
+        size, steps = t.shape, t.stride()
+        shape, strides, empty = _ELEMENT_LAYOUTS.get((size, steps, dtype.itemsize)) or \
+            _element_layout(size, steps, dtype.itemsize)
         return 0 if empty else t.data_ptr(), shape, strides, dtype, None
 
 
@@ -245,8 +248,15 @@ class NumbaAdapter(ArrayAdapter):
         if dtype is False:
             return None
         shape, strides = tuple(a.shape), tuple(a.strides)
-        if _numba_contiguous(shape, strides, dtype.itemsize):
-            strides = _c_strides(shape, dtype.itemsize)
+        key = (shape, strides, dtype.itemsize)
+        interface = _NUMBA_STRIDES.get(key)
+        if interface is None:
+            interface = strides
+            if _numba_contiguous(shape, strides, dtype.itemsize):
+                from .memory import c_strides
+                interface = c_strides(shape, dtype.itemsize)
+            _store(_NUMBA_STRIDES, key, interface)
+        strides = interface
         pointer = a.device_ctypes_pointer
         try:
             ptr = int(pointer)  # cuda.bindings CUdeviceptr
@@ -256,16 +266,8 @@ class NumbaAdapter(ArrayAdapter):
         return ptr, shape, strides, dtype, (int(stream) if stream != 0 else None)
 
 
-_C_STRIDES: dict = {}
-
-
-def _c_strides(shape, itemsize):
-    key = (shape, itemsize)
-    known = _C_STRIDES.get(key)
-    if known is None:
-        from .memory import c_strides
-        known = _store(_C_STRIDES, key, c_strides(shape, itemsize))
-    return known
+#: (shape, strides, itemsize) -> the strides numba's interface leads the parser to.
+_NUMBA_STRIDES: dict = {}
 
 
 def _numba_contiguous(shape, strides, itemsize) -> bool:
