@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 
-BENCHMARKS = ["launch_overhead", "bandwidth", "compile_latency", "saxpy", "kernels",
+BENCHMARKS = ["launch_overhead", "bandwidth", "alloc", "compile_latency", "saxpy", "kernels",
               "rng", "gemm", "conv", "path_tracer"]
 
 

@@ -154,7 +154,9 @@ def drain() -> None:
     if not _drain_lock.acquire(blocking=False):
         return
     try:
-        while True:
+        # Only the lock holder pops (and the exit hook, at exit): the truth test ends the
+        # loop without the cost of a raised IndexError.
+        while _pending:
             try:
                 release, handle, args, label = _pending.popleft()
             except IndexError:
@@ -297,9 +299,15 @@ class TrackedResource(Resource):
         release, handle, args, _label = entry
         release(handle, *args)
 
-    # Bound as defaults: module globals may be gone when the last objects die at
-    # interpreter shutdown (by then the exit hook has emptied the table).
-    def __del__(self, _pop=_live.pop, _finalize=_finalize) -> None:
+    # The table's pop is bound as a default: module globals may be gone when the last
+    # objects die at interpreter shutdown (by then the exit hook has emptied the table,
+    # so the globals below are only read while they exist). The exit hook sets
+    # `_exiting` before weakref.finalize's own hook runs, so `_finalize`'s second test
+    # is not needed here.
+    def __del__(self, _pop=_live.pop) -> None:
         entry = _pop(id(self), None)
         if entry is not None:
-            _finalize(*entry)
+            if _exiting:
+                _release_quietly_at_exit(*entry)
+            else:
+                _pending.append(entry)

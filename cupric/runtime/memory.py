@@ -19,6 +19,7 @@ import numpy as np
 
 from . import _lifetime
 from ._driver import check, driver
+from ._lifetime import _live
 from .errors import ClosedError, error_from_code
 from .stream import Stream as _Stream
 
@@ -482,7 +483,7 @@ class _Allocation(_lifetime.TrackedResource):
             return
         self._closed = True
         self.owner = None
-        entry = self._untrack()  # only one of close() and __del__ gets the entry
+        entry = _live.pop(id(self), None)  # only one of close() and __del__ gets it
         if entry is None:
             return
         release, handle, args, _label = entry
@@ -532,7 +533,15 @@ def _free_sync(ptr, device: int = -1) -> None:
 
 
 def _free_async(ptr, stream, device: int = -1) -> None:
-    if stream is not None and type(stream) is not int and getattr(stream, "closed", False):
+    if type(stream) is int:
+        fast = _fast
+        if fast is not None and fast is not _UNSET:
+            err = fast.free(ptr, stream, device)
+            if err == 0:
+                return
+            if err > 0:
+                raise error_from_code(err)
+    elif stream is not None and getattr(stream, "closed", False):
         # The stream the memory was ordered on is gone: wait for the device, then free
         # on the legacy default stream.
         context = _context_for_free(ptr, device, LEGACY_STREAM)
@@ -592,23 +601,27 @@ def _allocate(nbytes: int, stream=None, pool=None) -> _Allocation:
     if fast is not None and nbytes:
         if _lifetime._pending:  # frees queued by dead buffers go first (as check() does)
             _lifetime.drain()
-        h = None if stream is None else stream_handle(stream)
+        h = stream if stream is None or type(stream) is int else stream_handle(stream)
         err, ptr, device = fast.alloc(nbytes, h, pool_ptr)
         if err == _NO_CONTEXT:  # make device 0's primary context current, as below
             _device_of_context()
             err, ptr, device = fast.alloc(nbytes, h, pool_ptr)
         if err == 0:
-            alloc = _Allocation.__new__(_Allocation)
-            alloc.ptr = ptr
+            # _new_allocation, inlined: this is the hot path of every allocation.
+            alloc = object.__new__(_Allocation)
+            alloc.ptr = alloc._handle = ptr
             alloc.nbytes = nbytes
             alloc.device = device
             alloc.owner = None
+            alloc._closed = False
+            alloc._finalizer = True  # owns the memory (TrackedResource._track)
             if h is None:
                 alloc.kind = SYNC
-                alloc._track(ptr, _free_sync, (device,), (_LABEL, SYNC, nbytes))
+                _live[id(alloc)] = (_free_sync, ptr, (device,), (_LABEL, SYNC, nbytes))
             else:
                 alloc.kind = ASYNC
-                alloc._track(ptr, _free_async, (stream, device), (_LABEL, ASYNC, nbytes))
+                _live[id(alloc)] = (_free_async, ptr, (stream, device),
+                                    (_LABEL, ASYNC, nbytes))
             return alloc
         if err > 0:
             raise error_from_code(err, requested=nbytes)
@@ -1289,7 +1302,7 @@ class DeviceBox(DeviceBuffer):
 
 
 # (shape, dtype) as given -> the normalized C-contiguous layout (shape, strides, dtype,
-# itemsize, size, nbytes, ndim, the shape as given): repeated allocations of one shape
+# itemsize, size, nbytes, ndim, the shape and dtype as given): repeated allocations of one shape
 # skip the normalization (about 2 us). Only exact ints and tuples of exact ints are keys;
 # unhashable shapes and dtype specs (lists, dicts) are normalized every time. Bounded:
 # cleared when full.
@@ -1329,7 +1342,7 @@ def _layout(shape, dtype) -> tuple:
     for n in norm:
         size *= n
     layout = (norm, c_strides(norm, dt.itemsize), dt, dt.itemsize, size, size * dt.itemsize,
-              len(norm), shape)
+              len(norm), shape, dtype)
     if cacheable and dt.metadata is None and _exact_shape(shape):
         if len(_layouts) >= _LAYOUTS_MAX:
             _layouts.clear()
@@ -1338,13 +1351,19 @@ def _layout(shape, dtype) -> tuple:
 
 
 def _new_buffer(shape, dtype, stream=None, pool=None, cls=None) -> DeviceBuffer:
-    layout = _layout(shape, dtype)
+    try:
+        layout = _layouts[shape, dtype]
+    except (KeyError, TypeError):
+        layout = _layout(shape, dtype)
+    else:
+        if layout[7] is not shape or layout[8] is not dtype:  # the very same objects:
+            layout = _layout(shape, dtype)                    # else _layout's checks
     alloc = _allocate(layout[5], stream, pool)
     self = object.__new__(DeviceBuffer if cls is None else cls)
     self._alloc = alloc
     self.ptr = alloc.ptr
     (self.shape, self.strides, self.dtype, self.itemsize, self.size, self.nbytes,
-     self.ndim, _given) = layout
+     self.ndim, _shape, _dtype) = layout
     self.readonly = False
     self._stream = stream
     self._base = None

@@ -440,7 +440,7 @@ def test_layout_cache_matches_normalization(monkeypatch):
     for shape, dtype in [((3, 4), np.float32), (5, "f8"), ((), np.int8), ((2, 0, 3), "c8"),
                          ((7,), np.dtype(">i4")), ((2, 3), [("a", "f4"), ("b", "i2")])]:
         for _ in range(2):  # a miss, then a hit (where cacheable)
-            norm, strides, dt, itemsize, size, nbytes, ndim, _given = m._layout(shape, dtype)
+            norm, strides, dt, itemsize, size, nbytes, ndim, *_given = m._layout(shape, dtype)
             expected = np.empty(shape, dtype)
             assert norm == expected.shape and strides == m.c_strides(norm, itemsize)
             if size:  # NumPy gives empty arrays zero strides; cupric keeps C strides

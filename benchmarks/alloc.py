@@ -1,0 +1,245 @@
+"""Host cost of a small device allocation and its free: cupric beside PyTorch and CuPy.
+
+Every row allocates a 16 KiB float32 buffer and frees it, 500 times per batch, with a
+synchronize between batches outside the timed region; the rows take turns batch by batch
+and the median batch is reported (microseconds per allocate + free), beside one
+continuous run of 20,000. Rows:
+
+* cupric `empty(..., stream=s)` + `close()` (stream-ordered, `cuMemAllocAsync`), the same
+  buffer dropped instead of closed (freed through the deferred queue), `empty` + `close`
+  without a stream (`cuMemAlloc`/`cuMemFree`), and the stream-ordered row with the
+  compiled path turned off (every driver call through cuda.bindings);
+* the floors: the compiled entry points alone, and `cuMemAllocAsync` + `cuMemFreeAsync`
+  through cuda.bindings;
+* PyTorch `torch.empty` (caching allocator) and CuPy `cupy.empty` (its default pool, and
+  its stream-ordered `MemoryAsyncPool`);
+* `cupric.cublas.matmul(a, b)` on 64x64 float32, allocating its result and with `out=`,
+  beside PyTorch `A @ B` and CuPy `A @ B` (both allocating).
+
+Before timing, the stream-ordered pool's used bytes are read; after, they must be back
+where they started (``pool_used_delta`` in the results), and the cupric products are
+checked against NumPy.
+
+    python3 benchmarks/alloc.py [--json PATH]
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+
+import numpy as np
+
+NBYTES = 16384
+ITEMS = NBYTES // 4
+SMALL = 64
+BATCHES, PER_BATCH, CONTINUOUS = 15, 500, 20000
+
+
+def _python_batch(fn):
+    def batch(calls):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        return time.perf_counter() - t0
+    return batch
+
+
+def _rows(results: dict) -> list:
+    from cupric import runtime as rt
+    from cupric.runtime import memory as m
+
+    f32 = np.float32
+    stream = rt.Device(0).create_stream(non_blocking=True)
+    results["_keep"] = [stream]
+    rows = [
+        ("cupric empty(stream=s) + close()", lambda: m.empty(ITEMS, f32, stream=stream).close()),
+        ("cupric empty(stream=s), dropped", lambda: m.empty(ITEMS, f32, stream=stream)),
+        ("cupric empty() + close(), cuMemAlloc", lambda: m.empty(ITEMS, f32).close()),
+    ]
+    fast = getattr(m, "_fast", None)
+    if fast is not None and hasattr(fast, "alloc"):
+        def without_compiled_path(calls):
+            m._fast = None
+            try:
+                return _python_batch(lambda: m.empty(ITEMS, f32, stream=stream).close())(calls)
+            finally:
+                m._fast = fast
+        h = stream.ptr
+
+        def entry_only():
+            _err, ptr, device = fast.alloc(NBYTES, h, 0)
+            fast.free(ptr, h, device)
+        rows += [("cupric empty(stream=s) + close(), via cuda.bindings", without_compiled_path),
+                 ("floor: compiled alloc + free entry points", entry_only)]
+    else:
+        results["compiled_path"] = "absent (this cupric has no memory._fast)"
+    from cuda.bindings import driver as d
+    h = stream.ptr
+
+    def bindings_only():
+        _err, ptr = d.cuMemAllocAsync(NBYTES, h)
+        d.cuMemFreeAsync(ptr, h)
+    rows.append(("floor: cuMemAllocAsync + cuMemFreeAsync, cuda.bindings", bindings_only))
+
+    try:
+        import torch
+        results["torch"] = torch.__version__
+        rows.append(("torch.empty (caching allocator)",
+                     lambda: torch.empty(ITEMS, dtype=torch.float32, device="cuda")))
+    except Exception as exc:  # reported, never hidden
+        results["torch_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    try:
+        import cupy as cp
+        results["cupy"] = cp.__version__
+        rows.append(("cupy.empty (default pool)", lambda: cp.empty(ITEMS, cp.float32)))
+        async_pool = cp.cuda.MemoryAsyncPool()
+
+        def cupy_async(calls):
+            previous = cp.cuda.get_allocator()
+            cp.cuda.set_allocator(async_pool.malloc)
+            try:
+                return _python_batch(lambda: cp.empty(ITEMS, cp.float32))(calls)
+            finally:
+                cp.cuda.set_allocator(previous)
+        rows.append(("cupy.empty (MemoryAsyncPool)", cupy_async))
+        results["_keep"].append(async_pool)
+    except Exception as exc:
+        results["cupy_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    return rows
+
+
+def _matmul_rows(results: dict) -> list:
+    import cupric.cublas as cublas
+    from cupric.runtime.memory import empty, to_device
+
+    rng = np.random.default_rng(11)
+    host_a = rng.standard_normal((SMALL, SMALL)).astype(np.float32)
+    host_b = rng.standard_normal((SMALL, SMALL)).astype(np.float32)
+    a, b = to_device(host_a), to_device(host_b)
+    c = empty((SMALL, SMALL), np.float32)
+    expect = host_a.astype(np.float64) @ host_b
+    scale = np.abs(expect).max()
+    for got in (cublas.matmul(a, b), cublas.matmul(a, b, out=c)):
+        error = np.abs(got.to_numpy() - expect).max() / scale
+        assert error < 1e-5, f"cupric 64x64 matmul wrong (relative error {error:.2e})"
+    rows = [("cupric.cublas.matmul(a, b) 64x64, allocating", lambda: cublas.matmul(a, b)),
+            ("cupric.cublas.matmul(a, b, out=c) 64x64", lambda: cublas.matmul(a, b, out=c))]
+    results["_keep"] += [a, b, c]
+    try:
+        import torch
+        ta, tb = torch.from_numpy(host_a).cuda(), torch.from_numpy(host_b).cuda()
+        rows.append(("torch A @ B 64x64, allocating", lambda: ta @ tb))
+    except Exception as exc:
+        results["torch_matmul_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    try:
+        import cupy as cp
+        ca, cb = cp.asarray(host_a), cp.asarray(host_b)
+        rows.append(("cupy A @ B 64x64, allocating", lambda: ca @ cb))
+    except Exception as exc:
+        results["cupy_matmul_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    return rows
+
+
+def _measure(rows: list, results: dict, key: str) -> None:
+    from cupric import runtime as rt
+    batches = [(name, fn if _takes_calls(fn) else _python_batch(fn)) for name, fn in rows]
+    for _, batch in batches:
+        batch(200)
+    rt.synchronize()
+    samples: dict = {name: [] for name, _ in batches}
+    for _ in range(BATCHES):
+        for name, batch in batches:
+            seconds = batch(PER_BATCH)
+            rt.synchronize()  # outside the timed region, the same for every row
+            samples[name].append(seconds / PER_BATCH * 1e6)
+    out = {}
+    for name, batch in batches:
+        seconds = batch(CONTINUOUS)
+        rt.synchronize()
+        out[name] = {"us": statistics.median(samples[name]), "min_us": min(samples[name]),
+                     "continuous_us": seconds / CONTINUOUS * 1e6}
+    results[key] = out
+
+
+def _takes_calls(fn) -> bool:
+    import inspect
+    try:
+        return list(inspect.signature(fn).parameters) == ["calls"]
+    except (TypeError, ValueError):
+        return False
+
+
+def run(json_path: str | None = None) -> dict:
+    """Measure, print the table, and return (and optionally write) the results."""
+    import gc
+
+    from cupric import runtime as rt
+    from cupric.runtime import _lifetime
+    from cupric.runtime import pool as pl
+
+    results: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                     "bytes": NBYTES, "_keep": []}
+    rt.Device(0).make_current()
+    results["device"] = rt.Device(0).name
+    pool = pl.current_pool(0)
+    for part, key in ((_rows, "alloc_free_16KiB_us"), (_matmul_rows, "matmul_64_us")):
+        try:
+            rows = part(results)
+            gc.collect()
+            _lifetime.drain()
+            rt.synchronize()
+            used = pool.used
+            _measure(rows, results, key)
+            gc.collect()
+            _lifetime.drain()
+            rt.synchronize()
+            results.setdefault("pool_used_delta", {})[key] = pool.used - used
+        except Exception as exc:  # reported in the table and JSON, never hidden
+            results[f"{key}_error"] = f"{type(exc).__name__}: {exc}"[:500]
+    from cupric.runtime import memory as m
+    fast = getattr(m, "_fast", None)
+    if "compiled_path" not in results:
+        from cupric.runtime import _fastalloc
+        results["compiled_path"] = (fast is not None and fast is not m._UNSET,
+                                    _fastalloc.build_error())
+    results.pop("_keep")
+    _print(results)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(results, f, indent=1)
+    return results
+
+
+def _print(results: dict) -> None:
+    print(f"device: {results.get('device')}  torch {results.get('torch')}  "
+          f"cupy {results.get('cupy')}  compiled path: {results.get('compiled_path')}")
+    for key, title in (("alloc_free_16KiB_us", "16 KiB allocate + free"),
+                       ("matmul_64_us", "64x64 float32 matmul, host cost")):
+        table = results.get(key, {})
+        if not table:
+            continue
+        print(f"{title:56s} {'median us':>10s} {'min us':>8s} {'continuous us':>14s}")
+        for name, row in table.items():
+            print(f"{name:56s} {row['us']:10.2f} {row['min_us']:8.2f} "
+                  f"{row['continuous_us']:14.2f}")
+    print(f"pool used bytes after - before: {results.get('pool_used_delta')}")
+    for key, value in results.items():
+        if key.endswith("error"):
+            print(f"{key}: {value}")
+
+
+def main(argv=None) -> int:
+    import argparse
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", help="write the results to this file")
+    args = parser.parse_args(argv)
+    results = run(args.json)
+    failed = any(k.endswith("error") for k in results) or any(
+        v != 0 for v in results.get("pool_used_delta", {}).values())
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
