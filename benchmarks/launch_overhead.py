@@ -10,7 +10,12 @@ continuous 10,000-launch run per row, the method of /work/shared/bench/peer_base
 
 The cupric rows also compare the ways of reaching cuLaunchKernel (compiled extension,
 compiled cffi trampoline, cuda.bindings, cffi ABI mode, ctypes) and show the floor of a
-bare call without argument packing.
+bare call without argument packing. The `@cupric.kernel` rows launch the same computation
+written in Python (`kern[grid, block, stream]` bound once, then called) with cupric
+DeviceBuffers, CuPy arrays, PyTorch tensors and numba-cuda device arrays, each on a kernel
+object of its own (a kernel keeps one generated fast launcher, for the first signature
+it meets), and CuPy arrays seen only through `__cuda_array_interface__` (the general path
+that the per-type array adapters replace).
 
     python3 benchmarks/launch_overhead.py [--json PATH]
 """
@@ -25,6 +30,9 @@ import time
 
 import numpy as np
 
+from cupric.device import grid
+from cupric.types import Array, f32, i32
+
 SOURCE = r"""
 extern "C" __global__ void axpy(const float* x, float* y, float a, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -36,6 +44,26 @@ GRID, BLOCK = 4, 256
 BATCHES, PER_BATCH = 20, 500
 WARMUP = 200
 MAIN_ROW = "cupric PreparedLaunch"
+
+
+def _axpy(x: Array[f32, 1, "C"], y: Array[f32, 1, "C"], a: f32, n: i32):
+    """The C kernel `axpy` above, as a `@cupric.kernel` (applied per row)."""
+    i = grid(1)
+    if i < n:
+        y[i] = a * x[i] + y[i]
+
+
+class _InterfaceOnly:
+    """An array seen only through its `__cuda_array_interface__` (no adapter knows it)."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array) -> None:
+        self.array = array
+
+    @property
+    def __cuda_array_interface__(self):
+        return self.array.__cuda_array_interface__
 
 
 def _measure_rows(rows: list, results: dict, batches: int, per_batch: int,
@@ -199,6 +227,45 @@ def run(json_path: str | None = None) -> dict:
         configured = axpy[GRID, BLOCK]
         return (lambda: configured(xs, ys, fa, fn_)), cuda.synchronize
 
+    fast_paths = results["kernel_fast_path"] = {}
+
+    def python_kernel(label, make_arrays):
+        # A @cupric.kernel of its own per row, bound to the stream once and called.
+        def setup():
+            import cupric
+            kern = cupric.kernel(_axpy)
+            xs, ys = make_arrays()
+            fa, fn_ = np.float32(a), np.int32(n)
+            launch_ = kern[GRID, BLOCK, stream]
+            launch_(xs, ys, fa, fn_)
+            stream.synchronize()
+            fast_paths[label] = kern._fast is not None  # the generated launcher took it
+            return (lambda: launch_(xs, ys, fa, fn_)), sync
+        return label, setup
+
+    def buffers():
+        from cupric.runtime.memory import zeros
+        return zeros(N, np.float32), zeros(N, np.float32)
+
+    def cupy_arrays():
+        import cupy as cp
+        return cp.zeros(N, dtype=cp.float32), cp.zeros(N, dtype=cp.float32)
+
+    def cupy_interface_only():
+        xs, ys = cupy_arrays()
+        return _InterfaceOnly(xs), _InterfaceOnly(ys)
+
+    def torch_tensors():
+        import torch
+        return torch.zeros(N, device="cuda"), torch.zeros(N, device="cuda")
+
+    def numba_arrays():
+        if not hasattr(np, "row_stack"):  # numba-cuda 0.30.4 still calls it
+            np.row_stack = np.vstack
+        from numba import cuda
+        return (cuda.to_device(np.zeros(N, np.float32)),
+                cuda.to_device(np.zeros(N, np.float32)))
+
     rows = [(MAIN_ROW, prepared(None)),
             (f"{MAIN_ROW} (NumPy scalars)", prepared(None, True)),
             ("cupric Function.launch (inferred types)", general)]
@@ -208,6 +275,12 @@ def run(json_path: str | None = None) -> dict:
     rows += [("cuda.core launch", cuda_core), ("CuPy RawKernel", cupy_raw),
              ("PyTorch torch.add(out=), 4 elements", torch_add),
              ("numba-cuda (device arrays)", numba_cuda)]
+    rows += [python_kernel("@cupric.kernel, DeviceBuffers", buffers),
+             python_kernel("@cupric.kernel, CuPy arrays", cupy_arrays),
+             python_kernel("@cupric.kernel, PyTorch tensors", torch_tensors),
+             python_kernel("@cupric.kernel, numba-cuda device arrays", numba_arrays),
+             python_kernel("@cupric.kernel, CuPy arrays through __cuda_array_interface__ "
+                           "only", cupy_interface_only)]
     _measure_rows(rows, results, BATCHES, PER_BATCH)
     # Smaller batches: if these agree with the rows above, the queue never filled.
     _measure_rows([(MAIN_ROW, prepared(None)), ("cuda.core launch", cuda_core)], results,
@@ -228,15 +301,15 @@ def _print_table(results: dict) -> None:
     print(f"launch overhead on {results['device']}: median of {BATCHES} batches of "
           f"{PER_BATCH} launches per row, rows interleaved; cupric default backend "
           f"{results.get('default_backend')!r}")
-    print(f"{'':55s} {'us/launch':>10s} {'continuous':>11s} {'vs cupric':>10s}")
+    print(f"{'':66s} {'us/launch':>10s} {'continuous':>11s} {'vs cupric':>10s}")
     for name, row in results.items():
         if not isinstance(row, dict) or not ("us" in row or "error" in row):
             continue
         if "error" in row:
-            print(f"{name:55s} error: {row['error']}")
+            print(f"{name:66s} error: {row['error']}")
             continue
         ratio = f"{row['us'] / base:9.2f}x" if base else ""
-        print(f"{name:55s} {row['us']:10.2f} {row['continuous_us']:11.2f} {ratio:>10s}")
+        print(f"{name:66s} {row['us']:10.2f} {row['continuous_us']:11.2f} {ratio:>10s}")
 
 
 def main(argv=None) -> int:

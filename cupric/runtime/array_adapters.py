@@ -234,7 +234,10 @@ class NumbaAdapter(ArrayAdapter):
 
     numba's interface names the array's bound stream (None for the default one) and leaves
     out the strides where its own contiguity test passes, which also skips broadcast axes
-    (stride 0): the adapter applies the same test.
+    (stride 0): the adapter applies the same test. The pointer is read as numba-cuda's
+    interface reads it (`.value`, or int() of a pointer object without one); older
+    releases whose interface took int() of a ctypes pointer (empty arrays) failed there,
+    where the adapter reads 0.
     """
 
     kind = "numba"
@@ -257,14 +260,24 @@ class NumbaAdapter(ArrayAdapter):
                 interface = c_strides(shape, dtype.itemsize)
             _store(_NUMBA_STRIDES, key, interface)
         strides = interface
+        # numba-cuda's interface reads the pointer's `.value` (0 for None); versions that
+        # hand out a cuda.bindings CUdeviceptr (no `.value`) take int() of it.
         pointer = a.device_ctypes_pointer
-        try:
-            ptr = int(pointer)  # cuda.bindings CUdeviceptr
-        except TypeError:
-            ptr = pointer.value or 0  # ctypes.c_void_p
+        ptr = getattr(pointer, "value", _NO_VALUE)
+        if ptr is _NO_VALUE:
+            try:
+                ptr = int(pointer)
+            except (TypeError, ValueError):  # the interface path meets the same failure
+                return None
+        elif ptr is None:
+            ptr = 0
+        elif type(ptr) is not int:
+            return None
         stream = a.stream
         return ptr, shape, strides, dtype, (int(stream) if stream != 0 else None)
 
+
+_NO_VALUE = object()
 
 #: (shape, strides, itemsize) -> the strides numba's interface leads the parser to.
 _NUMBA_STRIDES: dict = {}

@@ -5,6 +5,7 @@ alias extent, stream ordering and error must be what the interface path gives.""
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import re
 import subprocess
@@ -153,11 +154,10 @@ class FakeNumbaStream:
 
 
 class FakeDevicePointer:
+    """The pointer object of newer numba-cuda: its interface reads `.value`."""
+
     def __init__(self, value):
         self.value = value
-
-    def __int__(self):
-        return self.value
 
 
 class FakeNumba:
@@ -185,7 +185,7 @@ class FakeNumba:
     def __cuda_array_interface__(self):
         return {"shape": self.shape,
                 "strides": None if self._contiguous() else self.strides,
-                "data": (int(self.device_ctypes_pointer), False),
+                "data": (self.device_ctypes_pointer.value or 0, False),
                 "typestr": self.dtype.str,
                 "stream": int(self.stream) if self.stream != 0 else None, "version": 3}
 
@@ -337,6 +337,49 @@ def test_torch_unusual_tensors_raise_what_the_interface_path_raises(kwargs):
             kmod._arg_parts(cls(0x1000, (4,), **kwargs), [], [], 2)
         errors.append((info.type, str(info.value).replace(cls.__name__, "T")))
     assert errors[0] == errors[1]
+
+
+class FakeCUdeviceptr:
+    """A cuda.bindings CUdeviceptr: int() but no `.value` (older numba-cuda's pointer)."""
+
+    def __init__(self, value):
+        self._value = value
+
+    def __int__(self):
+        return self._value
+
+
+class FakeNumbaInt(FakeNumba):
+    """Older numba-cuda: its interface takes int() of the pointer object."""
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.shape,
+                "strides": None if self._contiguous() else self.strides,
+                "data": (int(self.device_ctypes_pointer), False),
+                "typestr": self.dtype.str,
+                "stream": int(self.stream) if self.stream != 0 else None, "version": 3}
+
+
+@pytest.mark.parametrize("pointer,cls", [
+    (ctypes.c_void_p(0x5000), FakeNumba), (ctypes.c_void_p(None), FakeNumba),
+    (FakeCUdeviceptr(0x5000), FakeNumbaInt), (FakeCUdeviceptr(0), FakeNumbaInt)])
+def test_numba_pointer_kinds_read_as_the_interface_does(pointer, cls):
+    aa.register_array_adapter(cls, aa.NumbaAdapter())
+    try:
+        array = cls(0, (4,))
+        array.device_ctypes_pointer = pointer
+        outcomes = []
+        for value in (array, ViaInterface(array)):
+            try:
+                flat = []
+                kmod._arg_parts(value, flat, [], 0)
+                outcomes.append(flat)
+            except TypeError as exc:
+                outcomes.append(str(exc).replace("ViaInterface", cls.__name__))
+        assert outcomes[0] == outcomes[1]
+    finally:
+        aa.unregister_array_adapter(cls)
 
 
 # -- streams -----------------------------------------------------------------------------------
