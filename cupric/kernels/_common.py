@@ -6,7 +6,6 @@ that reductions and scans reuse between calls."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import threading
@@ -38,8 +37,17 @@ def on_simulator() -> bool:
     machine has no CUDA driver (the same rule as `Kernel` launches)."""
     if os.environ.get("CUPRIC_SIMULATOR", "") not in ("", "0"):
         return True
-    from cupric.runtime import driver_available
-    return not driver_available()
+    known = _DRIVER[0]
+    if known is None:
+        from cupric.runtime import driver_available
+        known = driver_available()
+        if known:  # a driver that loaded stays loaded; a failure is asked again
+            _DRIVER[0] = True
+    return not known
+
+
+#: Whether the CUDA driver loaded (None until it has).
+_DRIVER = [None]
 
 
 @functools.cache
@@ -163,6 +171,53 @@ def _workspace(ordinal: int) -> Workspace:
     return ws
 
 
+class _Held:
+    """`Call.workspace()`: holds the workspace's lock for a ``with`` block, after ordering
+    the call's stream after the previous user's stream (a plain class: a generator-based
+    context manager costs microseconds per call)."""
+
+    __slots__ = ("ws", "call")
+
+    def __init__(self, ws: Workspace, call) -> None:
+        self.ws = ws
+        self.call = call
+
+    def __enter__(self) -> Workspace:
+        ws = self.ws
+        handle = self.call.handle
+        ws.lock.acquire()
+        try:
+            last = ws.last_stream
+            if last is not None and last != handle:
+                from cupric.runtime.memory import order_after
+                order_after(handle, last)
+            ws.last_stream = handle
+        except BaseException:
+            ws.lock.release()
+            raise
+        return ws
+
+    def __exit__(self, *exc) -> None:
+        self.ws.lock.release()
+
+
+#: id(dtypes tuple) -> (the tuple, frozenset of it): membership without comparing each.
+_DTYPE_SETS: dict = {}
+
+
+def _dtype_set(dtypes) -> frozenset:
+    known = _DTYPE_SETS.get(id(dtypes))
+    if known is None or known[0] is not dtypes:
+        known = (dtypes, frozenset(np.dtype(d) for d in dtypes))
+        if len(_DTYPE_SETS) > 256:
+            _DTYPE_SETS.clear()
+        _DTYPE_SETS[id(dtypes)] = known
+    return known[1]
+
+
+_UNSEEN = object()
+
+
 class Call:
     """The arrays of one call of a ready kernel, all on the GPU or all on the host.
 
@@ -172,13 +227,42 @@ class Call:
     (array-likes are converted). Outputs are allocated where the inputs live.
     """
 
-    __slots__ = ("op", "simulator", "stream", "_scratch")
+    __slots__ = ("op", "simulator", "stream", "_scratch", "_handle", "_ordered")
 
     def __init__(self, op: str, stream=None) -> None:
         self.op = op
         self.simulator = on_simulator()
         self.stream = stream
         self._scratch = []
+        self._handle = None
+        self._ordered = None  # producers' streams this call's stream is ordered after
+
+    @property
+    def handle(self) -> int:
+        """The raw handle of the call's stream (0: the legacy default stream)."""
+        handle = self._handle
+        if handle is None:
+            stream = self.stream
+            if stream is None:
+                handle = 0
+            else:
+                from cupric.runtime.memory import stream_handle
+                handle = stream_handle(stream)
+            self._handle = handle
+        return handle
+
+    def _order_after(self, producer: int) -> None:
+        """Order the call's stream after a producer's stream (CUDA Array Interface v3),
+        once per producer and call; no event where CUDA orders the two already (see
+        `cupric.runtime.array_adapters.needs_wait`)."""
+        ordered = self._ordered
+        if ordered is None:
+            ordered = self._ordered = []
+        elif producer in ordered:
+            return
+        from cupric.runtime.array_adapters import order_launch_after
+        order_launch_after(self.handle, (producer,))
+        ordered.append(producer)
 
     def scratch(self, shape, dtype, *, zero: bool = False):
         """Temporary memory for this call's kernels: stream-ordered on the GPU (from the
@@ -195,18 +279,10 @@ class Call:
         self._scratch.append(buf)
         return buf
 
-    @contextlib.contextmanager
-    def workspace(self):
+    def workspace(self) -> _Held:
         """The device's `Workspace`, locked and ordered after its previous user, for the
-        duration of the block (queue the launches that use it inside). GPU only."""
-        from cupric.runtime.memory import order_after, stream_handle
-        ws = _workspace(device_ordinal())
-        handle = stream_handle(self.stream)
-        with ws.lock:
-            if ws.last_stream is not None and ws.last_stream != handle:
-                order_after(handle, ws.last_stream)
-            ws.last_stream = handle
-            yield ws
+        duration of a ``with`` block (queue the launches that use it inside). GPU only."""
+        return _Held(_workspace(device_ordinal()), self)
 
     @property
     def order(self):
@@ -244,17 +320,10 @@ class Call:
             else:
                 arr = np.asarray(obj)
         else:
-            if isinstance(obj, np.ndarray):
-                raise TypeError(f"{self.op}: {name} is a host NumPy array; copy it to the "
-                                f"device first (cupric.runtime.to_device({name}))")
-            from cupric.runtime.interop import as_device_array
-            try:
-                arr = as_device_array(obj, self.stream)
-            except TypeError as exc:
-                raise TypeError(f"{self.op}: {name}: {exc}") from None
+            arr = self._device_array(obj, name)
             if writable and arr.readonly:
                 raise ValueError(f"{self.op}: {name} is read-only")
-        if dtypes is not None and np.dtype(arr.dtype) not in dtypes:
+        if dtypes is not None and arr.dtype not in _dtype_set(dtypes):
             names = ", ".join(str(d) for d in dtypes)
             raise TypeError(f"{self.op}: {name} has dtype {arr.dtype}; expected one of "
                             f"{names}")
@@ -266,7 +335,8 @@ class Call:
     def output(self, out, name: str, shape, dtype):
         """`out` checked to have `shape` and `dtype` (writable), or a new array of them
         where the call runs. Returns (launchable array, what to give back to the user)."""
-        shape = tuple(int(s) for s in shape)
+        if type(shape) is not tuple:
+            shape = tuple(int(s) for s in shape)
         dtype = np.dtype(dtype)
         if out is None:
             if self.simulator:
@@ -277,9 +347,10 @@ class Call:
             return arr, arr
         arr = self.array(out, name, writable=True)
         if tuple(arr.shape) != shape:
+            shape = tuple(int(s) for s in shape)
             raise ValueError(f"{self.op}: {name} has shape {tuple(arr.shape)}; expected "
                              f"{shape}")
-        if np.dtype(arr.dtype) != dtype:
+        if arr.dtype != dtype:
             raise TypeError(f"{self.op}: {name} has dtype {arr.dtype}; expected {dtype}")
         return arr, out
 
@@ -301,8 +372,54 @@ class Call:
         """Launch `kern` on this call's stream (or on the simulator)."""
         if self.simulator:
             kern.simulate[grid, block, None, shared_bytes](*args)
+            return
+        # What `kern[grid, block, stream, shared_bytes](*args)` runs, without building
+        # the launch configuration object: the kernel's generated launcher for its common
+        # signature (it sends anything else to the general path), else the general path.
+        fast = kern._fast
+        if fast is not None:
+            fast(grid, block, self.stream, shared_bytes, args)
         else:
-            kern[grid, block, self.stream, shared_bytes](*args)
+            kern._launch(grid, block, self.stream, shared_bytes, args)
+
+    def _device_array(self, obj, name: str):
+        """`obj` as a DeviceBuffer, as `cupric.runtime.as_device_array(obj, stream)`
+        makes it (the same borrow, stream ordering and errors). CuPy, PyTorch and
+        numba-cuda arrays are read through their own attributes
+        (`cupric.runtime.array_adapters`) instead of a fresh `__cuda_array_interface__`
+        dict; an array outside an adapter's common case takes the interface path."""
+        cls = obj.__class__
+        adapter = _ADAPTERS.get(cls, _UNSEEN)
+        if adapter is _UNSEEN:
+            from cupric.runtime.array_adapters import adapter_for
+            adapter = adapter_for(cls)
+        if adapter is not None and adapter.kind in _TRUSTED_ADAPTERS:
+            parts = adapter.read(obj)
+            if parts is not None:
+                ptr, shape, strides, dtype, producer = parts
+                if producer is not None:
+                    self._order_after(producer)
+                from cupric.runtime.memory import borrow_validated
+                # Their interfaces never mark the memory read-only.
+                return borrow_validated(ptr, shape, strides, dtype, False, obj,
+                                        self.stream if self.stream is not None
+                                        else producer)
+        if isinstance(obj, np.ndarray):
+            raise TypeError(f"{self.op}: {name} is a host NumPy array; copy it to the "
+                            f"device first (cupric.runtime.to_device({name}))")
+        from cupric.runtime.interop import as_device_array
+        try:
+            return as_device_array(obj, self.stream)
+        except TypeError as exc:
+            raise TypeError(f"{self.op}: {name}: {exc}") from None
+
+
+from cupric.runtime.array_adapters import ADAPTERS as _ADAPTERS  # noqa: E402
+
+#: Adapter families whose arrays' interfaces never mark the memory read-only (CuPy,
+#: PyTorch and numba-cuda all give ``data = (ptr, False)``); registered custom adapters
+#: take the interface path, which reads the flag.
+_TRUSTED_ADAPTERS = frozenset({"cupy", "torch", "numba"})
 
 
 def same_shape(op: str, arrays: dict) -> tuple:

@@ -1,0 +1,150 @@
+"""A fake GPU for the ready kernels' host path on the CPU lane.
+
+`FakeGpu` makes `cupric.kernels` believe it runs on a one-GPU machine: allocations are
+borrowed DeviceBuffers over made-up addresses, fills and frees are recorded, kernels are
+typed for real (the launch path's key, variants and fast launcher are the real ones) but
+their prepared launch only records ``(kernel, grid, block, stream, values)``. A fake
+``cupy`` module provides arrays read by the real CuPy adapter (and by the CUDA Array
+Interface, like CuPy's). Nothing runs on a device, so results are not computed: it serves
+to check what a call launches and allocates, and to time the Python work of a call.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import types
+
+import numpy as np
+
+
+class FakeMemory:
+    """CuPy's `MemoryPointer` stand-in: ``.ptr`` and ``.device_id``."""
+
+    __slots__ = ("ptr", "device_id")
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+        self.device_id = 0
+
+
+class FakeCupyArray:
+    """A C-contiguous `cupy.ndarray` stand-in over a made-up device address."""
+
+    __module__ = "cupy"
+
+    def __init__(self, shape, dtype, ptr: int, readonly: bool = False) -> None:
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.data = FakeMemory(ptr)
+        strides, step = [], self.dtype.itemsize
+        for n in reversed(self.shape):
+            strides.append(step)
+            step *= max(n, 1)
+        self.strides = tuple(reversed(strides))
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+        self.readonly = readonly
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.shape, "typestr": self.dtype.str, "descr": self.dtype.descr,
+                "data": (self.data.ptr if self.size else 0, self.readonly),
+                "version": 3, "strides": None, "stream": _CUPY_STREAM[0] or 1}
+
+
+FakeCupyArray.__name__ = FakeCupyArray.__qualname__ = "ndarray"
+_CUPY_STREAM = [0]
+
+
+class FakePrepared:
+    """A prepared launch that records instead of launching."""
+
+    def __init__(self, gpu, name: str) -> None:
+        self.gpu, self.name = gpu, name
+
+    def launch(self, grid, block, stream, shared_bytes, *values) -> None:
+        self.gpu.launches.append((self.name, grid, block, stream, values))
+
+
+class FakeGpu:
+    """Installs the fakes with a pytest `monkeypatch` (undone after the test)."""
+
+    def __init__(self, monkeypatch, sms: int = 132) -> None:
+        from cupric.compiler import kernel as kmod
+        from cupric.kernels import _common
+        from cupric.runtime import array_adapters, memory
+        self.launches: list = []
+        self.allocations: list = []
+        self.fills: list = []
+        self.closes: list = []
+        self.orders: list = []
+        self.uploads: list = []
+        self._addresses = itertools.count(0x7F0000000000, 1 << 24)
+        gpu = self
+
+        cupy = types.ModuleType("cupy")
+        cupy.ndarray = FakeCupyArray
+        cupy.cuda = types.SimpleNamespace(
+            get_current_stream=lambda: types.SimpleNamespace(ptr=_CUPY_STREAM[0]))
+        monkeypatch.setitem(sys.modules, "cupy", cupy)
+        monkeypatch.setitem(array_adapters.ADAPTERS, FakeCupyArray,
+                            array_adapters.CupyAdapter.from_module(cupy))
+        _CUPY_STREAM[0] = 0
+
+        def empty(shape, dtype=np.float64, stream=None):
+            shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+            buf = memory.borrow(next(gpu._addresses), shape, None, dtype)
+            gpu.allocations.append((shape, np.dtype(dtype), stream))
+            return buf
+
+        def to_device(array, stream=None):
+            array = np.asarray(array)
+            buf = empty(array.shape, array.dtype, stream)
+            gpu.uploads.append((buf.ptr, array.copy()))
+            return buf
+
+        def memset(buf, value, width=8, stream=None):
+            gpu.fills.append((buf.ptr, value, stream))
+
+        def close(buf, stream=None):
+            gpu.closes.append((buf.ptr, stream))
+
+        def order_after(consumer, producer):
+            gpu.orders.append((consumer, producer))
+
+        def prepared(spec, device=None):
+            spec._prepared = FakePrepared(gpu, spec.kernel.__name__)
+            return spec._prepared
+
+        monkeypatch.setattr(memory, "empty", empty)
+        monkeypatch.setattr(memory, "to_device", to_device)
+        monkeypatch.setattr(memory.DeviceBuffer, "memset", memset)
+        monkeypatch.setattr(memory.DeviceBuffer, "close", close)
+        monkeypatch.setattr(memory, "order_after", order_after)
+        monkeypatch.setattr(memory, "_device_of_context", lambda: 0)
+        monkeypatch.setattr(array_adapters, "stream_flags", lambda handle: 0)
+        monkeypatch.setattr(kmod.Specialization, "prepared", prepared)
+        monkeypatch.setattr(kmod, "_SIMULATOR", [False])
+        monkeypatch.setattr(kmod, "_MULTI", [False])
+        monkeypatch.setattr(_common, "on_simulator", lambda: False)
+        monkeypatch.setattr(_common, "device_ordinal", lambda: 0)
+        monkeypatch.setattr(_common, "_sm_count", lambda ordinal: sms)
+        monkeypatch.setattr(_common, "_WORKSPACES", {})
+        monkeypatch.delenv("CUPRIC_SIMULATOR", raising=False)
+        for hook in _RESETS:
+            hook(monkeypatch)
+
+    def array(self, shape, dtype, readonly: bool = False) -> FakeCupyArray:
+        """A fake CuPy array at a fresh address."""
+        shape = (shape,) if isinstance(shape, int) else shape
+        return FakeCupyArray(shape, dtype, next(self._addresses), readonly)
+
+    @staticmethod
+    def set_cupy_stream(handle: int) -> None:
+        """CuPy's current stream as the fake module reports it (0: the null stream)."""
+        _CUPY_STREAM[0] = handle
+
+
+#: Callables run with the monkeypatch when a FakeGpu is installed (per-module caches that
+#: must start empty register here).
+_RESETS: list = []
