@@ -187,25 +187,88 @@ def _geometry(shape, strides, itemsize, index: int):
     return geometry
 
 
-def _foreign_parts(parts, flat: list, extents: list, index: int):
+def _foreign_parts(parts, flat: list, extents: list, index: int, pending=None,
+                   stream=None):
     """`_array_parts` for what an array adapter read (see `cupric.runtime.array_adapters`):
-    the same values and key as the CUDA Array Interface path, and the same ordering after
-    the producer's stream (the legacy default stream waits for it, as
-    `as_device_array(obj)` without a stream does)."""
-    ptr, shape, strides, dtype, stream = parts
-    if stream is not None and stream != 1:
-        from cupric.runtime.memory import order_after
-        order_after(0, stream)
+    the same values and key as the CUDA Array Interface path. The producer's stream is
+    added to `pending` (the launch orders its stream after those, `_order_pending`); with
+    no `pending` list, `stream` (None: the legacy default stream) is ordered after it now.
+    """
+    ptr, shape, strides, dtype, producer = parts
+    if producer is not None:
+        _note_producer(producer, pending, stream)
     return _array_values(ptr, shape, strides, dtype.itemsize, dtype, flat, extents, index)
 
 
-def _arg_parts(value, flat: list, extents: list, index: int):
-    """Append the flattened ABI values of one argument; return its specialization key."""
+def _note_producer(producer: int, pending, stream) -> None:
+    if producer == 1 and (stream is None or stream.__class__ is int and stream < 2):
+        return  # the legacy default stream on both sides: ordered already
+    if pending is None:
+        _order_pending(stream, (producer,))
+    elif producer not in pending:
+        pending.append(producer)
+
+
+def _order_pending(stream, producers) -> None:
+    """Order the launch stream after the producers' streams (CUDA Array Interface v3:
+    the consumer's work must follow the producer's); see `array_adapters.needs_wait` for
+    when CUDA's stream semantics do that already and no event is used."""
+    from cupric.runtime.array_adapters import order_launch_after
+    from cupric.runtime.memory import stream_handle
+    order_launch_after(stream_handle(stream), producers)
+
+
+class _WrongDevice(Exception):
+    """Internal: argument `index` lives on device `found` (turned into a
+    `DeviceMismatchError` naming the kernel and the parameter by `Kernel._launch`)."""
+
+
+def _check_buffer(value, index: int, device: int) -> None:
+    """A DeviceBuffer's (or a class with the same launch attributes') device check
+    against launch device `device`; raises `_WrongDevice`."""
+    alloc = getattr(value, "_alloc", None)
+    if alloc is None:  # not a DeviceBuffer: only the driver knows
+        from cupric.runtime.array_adapters import device_problem
+        found = device_problem(value.ptr, None, device)
+    else:
+        known = alloc.device
+        if known == device or getattr(value, "_dl_device_type", 2) == 13:
+            return  # managed memory (ManagedBuffer): reachable from every device
+        from cupric.runtime import array_adapters as aa
+        ptr = value.ptr
+        if not ptr:
+            return
+        facts = aa.pointer_facts(ptr)
+        if known < 0 and facts[0] == aa.MEMORY_DEVICE and not facts[2]:
+            alloc.device = facts[1]  # a borrow: remembered, as `DeviceBuffer.device` does
+        found = aa.device_problem(ptr, known, device, facts)
+    if found is not None:
+        raise _WrongDevice(index, found)
+
+
+def _check_foreign(adapter, value, ptr: int, index: int, device: int) -> None:
+    """An adapter-read array's device check (its own word, else the driver's)."""
+    from cupric.runtime.array_adapters import device_problem
+    own = adapter.device(value)
+    if own != device:
+        found = device_problem(ptr, own, device)
+        if found is not None:
+            raise _WrongDevice(index, found)
+
+
+def _arg_parts(value, flat: list, extents: list, index: int, device: int = -1,
+               pending=None, stream=None):
+    """Append the flattened ABI values of one argument; return its specialization key.
+
+    `device` >= 0 asks for the device check against that launch device (machines with
+    several GPUs); producers' streams go to `pending` (see `_foreign_parts`)."""
     cls = value.__class__
     if cls is float or cls is int or cls is bool:
         flat.append(value)
         return cls
     if cls in _ARRAY_CLASSES:
+        if device >= 0:
+            _check_buffer(value, index, device)
         return _array_parts(value, flat, extents, index)
     adapter = _ADAPTERS.get(cls, _UNSEEN)
     if adapter is _UNSEEN:
@@ -214,12 +277,15 @@ def _arg_parts(value, flat: list, extents: list, index: int):
         # CuPy, PyTorch, numba-cuda arrays: their attributes, not a fresh interface dict.
         parts = adapter.read(value)
         if parts is not None:
-            return _foreign_parts(parts, flat, extents, index)
+            if device >= 0:
+                _check_foreign(adapter, value, parts[0], index, device)
+            return _foreign_parts(parts, flat, extents, index, pending, stream)
     if isinstance(value, np.generic):
         flat.append(value)
         return (np.void, value.dtype) if isinstance(value, np.void) else cls
     if isinstance(value, tuple):
-        return (tuple,) + tuple(_arg_parts(v, flat, extents, index) for v in value)
+        return (tuple,) + tuple(_arg_parts(v, flat, extents, index, device, pending, stream)
+                                for v in value)
     if isinstance(value, np.ndarray):
         raise TypeError(f"argument {index} is a host NumPy array; copy it to the device "
                         "first (cupric.runtime.to_device(a)) or run on the simulator "
@@ -228,12 +294,35 @@ def _arg_parts(value, flat: list, extents: list, index: int):
                                                            "itemsize", "dtype")):
         # DeviceBuffer and its subclasses: recognized once per class.
         _ARRAY_CLASSES.add(cls)
+        if device >= 0:
+            _check_buffer(value, index, device)
         return _array_parts(value, flat, extents, index)
-    from cupric.runtime.interop import as_device_array
+    from cupric.runtime import interop
     try:
-        buf = as_device_array(value)
+        interface = value.__cuda_array_interface__
+    except Exception:  # as_device_array reads it again below and says why (or uses DLPack)
+        interface = None
+    if interface is not None:
+        try:
+            ptr, shape, strides, dtype, _readonly, producer = interop._parse(interface)
+        except TypeError as exc:
+            raise TypeError(f"argument {index}: {exc}") from None
+        if device >= 0:
+            from cupric.runtime.array_adapters import device_problem
+            found = device_problem(ptr, None, device)  # the interface names no device
+            if found is not None:
+                raise _WrongDevice(index, found)
+        if producer is not None:
+            _note_producer(producer, pending, stream)
+        return _array_values(ptr, shape, strides, dtype.itemsize, dtype, flat, extents,
+                             index)
+    try:
+        # DLPack: the producer orders its work before the launch stream itself.
+        buf = interop.as_device_array(value, stream)
     except TypeError as exc:
         raise TypeError(f"argument {index}: {exc}") from None
+    if device >= 0:
+        _check_buffer(buf, index, device)
     return _array_parts(buf, flat, extents, index)
 
 
@@ -278,7 +367,8 @@ class Specialization:
         self._typed = None
         self._ir = None
         self._artifact = None
-        self._prepared = None
+        self._prepared = None        # the launch handle on the first device it was loaded
+        self._on_device: dict = {}   # device ordinal -> launch handle (several GPUs)
         self._lock = threading.Lock()
 
     @property
@@ -336,38 +426,61 @@ class Specialization:
         self._artifact = artifact
         return artifact
 
-    def prepared(self):
-        """The runtime launch handle (loads the module on the current device)."""
-        if self._prepared is None:
-            with self._lock:
-                if self._prepared is None:
-                    from cupric.compiler.target import current_arch
-                    from cupric.runtime import Module
-                    device_arch = current_arch()
-                    artifact = self.artifact(None)
-                    kind, image = artifact.image(device_arch)
-                    module = Module.from_data(image)
-                    function = module.get_function(self.kernel.symbol)
-                    # A kernel that can reach grid_sync launches cooperatively: the driver
-                    # then guarantees (or refuses) that all its blocks are resident at once.
-                    from cupric.simulator._scan import needs
-                    cooperative = "grid" in needs(self.kernel.py_func)
-                    self._prepared = function.prepare(param_types(self.arg_types),
-                                                      cooperative=cooperative)
-        return self._prepared
+    def prepared(self, device: int | None = None):
+        """The runtime launch handle on the current device (loading the module there on
+        first use). `device`, when given, is the current device's ordinal (the launch
+        path knows it on machines with several GPUs): each device gets its own module."""
+        if device is None:
+            if self._prepared is not None:
+                return self._prepared
+        else:
+            known = self._on_device.get(device)
+            if known is not None:
+                return known
+        with self._lock:
+            if device is None and self._prepared is not None:
+                return self._prepared
+            if device is not None and device in self._on_device:
+                return self._on_device[device]
+            from cupric.compiler.target import current_arch
+            from cupric.runtime import Module
+            device_arch = current_arch()
+            artifact = self.artifact(None)
+            kind, image = artifact.image(device_arch)
+            module = Module.from_data(image)
+            function = module.get_function(self.kernel.symbol)
+            # A kernel that can reach grid_sync launches cooperatively: the driver
+            # then guarantees (or refuses) that all its blocks are resident at once.
+            from cupric.simulator._scan import needs
+            cooperative = "grid" in needs(self.kernel.py_func)
+            prepared = function.prepare(param_types(self.arg_types),
+                                        cooperative=cooperative)
+            ordinal = module.device.ordinal
+            if self._prepared is None:
+                self._prepared = prepared
+            self._on_device.setdefault(ordinal, prepared)
+            return self._on_device[ordinal] if device is not None else prepared
 
 
-def _make_fast_path(kern, key, args, written, prepared):
+def _make_fast_path(kern, key, args, written, prepared, device: int = -1):
     """A launcher specialized to one signature of scalars and contiguous 1-D arrays (an
     inline cache, generated as Python source): it checks the argument classes, dtypes,
     contiguity, 16-byte alignment and non-overlap of written arrays, and packs the ABI
     values straight into `prepared.launch`; anything else falls back to the general path,
-    so its result is always the general path's. Returns None for other signatures."""
+    so its result is always the general path's. Returns None for other signatures.
+
+    `device` >= 0 (machines with several GPUs): `prepared` is that device's, and the
+    launcher also checks that it is current and that every array says it lives there
+    (one attribute and one comparison each); anything else (another device, an array
+    whose device must be asked of the driver) takes the general path, which raises or
+    accepts. With one GPU (-1) no device line is generated."""
     names = [f"a{i}" for i in range(len(args))]
-    env = {"_slow": kern._launch, "_launch": prepared.launch}
+    env = {"_slow": kern._launch, "_launch": prepared.launch, "DEV": device,
+           "_order": _order_cupy, "_current": _current_device}
     checks, setup, flat, arrays = [], [], [], []
     streams: list = []  # CuPy current-stream readers to check once per launch
     slow = "return _slow(g, b, st, sh, args)"
+    buffer_class = None
     for i, (name, value, part) in enumerate(zip(names, args, key)):
         cls = value.__class__
         env[f"C{i}"] = cls
@@ -383,6 +496,13 @@ def _make_fast_path(kern, key, args, written, prepared):
             setup.append(f"s{i} = {name}.shape")
             setup.append(f"if len(s{i}) != 1 or {name}.dtype is not D{i} or "
                          f"{name}.strides[0] != {size}: {slow}")
+            if device >= 0:
+                if buffer_class is None:
+                    from cupric.runtime.memory import DeviceBuffer as buffer_class
+                if not issubclass(cls, buffer_class):
+                    return None  # its device is the driver's to say: the general path
+                if getattr(cls, "_dl_device_type", 2) != 13:  # managed: any device
+                    setup.append(f"if {name}._alloc.device != DEV: {slow}")
             setup.append(f"p{i} = {name}.ptr; n{i} = s{i}[0]")
             flat += [f"p{i}", f"n{i}", "1"]
             arrays.append((i, size))
@@ -396,7 +516,10 @@ def _make_fast_path(kern, key, args, written, prepared):
                          f"{name}.strides[0] != {size}: {slow}")
             setup.append(f"n{i} = s{i}[0]")
             setup.append(f"if not n{i}: {slow}")
-            setup.append(f"p{i} = {name}.data.ptr")
+            setup.append(f"m{i} = {name}.data")
+            if device >= 0:
+                setup.append(f"if m{i}.device_id != DEV: {slow}")
+            setup.append(f"p{i} = m{i}.ptr")
             flat += [f"p{i}", f"n{i}", "1"]
             arrays.append((i, size))
             if adapter.current_stream is not None and \
@@ -414,6 +537,8 @@ def _make_fast_path(kern, key, args, written, prepared):
             setup.append(f"if len(s{i}) != 1 or {name}.stride(0) != 1: {slow}")
             setup.append(f"n{i} = s{i}[0]")
             setup.append(f"if not n{i}: {slow}")
+            if device >= 0:
+                setup.append(f"if {name}.get_device() != DEV: {slow}")
             setup.append(f"p{i} = {name}.data_ptr()")
             flat += [f"p{i}", f"n{i}", "1"]
             arrays.append((i, size))
@@ -421,12 +546,8 @@ def _make_fast_path(kern, key, args, written, prepared):
             flat.append(name)
         else:
             return None
-    for k, reader in enumerate(streams):
-        # CuPy names its current stream; the null stream (0) or the legacy one (1) needs
-        # no ordering, any other takes the general path, which orders after it.
-        env[f"Q{k}"] = reader
-        setup.insert(0, f"q{k} = Q{k}()")
-        setup.insert(1, f"if q{k} != 0 and q{k} != 1: {slow}")
+    if device >= 0:
+        setup.insert(0, f"if _current() != DEV: {slow}")
     if arrays:
         setup.append("if (" + " | ".join(f"p{i}" for i, _ in arrays) +
                      ") & 15: return _slow(g, b, st, sh, args)")
@@ -438,6 +559,14 @@ def _make_fast_path(kern, key, args, written, prepared):
                 continue
             setup.append(f"if n{w} and n{o} and p{w} < p{o} + n{o} * {osize} and "
                          f"p{o} < p{w} + n{w} * {wsize}: return _slow(g, b, st, sh, args)")
+    for k, reader in enumerate(streams):
+        # CuPy names its current stream (0: the null stream, which its interface calls 1,
+        # the legacy one). Legacy producer and legacy launch stream: nothing to do; else
+        # `_order_cupy` orders the launch stream after it where CUDA does not already.
+        # Last: every check above may still send the call to the general path.
+        env[f"Q{k}"] = reader
+        setup.append(f"q{k} = Q{k}()")
+        setup.append(f"if q{k} != 0 and q{k} != 1 or st is not None: _order(st, q{k})")
     body = ["def fast(g, b, st, sh, args):",
             f"    if len(args) != {len(args)}: return _slow(g, b, st, sh, args)",
             f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args" if names else "",
@@ -448,6 +577,12 @@ def _make_fast_path(kern, key, args, written, prepared):
     namespace = dict(env)
     exec(compile(source, f"<cupric fast launch of {kern.__name__}>", "exec"), namespace)
     return namespace["fast"]
+
+
+def _order_cupy(stream, current: int) -> None:
+    """The generated launcher's ordering after CuPy's current stream (`current`: its raw
+    handle, 0 for CuPy's null stream, which its interface names 1)."""
+    _order_pending(stream, (current or 1,))
 
 
 def _start_toolchain_load() -> threading.Event:
@@ -633,12 +768,19 @@ class Kernel:
     def _launch(self, grid, block, stream, shared_bytes, args) -> None:
         if _SIMULATOR[0] is not False and _use_simulator():
             return self._fallback(grid, block, shared_bytes, args)
+        # The launch device: the current one. With one GPU nothing can live elsewhere
+        # (host arrays are refused by type), so device -1 skips the device checks.
+        multi = _MULTI[0]
+        if multi is None:
+            multi = _resolve_multi()
+        device = _current_device() if multi else -1
         # The hot path: one pass over the arguments builds the flattened ABI values and
         # the specialization key; contiguous 1-D device arrays and Python scalars are
         # handled inline, everything else by _arg_parts.
         flat: list = []
         key: list = []
         extents: list = []
+        pending: list = []  # producers' streams (CUDA Array Interface) to order after
         put = flat.append
         index = 0
         address_bits = 0  # OR of the array pointers: alignment of them all
@@ -647,6 +789,8 @@ class Kernel:
                 cls = value.__class__
                 if cls in _ARRAY_CLASSES and len(value.shape) == 1 and \
                         value.strides[0] == value.itemsize:
+                    if device >= 0:
+                        _check_buffer(value, index, device)
                     ptr = value.ptr
                     n = value.shape[0]
                     put(ptr)
@@ -661,12 +805,15 @@ class Kernel:
                     key.append(cls)
                 else:
                     before = len(extents)
-                    key.append(_arg_parts(value, flat, extents, index))
+                    key.append(_arg_parts(value, flat, extents, index, device, pending,
+                                          stream))
                     for extent in extents[before:]:
                         address_bits |= extent[3]
                 index += 1
         except TypeError as exc:
             raise TypeError(f"{self.__name__}: {exc}") from None
+        except _WrongDevice as wrong:
+            raise self._device_error(*wrong.args, device) from None
         key = tuple(key)
         entry = self._specs.get(key)
         if entry is None:
@@ -677,12 +824,33 @@ class Kernel:
         spec = variants.get(choice)
         if spec is None:
             spec = variants[choice] = self._variant(arg_types, *choice)
-        prepared = spec._prepared or spec.prepared()
+        if device >= 0:
+            prepared = spec._on_device.get(device) or spec.prepared(device)
+        else:
+            prepared = spec._prepared or spec.prepared()
+        if pending:
+            _order_pending(stream, pending)
         prepared.launch(grid, block, stream, shared_bytes, *flat)
         if self._fast is None and choice == (True, True) and key not in self._no_fast:
-            self._fast = _make_fast_path(self, key, args, written, prepared)
+            self._fast = _make_fast_path(self, key, args, written, prepared, device)
             if self._fast is None:
                 self._no_fast.add(key)
+
+    def _device_error(self, index: int, found: int, device: int):
+        """The `DeviceMismatchError` for argument `index` living on device `found` while
+        the launch runs on `device`."""
+        from cupric.runtime.errors import DeviceMismatchError
+        code = self.py_func.__code__
+        names = code.co_varnames[:code.co_argcount]
+        name = names[index] if index < len(names) else None
+        what = f"argument {index} ({name})" if name else f"argument {index}"
+        return DeviceMismatchError(
+            f"{self.__name__}: {what} lives on device {found}, but the launch runs on "
+            f"device {device} (the current device); make device {found} current for this "
+            f"launch, copy the array to device {device} (cupric.runtime.copy_peer), or "
+            f"enable peer access (cupric.runtime.enable_peer_access({found}, "
+            f"device={device}))", argument=name or f"argument {index}", device=found,
+            expected=device)
 
     def _fallback(self, grid, block, shared_bytes, args):
         if not _SIM_NOTICE[0]:
@@ -885,6 +1053,27 @@ def _preload_cache_path() -> None:
 
 
 _SIMULATOR = [None]
+
+#: Whether the machine has several GPUs (None until the first launch asks): only then can
+#: an array live on another device than the launch's, and only then is it checked.
+_MULTI = [None]
+
+
+def _resolve_multi() -> bool:
+    from cupric.runtime._driver import driver_available
+    multi = False
+    if driver_available():
+        from cupric.runtime import device_count
+        multi = device_count() > 1
+    _MULTI[0] = multi
+    return multi
+
+
+def _current_device() -> int:
+    """The current device's ordinal (device 0's primary context is made current when no
+    context is, as the launch would), one C call with the runtime's compiled path."""
+    from cupric.runtime.memory import _device_of_context
+    return _device_of_context()
 
 
 def _use_simulator() -> bool:

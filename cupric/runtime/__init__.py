@@ -28,7 +28,7 @@ _LAZY = {
         "InvalidHandleError", "InvalidContextError", "CudaOutOfMemoryError", "NotReadyError",
         "NotFoundError", "NotSupportedError", "ModuleLoadError", "LaunchError",
         "KernelFaultError", "DeviceAssertionError", "IllegalAddressError",
-        "ContextLostError", "StreamCaptureError", "ClosedError")},
+        "ContextLostError", "StreamCaptureError", "ClosedError", "DeviceMismatchError")},
     "driver_available": ("cupric.runtime._driver", "driver_available"),
     "driver_version": ("cupric.runtime._driver", "driver_version"),
     "Device": ("cupric.runtime.device", "Device"),

@@ -12,15 +12,23 @@ interface path, which raises the usual errors.
 Known classes are recognized by identity through `sys.modules` (`cupy.ndarray`,
 `torch.Tensor`, numba-cuda's `DeviceNDArray`; subclasses are not), so nothing is ever
 imported here. `register_array_adapter` adds other classes.
+
+Two checks of the launch path live here too, shared by every way an array comes in:
+where a pointer's memory lives (`pointer_facts`, `device_problem`) and ordering the
+launch's stream after a producer's stream as the CUDA Array Interface v3 asks
+(`needs_wait`, `order_launch_after`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
+import threading
 
 __all__ = ["ArrayAdapter", "CupyAdapter", "TorchAdapter", "NumbaAdapter", "adapter_for",
-           "register_array_adapter", "unregister_array_adapter", "ADAPTERS"]
+           "register_array_adapter", "unregister_array_adapter", "ADAPTERS",
+           "pointer_facts", "device_problem", "needs_wait", "order_launch_after"]
 
 #: Exact class -> its adapter, or None for a class known to have none. Filled lazily by
 #: `adapter_for`; the launch path reads it directly.
@@ -45,6 +53,13 @@ class ArrayAdapter:
 
     def read(self, obj):
         raise NotImplementedError
+
+    def device(self, obj):
+        """Ordinal of the device `obj`'s memory was allocated on, read from its own
+        attributes, or None when the adapter cannot say cheaply (the launch then asks the
+        driver about the pointer; see `pointer_facts`). Only asked on machines with
+        several GPUs, for an array `read` accepted."""
+        return None
 
 
 # -- layouts -----------------------------------------------------------------------------------
@@ -161,6 +176,10 @@ class CupyAdapter(ArrayAdapter):
             stream = self.current_stream() or 1
         return 0 if empty else a.data.ptr, shape, strides, dtype, stream
 
+    def device(self, a):
+        """``a.data.device_id``: the device CuPy allocated the memory on."""
+        return a.data.device_id
+
 
 # -- PyTorch -----------------------------------------------------------------------------------
 
@@ -225,6 +244,10 @@ class TorchAdapter(ArrayAdapter):
             _element_layout(size, steps, dtype.itemsize)
         return 0 if empty else t.data_ptr(), shape, strides, dtype, None
 
+    def device(self, t):
+        """``t.get_device()``: the CUDA tensor's device index."""
+        return t.get_device()
+
 
 # -- numba-cuda --------------------------------------------------------------------------------
 
@@ -234,7 +257,9 @@ class NumbaAdapter(ArrayAdapter):
 
     numba's interface names the array's bound stream (None for the default one) and leaves
     out the strides where its own contiguity test passes, which also skips broadcast axes
-    (stride 0): the adapter applies the same test. The pointer is read as numba-cuda's
+    (stride 0): the adapter applies the same test. `device` answers None: numba-cuda
+    records the context that was current when it wrapped foreign memory, not the memory's
+    own device, so the launch asks the driver about the pointer instead. The pointer is read as numba-cuda's
     interface reads it (`.value`, or int() of a pointer object without one); older
     releases whose interface took int() of a ctypes pointer (empty arrays) failed there,
     where the adapter reads 0.
@@ -340,3 +365,164 @@ def register_array_adapter(cls, adapter: ArrayAdapter) -> None:
 def unregister_array_adapter(cls) -> None:
     """Forget `cls`; the next lookup classifies it again."""
     ADAPTERS.pop(cls, None)
+
+
+# -- where a pointer's memory lives ------------------------------------------------------------
+
+#: `CUmemorytype` values `pointer_facts` answers (0: memory the driver does not know).
+MEMORY_HOST = 1
+MEMORY_DEVICE = 2
+MEMORY_UNIFIED = 4
+
+# CUpointer_attribute: MEMORY_TYPE, IS_MANAGED, DEVICE_ORDINAL, MEMPOOL_HANDLE.
+_FACT_ATTRIBUTES = (2, 8, 9, 17)
+
+
+class _PointerQuery(threading.local):
+    """libcuda's `cuPointerGetAttributes` through ctypes, with per-thread result slots.
+
+    cuda-bindings 13.3 reads `CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL` back from the wrong
+    field (see `cupric.runtime.memory.pointer_device`), so the attributes are read from
+    libcuda itself. Every slot is 8 zeroed bytes, wide enough for each attribute's C type
+    (unsigned int, bool, int, pointer) on a little-endian machine.
+    """
+
+    function = None  # shared by all threads once loaded
+
+    def __init__(self) -> None:
+        self.slots = (ctypes.c_uint64 * len(_FACT_ATTRIBUTES))()
+        self.data = (ctypes.c_void_p * len(_FACT_ATTRIBUTES))(
+            *(ctypes.addressof(self.slots) + 8 * i for i in range(len(_FACT_ATTRIBUTES))))
+        self.attributes = (ctypes.c_int * len(_FACT_ATTRIBUTES))(*_FACT_ATTRIBUTES)
+
+
+_QUERY = _PointerQuery()
+
+
+def _load_query():
+    function = ctypes.CDLL("libcuda.so.1").cuPointerGetAttributes  # loaded by the driver
+    function.argtypes = [ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p,
+                         ctypes.c_ulonglong]
+    function.restype = ctypes.c_int
+    _PointerQuery.function = function
+    return function
+
+
+def pointer_facts(ptr: int) -> tuple[int, int, bool, int]:
+    """``(memory type, device ordinal, managed, pool handle)`` of device address `ptr`,
+    in one `cuPointerGetAttributes` call.
+
+    The memory type is `MEMORY_DEVICE`, `MEMORY_HOST` (pinned host memory) or
+    `MEMORY_UNIFIED`, or 0 with device -1 for an address the driver does not know (the
+    driver answers that without an error). `pool` is the stream-ordered pool the memory
+    came from (0 for other memory).
+
+    Raises
+    ------
+    CudaError
+        The driver refused the query (no context, for example).
+
+    Cost
+    ----
+    About a microsecond (one driver call through ctypes). The kernel launch asks only on
+    machines with several GPUs, for arrays whose device it cannot read otherwise.
+    """
+    if not sys.platform.startswith("linux"):
+        # Other platforms' bindings are trusted (the field mix-up is Linux wheels' own).
+        from .memory import pointer_device
+        return MEMORY_DEVICE, pointer_device(ptr), False, 0
+    function = _PointerQuery.function or _load_query()
+    query = _QUERY
+    slots = query.slots
+    for i in range(len(slots)):
+        slots[i] = 0
+    err = function(len(_FACT_ATTRIBUTES), query.attributes, query.data, ptr)
+    if err:
+        from .errors import error_from_code
+        raise error_from_code(err, f"asking the driver where address 0x{ptr:x} lives")
+    kind = slots[0] & 0xFFFFFFFF
+    if not kind:
+        return 0, -1, False, 0
+    ordinal = ctypes.c_int32(slots[2] & 0xFFFFFFFF).value
+    return kind, ordinal, bool(slots[1] & 0xFF), slots[3]
+
+
+def device_problem(ptr: int, device, launch: int, facts=None):
+    """The ordinal of the device whose memory at `ptr` a launch on device `launch` cannot
+    use, or None when it can.
+
+    `device` is what the array says about itself (an ordinal; None or a negative value
+    when it cannot say). The driver is asked about the pointer (`pointer_facts`, or
+    `facts` when given) where the array's own word is missing or disagrees, because
+    some memory is reachable from every device: managed memory, pinned host memory, and
+    an address the driver does not know (HMM system memory, say; not judged here).
+    Memory of another device is accepted where cupric enabled peer access to it
+    (`cupric.runtime.pool.peer_reachable`). An empty array (`ptr` 0) never mismatches.
+    """
+    if not ptr:
+        return None
+    if device is not None and device >= 0 and device == launch:
+        return None
+    kind, ordinal, managed, pool = pointer_facts(ptr) if facts is None else facts
+    if kind != MEMORY_DEVICE or managed or ordinal < 0 or ordinal == launch:
+        return None
+    from .pool import peer_reachable
+    if peer_reachable(launch, ordinal, pool):
+        return None
+    return ordinal
+
+
+# -- ordering a launch after the producers' streams --------------------------------------------
+
+_LEGACY = 1      # CU_STREAM_LEGACY (the NULL stream, 0, means it under the driver API)
+_PER_THREAD = 2  # CU_STREAM_PER_THREAD
+
+
+def stream_flags(handle: int) -> int:
+    """`cuStreamGetFlags` of a real stream handle (bit 0: CU_STREAM_NON_BLOCKING)."""
+    from ._driver import check, driver
+    return int(check(driver().cuStreamGetFlags(handle)))
+
+
+def needs_wait(consumer: int, producer: int) -> bool:
+    """Whether work queued next on stream `consumer` must be made to wait (an event) for
+    the work now on stream `producer` (raw handles of one context), or CUDA's stream
+    semantics order it already:
+
+    - the same stream (0 and 1 both name the legacy default stream): ordered;
+    - the legacy default stream and the per-thread default stream (2): they synchronize
+      with each other, ordered;
+    - the legacy default stream and a *blocking* stream (created without
+      CU_STREAM_NON_BLOCKING), either way round: the legacy stream waits for all earlier
+      work of the context's blocking streams, and they wait for its earlier work:
+      ordered (asked of the driver: one `cuStreamGetFlags`);
+    - anything else (a non-blocking stream against a default stream; two distinct
+      streams, the per-thread default stream included): not ordered, a wait is needed.
+
+    A per-thread default stream named by a producer is taken to be this thread's.
+    """
+    if consumer == 0:
+        consumer = _LEGACY
+    if producer == 0:
+        producer = _LEGACY
+    if consumer == producer:
+        return False
+    if consumer <= _PER_THREAD and producer <= _PER_THREAD:
+        return False
+    if consumer == _LEGACY:
+        return bool(stream_flags(producer) & 1)
+    if producer == _LEGACY:
+        return bool(stream_flags(consumer) & 1)
+    return True
+
+
+def order_launch_after(consumer: int, producers) -> None:
+    """Make work queued next on stream `consumer` (a raw handle) wait for the work now on
+    each stream of `producers` (CUDA Array Interface ``stream`` values) where
+    `needs_wait` says so: an event recorded on the producer and waited on by the consumer
+    (`cupric.runtime.memory.order_after`; one reusable event per thread and device, none
+    created per launch). The host never waits."""
+    from . import memory
+    for producer in producers:
+        if needs_wait(consumer, producer):
+            memory.order_after(consumer, producer)

@@ -18,7 +18,8 @@ __all__ = [
     "InvalidContextError", "CudaOutOfMemoryError", "NotReadyError", "NotFoundError",
     "NotSupportedError", "ModuleLoadError", "LaunchError", "KernelFaultError",
     "DeviceAssertionError",
-    "IllegalAddressError", "ContextLostError", "StreamCaptureError", "ClosedError", "error_from_code",
+    "IllegalAddressError", "ContextLostError", "StreamCaptureError", "ClosedError",
+    "DeviceMismatchError", "error_from_code",
     "STICKY_CODES", "reset_context_poison",
 ]
 
@@ -224,6 +225,36 @@ class ContextLostError(CudaError):
 
 class ClosedError(ValueError):
     """The object was closed (its handle released) and cannot be used any more."""
+
+
+class DeviceMismatchError(ValueError):
+    """An array lives on another device than the one the operation runs on (and that
+    device cannot reach it). Raised before anything is queued. Also a `ValueError`, as the
+    cuBLAS and cuDNN wrappers' device checks are.
+
+    Attributes
+    ----------
+    argument : str or None
+        The argument, as the message names it.
+    device : int
+        Ordinal of the device the array's memory lives on.
+    expected : int
+        Ordinal of the device the operation runs on.
+    """
+
+    def __init__(self, message: str, *, argument: str | None = None, device: int = -1,
+                 expected: int = -1) -> None:
+        super().__init__(message)
+        self.argument = argument
+        self.device = device
+        self.expected = expected
+
+    def __reduce__(self):
+        return (_rebuild_mismatch, (str(self), self.argument, self.device, self.expected))
+
+
+def _rebuild_mismatch(message, argument, device, expected):
+    return DeviceMismatchError(message, argument=argument, device=device, expected=expected)
 
 
 class StreamCaptureError(CudaError):

@@ -224,9 +224,15 @@ class MemoryPool(_lifetime.Resource):
         d = driver()
         desc = d.CUmemAccessDesc()
         desc.location.type = d.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-        desc.location.id = _ordinal(device)
+        accessor = _ordinal(device)
+        desc.location.id = accessor
         desc.flags = getattr(d.CUmemAccess_flags, member)
         check(d.cuMemPoolSetAccess(self.handle, [desc], 1))
+        # Remembered for the kernel launch's device check (see `peer_reachable`).
+        if access == "read_write":
+            _POOL_ACCESS.add((self._ptr, accessor))
+        else:
+            _POOL_ACCESS.discard((self._ptr, accessor))
 
     def close(self) -> None:
         """Destroy an owned pool (`cuMemPoolDestroy`); a borrowed pool is only marked
@@ -288,6 +294,24 @@ def create_pool(device=None, options: PoolOptions | None = None) -> MemoryPool:
 # Peer access
 
 
+#: (device, peer) pairs whose peer access `enable_peer_access` enabled in this process, and
+#: (pool handle, device) pairs that `MemoryPool.set_access` granted read-write access.
+#: The driver cannot be asked either; the kernel launch's device check reads them.
+_PEERS: set = set()
+_POOL_ACCESS: set = set()
+
+
+def peer_reachable(device: int, owner: int, pool: int = 0) -> bool:
+    """Whether kernels on `device` may use memory of device `owner`, as far as cupric
+    enabled it: peer access enabled by `enable_peer_access(owner, device)`, and for memory
+    of a stream-ordered pool (handle `pool`, 0 for other memory) read-write access
+    granted to `device` by that pool's `set_access`. Access enabled outside cupric
+    (another library's calls) is not seen."""
+    if (device, owner) not in _PEERS:
+        return False
+    return not pool or (pool, device) in _POOL_ACCESS
+
+
 def can_access_peer(device, peer) -> bool:
     """Whether kernels on `device` can access memory of `peer` (`cuDeviceCanAccessPeer`)."""
     from .device import Device
@@ -313,9 +337,9 @@ def enable_peer_access(peer, device=None) -> None:
     peer_context = other.primary_context().handle
     with dev.primary_context():  # the calling thread's current context is left as it was
         result = driver().cuCtxEnablePeerAccess(peer_context, 0)
-    if int(result[0]) == _PEER_ACCESS_ALREADY_ENABLED:
-        return  # the requested state already holds: the call's purpose is met
-    check(result)
+    if int(result[0]) != _PEER_ACCESS_ALREADY_ENABLED:  # else: already as requested
+        check(result)
+    _PEERS.add((dev.ordinal, other.ordinal))
 
 
 def disable_peer_access(peer, device=None) -> None:
@@ -327,9 +351,9 @@ def disable_peer_access(peer, device=None) -> None:
     peer_context = other.primary_context().handle
     with dev.primary_context():
         result = driver().cuCtxDisablePeerAccess(peer_context)
-    if int(result[0]) == _PEER_ACCESS_NOT_ENABLED:
-        return  # the requested state already holds
-    check(result)
+    if int(result[0]) != _PEER_ACCESS_NOT_ENABLED:  # else: already as requested
+        check(result)
+    _PEERS.discard((dev.ordinal, other.ordinal))
 
 
 def copy_peer(dst: DeviceBuffer, src: DeviceBuffer, stream=None) -> None:
