@@ -680,7 +680,11 @@ class Kernel:
     Raises (at launch)
     ------------------
     TypeError
-        Wrong argument count or an argument that does not fit its annotation.
+        Wrong argument count or an argument that does not fit its annotation; a host
+        array (NumPy, a PyTorch CPU tensor...) where a device array is expected.
+    cupric.runtime.DeviceMismatchError
+        An array lives on another GPU than the launch's (also a `ValueError`); the
+        message names the kernel, the parameter and both devices. Nothing was launched.
     CompileError
         The kernel is outside the kernel language (file:line:col, caret, what is allowed).
 
@@ -692,15 +696,39 @@ class Kernel:
     arrays are read through their own attributes (`cupric.runtime.array_adapters`), as
     cheaply as DeviceBuffers; other arrays through `__cuda_array_interface__` or DLPack.
 
+    Devices
+    -------
+    A launch runs on the current device; each device the kernel is launched on gets its
+    own copy of the module. On a machine with one GPU there is nothing to check (host
+    memory is refused by type) and nothing is read. With several GPUs, every array
+    argument's device is compared with the launch's before anything is queued: a
+    DeviceBuffer's recorded device, CuPy's ``data.device_id``, PyTorch's
+    ``get_device()`` (one attribute and one comparison each, also in the generated
+    launcher, which asks the current device once per launch); numba-cuda arrays and
+    other `__cuda_array_interface__` producers name no device, so the driver is asked
+    about the pointer (`cuPointerGetAttributes`, about a microsecond, on every launch with
+    them; a borrowed DeviceBuffer remembers the answer). Memory every device reaches is
+    accepted: managed memory, pinned host memory, addresses the driver does not know.
+    Memory of another device is accepted when peer access from the launch's device to it
+    was enabled through `cupric.runtime.enable_peer_access` (and, for memory of a
+    stream-ordered pool, read-write access granted by that pool's `set_access`); access
+    enabled by another library is not seen, and is then refused: enable it through
+    cupric too (enabling an enabled pair is harmless).
+
     Streams
     -------
     An array whose `__cuda_array_interface__` names a producer stream (CuPy: its current
-    stream; numba-cuda: the array's bound stream) makes the legacy default stream wait for
-    that stream before the launch (an event; the host does not wait), as
-    `cupric.runtime.as_device_array(obj)` does without a `stream`. The launch's own
-    stream is not ordered after the producer: launching on another stream, order it
-    yourself, for example by making that stream CuPy's current one
-    (`with cupy.cuda.ExternalStream(stream.handle): ...`). PyTorch names no stream.
+    stream, the legacy default stream for CuPy's null stream; numba-cuda: the array's
+    bound stream) orders the launch's own stream after that stream, as the interface
+    (v3) asks of a consumer: an event recorded on the producer stream and waited on by the
+    launch stream (`cupric.runtime.memory.order_after`, one reused event per thread and
+    device), the host never waits. It is skipped where CUDA orders the two already: the
+    same stream; the legacy default stream against the per-thread default stream; the
+    legacy default stream against a blocking stream, either way round (one
+    `cuStreamGetFlags` query says which). Several arrays of one producer cost one wait.
+    A launch that is refused (wrong device, wrong type) orders nothing. DLPack producers
+    are handed the launch stream and order themselves. PyTorch names no stream (order
+    PyTorch's work yourself), nor do DeviceBuffers (their work is on streams you chose).
     """
 
     _cupric_kernel = True
