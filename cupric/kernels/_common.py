@@ -14,13 +14,15 @@ import numpy as np
 
 __all__ = ["on_simulator", "Call", "Workspace", "blocks_for", "covering_blocks", "sm_count",
            "device_ordinal", "same_shape", "same_dtype", "NUMERIC", "FLOATS", "INTEGERS",
-           "SORTABLE", "MAX_GRID_X"]
+           "SORTABLE", "NUMERIC_BOOL", "MAX_GRID_X", "vector", "vector_prefix"]
 
 #: dtypes every generic kernel accepts (cupric's scalar types).
 INTEGERS = tuple(np.dtype(t) for t in ("i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8"))
 FLOATS = tuple(np.dtype(t) for t in ("f2", "f4", "f8"))
 NUMERIC = INTEGERS + FLOATS
 SORTABLE = tuple(np.dtype(t) for t in ("i4", "u4", "f4"))
+#: NUMERIC and bool.
+NUMERIC_BOOL = NUMERIC + (np.dtype(bool),)
 
 #: Kernels that need a bounded grid (reductions with one partial result per block,
 #: block-private histograms) launch at most this many blocks per SM: enough resident
@@ -130,9 +132,11 @@ class Workspace:
     def array(self, name: str, dtype, count: int, order: int, *, zero: bool = False):
         """The named array, at least `count` items of `dtype` (grown as needed; a new
         array is zero-filled when `zero`). `order` is the caller's stream handle."""
+        current = self.arrays.get(name)
+        if current is not None and current.size >= count and current.dtype is dtype:
+            return current
         from cupric.runtime.memory import empty
         dtype = np.dtype(dtype)
-        current = self.arrays.get(name)
         if current is not None and current.size >= count and current.dtype == dtype:
             return current
         size = max(int(count), 1)
@@ -354,19 +358,22 @@ class Call:
             raise TypeError(f"{self.op}: {name} has dtype {arr.dtype}; expected {dtype}")
         return arr, out
 
-    def flat(self, arr, name: str):
-        """A 1-D view of a C-contiguous array (ValueError otherwise)."""
-        if arr.ndim == 1:
-            return arr
+    def flat(self, arr, name: str, dtype=None):
+        """A 1-D view of a C-contiguous array (ValueError otherwise), its bytes read as
+        `dtype` (a NumPy dtype of the same item size) when given."""
         if self.simulator:
-            if not arr.flags.c_contiguous:
-                raise ValueError(f"{self.op}: {name} must be C-contiguous, got strides "
-                                 f"{arr.strides}")
-            return arr.reshape(-1)
+            if arr.ndim != 1:
+                if not arr.flags.c_contiguous:
+                    raise ValueError(f"{self.op}: {name} must be C-contiguous, got "
+                                     f"strides {arr.strides}")
+                arr = arr.reshape(-1)
+            return arr if dtype is None else arr.view(dtype)
+        if arr.ndim == 1:  # strided too: the kernels take 1-D strides
+            return arr if dtype is None or dtype is arr.dtype else arr.view(dtype)
         if not arr.is_c_contiguous:
             raise ValueError(f"{self.op}: {name} must be C-contiguous, got strides "
                              f"{arr.strides} for shape {arr.shape}")
-        return arr.reshape(-1)
+        return vector(arr, arr.dtype if dtype is None else dtype)
 
     def launch(self, kern, grid, block, *args, shared_bytes: int = 0) -> None:
         """Launch `kern` on this call's stream (or on the simulator)."""
@@ -389,6 +396,9 @@ class Call:
         (`cupric.runtime.array_adapters`) instead of a fresh `__cuda_array_interface__`
         dict; an array outside an adapter's common case takes the interface path."""
         cls = obj.__class__
+        if cls is _DeviceBuffer and (self.stream is None or obj._stream is None):
+            obj._check_open()  # as_device_array: nothing to order
+            return obj
         adapter = _ADAPTERS.get(cls, _UNSEEN)
         if adapter is _UNSEEN:
             from cupric.runtime.array_adapters import adapter_for
@@ -399,27 +409,51 @@ class Call:
                 ptr, shape, strides, dtype, producer = parts
                 if producer is not None:
                     self._order_after(producer)
-                from cupric.runtime.memory import borrow_validated
                 # Their interfaces never mark the memory read-only.
-                return borrow_validated(ptr, shape, strides, dtype, False, obj,
+                return _borrow_validated(ptr, shape, strides, dtype, False, obj,
                                         self.stream if self.stream is not None
                                         else producer)
         if isinstance(obj, np.ndarray):
             raise TypeError(f"{self.op}: {name} is a host NumPy array; copy it to the "
                             f"device first (cupric.runtime.to_device({name}))")
-        from cupric.runtime.interop import as_device_array
         try:
-            return as_device_array(obj, self.stream)
+            return _as_device_array(obj, self.stream)
         except TypeError as exc:
             raise TypeError(f"{self.op}: {name}: {exc}") from None
 
 
 from cupric.runtime.array_adapters import ADAPTERS as _ADAPTERS  # noqa: E402
+from cupric.runtime.interop import as_device_array as _as_device_array  # noqa: E402
+from cupric.runtime.memory import DeviceBuffer as _DeviceBuffer  # noqa: E402
+from cupric.runtime.memory import borrow_validated as _borrow_validated  # noqa: E402
 
 #: Adapter families whose arrays' interfaces never mark the memory read-only (CuPy,
 #: PyTorch and numba-cuda all give ``data = (ptr, False)``); registered custom adapters
 #: take the interface path, which reads the flag.
 _TRUSTED_ADAPTERS = frozenset({"cupy", "torch", "numba"})
+
+
+def vector(buf, dtype=None):
+    """A 1-D view of all of C-contiguous DeviceBuffer `buf` (the caller checked that), its
+    bytes read as `dtype` (same item size) when given: what ``buf.reshape(-1).view(dtype)``
+    gives, without the general layout arithmetic."""
+    buf._check_open()
+    if dtype is None:
+        dtype = buf.dtype
+    elif dtype.itemsize != buf.itemsize:
+        raise ValueError(f"cannot view {buf.dtype} items as {dtype}")
+    base = buf._base if buf._base is not None else buf
+    return _DeviceBuffer._make(buf._alloc, buf.ptr, (buf.size,), (buf.itemsize,), dtype,
+                     buf.readonly, buf._stream, base=base)
+
+
+def vector_prefix(buf, count: int):
+    """The first `count` items of 1-D contiguous DeviceBuffer `buf` (a workspace array
+    grown past what one call needs), as a view."""
+    buf._check_open()
+    base = buf._base if buf._base is not None else buf
+    return _DeviceBuffer._make(buf._alloc, buf.ptr, (count,), (buf.itemsize,), buf.dtype,
+                               buf.readonly, buf._stream, base=base)
 
 
 def same_shape(op: str, arrays: dict) -> tuple:

@@ -12,7 +12,7 @@ import numpy as np
 import cupric
 from cupric.device import (FULL_MASK, atomic, blockDim, blockIdx, grid, gridDim, gridsize,
                            shared, syncthreads, threadfence, threadIdx, warp)
-from cupric.kernels._common import NUMERIC, Call, same_dtype, same_shape
+from cupric.kernels._common import NUMERIC, NUMERIC_BOOL, Call, same_dtype, same_shape, vector
 from cupric.types import f32, f64, i32, i64, u32, u64
 
 __all__ = ["sum", "min", "max", "argmin", "argmax", "dot", "reduce_kernel",
@@ -381,17 +381,32 @@ def _extreme(dtype: np.dtype, largest: bool):
 
 # -- host functions -------------------------------------------------------------------------
 
-def _run_reduce(op, kind, x, y, acc_dtype, result_dtype, init, out, stream):
-    call = Call(op, stream)
+#: (kind, input dtype, accumulator dtype, result dtype) -> what a reduction's launch
+#: needs besides the arrays: (kernel, accumulator dtype, whether the result is cast,
+#: workspace names of the cast target and of the partials).
+_PLANS: dict = {}
+
+
+def _plan(kind, x_dtype, acc_dtype, result_dtype):
+    key = (kind, x_dtype, acc_dtype, result_dtype)
+    plan = _PLANS.get(key)
+    if plan is None:
+        acc = np.dtype(acc_dtype)
+        # float16 inputs read one element per trip (libNVVM 13.0, see elementwise.py).
+        kern = reduce_kernel(kind, acc, np.dtype(x_dtype) != np.dtype(np.float16))
+        plan = _PLANS[key] = (kern, acc, np.dtype(result_dtype) != acc,
+                              f"reduce.result.{acc}", f"reduce.partials.{acc}")
+    return plan
+
+
+def _run_reduce(call, kind, x, y, acc_dtype, result_dtype, init, out):
     x = call.flat(x, "x")
     y = x if y is None else call.flat(y, "y")
     n = x.size
-    acc_dtype = np.dtype(acc_dtype)
+    kern, acc_dtype, converted, result_name, partials_name = _plan(
+        kind, x.dtype, acc_dtype, result_dtype)
     dst, result = call.output(out, "out", (), result_dtype)
-    converted = np.dtype(result_dtype) != acc_dtype
     blocks = call.blocks(n, BLOCK, 4)
-    # float16 inputs read one element per trip (libNVVM 13.0, see elementwise.py).
-    kern = reduce_kernel(kind, acc_dtype, np.dtype(x.dtype) != np.dtype(np.float16))
     args = (x, y, acc_dtype.type(init))
     if call.simulator:
         target = call.scratch((1,), acc_dtype) if converted else dst.reshape(1)
@@ -402,15 +417,19 @@ def _run_reduce(op, kind, x, y, acc_dtype, result_dtype, init, out, stream):
         return result
     with call.workspace() as ws:
         order = call.order
-        target = ws.array(f"reduce.result.{acc_dtype}", acc_dtype, 1, order) if converted \
-            else dst.reshape(1)
-        partials = ws.array(f"reduce.partials.{acc_dtype}", acc_dtype, blocks, order)
+        target = ws.array(result_name, acc_dtype, 1, order) if converted \
+            else vector(dst)
+        partials = ws.array(partials_name, acc_dtype, blocks, order)
         # The last block of every launch puts the ticket counter back to zero.
-        counter = ws.array("reduce.counter", np.uint32, 1, order, zero=True)
+        counter = ws.array("reduce.counter", _U32, 1, order, zero=True)
         call.launch(kern, blocks, BLOCK, *args, target, partials, counter)
         if converted:
-            call.launch(_cast_kernel, 1, 1, target, dst.reshape(1))
+            call.launch(_cast_kernel, 1, 1, target, vector(dst))
     return result
+
+
+_U32 = np.dtype(np.uint32)
+_PARTIALS = {d: f"reduce.partials.{d}" for d in NUMERIC}
 
 
 @cupric.kernel
@@ -422,7 +441,7 @@ def _cast_kernel(src, dst):
 
 def _prepare(op, x, call_stream):
     call = Call(op, call_stream)
-    return call.array(x, "x", dtypes=NUMERIC + (np.dtype(bool),))
+    return call, call.array(x, "x", dtypes=NUMERIC_BOOL)
 
 
 def sum(x, out=None, stream=None):
@@ -455,9 +474,12 @@ def sum(x, out=None, stream=None):
     >>> float(total.to_numpy())                                 # doctest: +SKIP
     1000.0
     """
-    xs = _prepare("sum", x, stream)
-    acc, res = _sum_dtypes(np.dtype(xs.dtype))
-    return _run_reduce("sum", "sum", xs, None, acc, res, 0, out, stream)
+    call, xs = _prepare("sum", x, stream)
+    acc, res = _SUM_DTYPES.get(xs.dtype) or _sum_dtypes(np.dtype(xs.dtype))
+    return _run_reduce(call, "sum", xs, None, acc, res, 0, out)
+
+
+_SUM_DTYPES = {d: _sum_dtypes(d) for d in NUMERIC_BOOL}
 
 
 def dot(x, y, out=None, stream=None):
@@ -488,17 +510,17 @@ def dot(x, y, out=None, stream=None):
     acc, res = _sum_dtypes(dtype)
     if dtype == np.dtype("f2"):
         res = dtype
-    return _run_reduce("dot", "dot", xs, ys, acc, res, 0, out, stream)
+    return _run_reduce(call, "dot", xs, ys, acc, res, 0, out)
 
 
 def _minmax(op, largest, x, out, stream):
-    xs = _prepare(op, x, stream)
+    call, xs = _prepare(op, x, stream)
     if xs.size == 0:
         raise ValueError(f"{op} of an empty array has no identity")
     dtype = np.dtype(xs.dtype)
     acc = _compare_dtype(dtype)
     init = _extreme(acc, largest) if dtype.kind != "b" else acc.type(1 if largest else 0)
-    return _run_reduce(op, op, xs, None, acc, dtype, init, out, stream)
+    return _run_reduce(call, op, xs, None, acc, dtype, init, out)
 
 
 def min(x, out=None, stream=None):
@@ -535,7 +557,7 @@ def max(x, out=None, stream=None):
 
 def _arg(op, x, out, stream):
     call = Call(op, stream)
-    xs = call.array(x, "x", dtypes=NUMERIC + (np.dtype(bool),))
+    xs = call.array(x, "x", dtypes=NUMERIC_BOOL)
     if xs.size == 0:
         raise ValueError(f"{op} of an empty array is undefined")
     dtype = np.dtype(xs.dtype)
@@ -552,10 +574,10 @@ def _arg(op, x, out, stream):
         return result
     with call.workspace() as ws:
         order = call.order
-        values = ws.array(f"reduce.partials.{acc}", acc, blocks, order)
+        values = ws.array(_PARTIALS.get(acc) or f"reduce.partials.{acc}", acc, blocks, order)
         index = ws.array("reduce.partial_index", np.int64, blocks, order)
         counter = ws.array("reduce.counter", np.uint32, 1, order, zero=True)
-        call.launch(kern, blocks, BLOCK, flat, init, dst.reshape(1), values, index, counter)
+        call.launch(kern, blocks, BLOCK, flat, init, vector(dst), values, index, counter)
     return result
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 import cupric
 from cupric.device import FULL_MASK, atomic, gridDim, shared, syncthreads, threadIdx, warp
-from cupric.kernels._common import NUMERIC, Call
+from cupric.kernels._common import NUMERIC, NUMERIC_BOOL, Call
 from cupric.types import f32, f64, i32, i64, u32, u64
 
 __all__ = ["inclusive_scan", "exclusive_scan", "scan_kernel", "BLOCK", "ITEMS", "TILE"]
@@ -171,31 +171,54 @@ def scan_kernel(acc_dtype):
     return kern
 
 
-def scan_into(call: Call, x, out, exclusive: bool) -> None:
+def scan_into(call: Call, x, out, exclusive: bool, ws=None) -> None:
     """Queue a scan of 1-D `x` into 1-D `out` (accumulating in `out`'s dtype) on `call`'s
-    stream; used by the host functions and by the radix sort."""
-    n = int(x.size)
+    stream; used by the host functions and by the radix sort. `ws` is the device's
+    workspace when the caller already holds it (`Call.workspace()`), else it is taken
+    here."""
+    n = x.size
     if n == 0:
         return
     tiles = -(-n // TILE)
-    kern = scan_kernel(out.dtype)
+    dtype = out.dtype
+    plan = _PLANS.get(dtype)
+    if plan is None:
+        plan = _PLANS[dtype] = (scan_kernel(dtype), f"scan.aggregates.{dtype}",
+                                f"scan.prefixes.{dtype}")
+    kern, aggregates_name, prefixes_name = plan
     if call.simulator:
         call.launch(kern, tiles, BLOCK, x, out, bool(exclusive), np.int32(1),
                     call.scratch((1,), np.uint32, zero=True),
                     call.scratch((tiles,), np.int32, zero=True),
-                    call.scratch((tiles,), out.dtype), call.scratch((tiles,), out.dtype))
+                    call.scratch((tiles,), dtype), call.scratch((tiles,), dtype))
         return
-    with call.workspace() as ws:
-        order = call.order
-        # The tile counter is reset by the block taking the last ticket; the flags are
-        # tagged with the launch's epoch. New arrays start zeroed (below every epoch).
-        counter = ws.array("scan.counter", np.uint32, 1, order, zero=True)
-        flags = ws.array("scan.flags", np.int32, tiles, order, zero=True)
-        aggregates = ws.array(f"scan.aggregates.{out.dtype}", out.dtype, tiles, order)
-        prefixes = ws.array(f"scan.prefixes.{out.dtype}", out.dtype, tiles, order)
-        epoch = np.int32(ws.next_epoch(order))
-        call.launch(kern, tiles, BLOCK, x, out, bool(exclusive), epoch, counter, flags,
-                    aggregates, prefixes)
+    if ws is None:
+        with call.workspace() as held:
+            _scan_launch(call, held, kern, tiles, x, out, exclusive, aggregates_name,
+                         prefixes_name)
+    else:
+        _scan_launch(call, ws, kern, tiles, x, out, exclusive, aggregates_name,
+                     prefixes_name)
+
+
+#: accumulator dtype -> (kernel, workspace names of the tile aggregates and prefixes).
+_PLANS: dict = {}
+_U32 = np.dtype(np.uint32)
+_I32 = np.dtype(np.int32)
+
+
+def _scan_launch(call, ws, kern, tiles, x, out, exclusive, aggregates_name,
+                 prefixes_name) -> None:
+    order = call.order
+    # The tile counter is reset by the block taking the last ticket; the flags are
+    # tagged with the launch's epoch. New arrays start zeroed (below every epoch).
+    counter = ws.array("scan.counter", _U32, 1, order, zero=True)
+    flags = ws.array("scan.flags", _I32, tiles, order, zero=True)
+    aggregates = ws.array(aggregates_name, out.dtype, tiles, order)
+    prefixes = ws.array(prefixes_name, out.dtype, tiles, order)
+    epoch = np.int32(ws.next_epoch(order))
+    call.launch(kern, tiles, BLOCK, x, out, bool(exclusive), epoch, counter, flags,
+                aggregates, prefixes)
 
 
 def _default_dtype(dtype: np.dtype) -> np.dtype:
@@ -209,7 +232,7 @@ def _default_dtype(dtype: np.dtype) -> np.dtype:
 
 def _scan(op, x, exclusive, out, dtype, stream):
     call = Call(op, stream)
-    xs = call.array(x, "x", dtypes=NUMERIC + (np.dtype(bool),))
+    xs = call.array(x, "x", dtypes=NUMERIC_BOOL)
     if dtype is None:
         dtype = _default_dtype(np.dtype(xs.dtype)) if out is None else \
             np.dtype(call.array(out, "out").dtype)

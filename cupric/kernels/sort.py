@@ -16,7 +16,7 @@ import numpy as np
 import cupric
 from cupric.device import (FULL_MASK, atomic, bits, blockIdx, grid, gridsize, local,
                            shared, syncthreads, syncwarp, threadIdx, warp)
-from cupric.kernels._common import SORTABLE, Call
+from cupric.kernels._common import SORTABLE, Call, vector_prefix
 from cupric.types import i32, i64, u32
 
 __all__ = ["bitonic_sort", "radix_sort", "CHUNK", "RADIX_BITS"]
@@ -291,9 +291,17 @@ def _prepare(op, x, out, stream):
     src = call.array(x, "x", dtypes=SORTABLE)
     dst, result = call.output(out, "out", src.shape, src.dtype)
     # The kernels move bit patterns: every supported dtype is 32 bits wide.
-    bits_in = call.flat(src, "x").view(np.uint32)
-    bits_out = call.flat(dst, "out").view(np.uint32)
-    return call, bits_in, bits_out, result, np.dtype(src.dtype)
+    bits_in = call.flat(src, "x", _U32)
+    bits_out = call.flat(dst, "out", _U32)
+    return call, bits_in, bits_out, result, src.dtype
+
+
+_U32 = np.dtype(np.uint32)
+#: Radix sorts of up to this many keys keep their scratch (two key arrays, the digit
+#: counts and offsets) in the device's workspace, reused from call to call; larger ones
+#: allocate it per call, where the allocation costs little beside the sort and the
+#: memory goes back to the pool afterwards.
+RADIX_WORKSPACE_KEYS = 1 << 22
 
 
 def bitonic_sort(x, out=None, *, descending=False, stream=None):
@@ -384,25 +392,53 @@ def radix_sort(x, out=None, *, descending=False, stream=None):
     >>> radix_sort(keys, keys)               # in place              # doctest: +SKIP
     """
     call, src, dst, result, dtype = _prepare("radix_sort", x, out, stream)
-    n = int(src.size)
+    n = src.size
     if n == 0:
         return result
-    from cupric.kernels.scan import scan_into
     to_keys, from_keys = key_kernels(dtype)
     flip = np.uint32(_ALL_BITS if descending else 0)
-    keys = call.scratch((n,), np.uint32)
-    spare = call.scratch((n,), np.uint32)
-    call.launch(to_keys, call.blocks(n, BLOCK), BLOCK, src, keys, flip)
     tiles = -(-n // RADIX_TILE)
-    counts = call.scratch((RADIX * tiles,), np.uint32)
-    offsets = call.scratch((RADIX * tiles,), np.uint32)
-    for shift in range(0, 32, RADIX_BITS):
-        call.launch(radix_histogram_kernel, tiles, RADIX_BLOCK, keys, counts,
-                    np.uint32(shift), np.int64(tiles))
-        scan_into(call, counts, offsets, exclusive=True)
-        call.launch(radix_scatter_kernel, tiles, RADIX_BLOCK, keys, spare, offsets,
-                    np.uint32(shift), np.int64(tiles))
-        keys, spare = spare, keys
-    call.launch(from_keys, call.blocks(n, BLOCK), BLOCK, keys, dst, flip)
-    call.finish()
+    if call.simulator or n > RADIX_WORKSPACE_KEYS:
+        keys = call.scratch((n,), np.uint32)
+        spare = call.scratch((n,), np.uint32)
+        counts = call.scratch((RADIX * tiles,), np.uint32)
+        offsets = call.scratch((RADIX * tiles,), np.uint32)
+        _radix_passes(call, None, src, dst, keys, spare, counts, offsets, to_keys,
+                      from_keys, flip, n, tiles)
+        call.finish()
+        return result
+    with call.workspace() as ws:
+        order = call.order
+        keys = ws.array("radix.keys", _U32, n, order)
+        spare = ws.array("radix.spare", _U32, n, order)
+        counts = ws.array("radix.counts", _U32, RADIX * tiles, order)
+        offsets = ws.array("radix.offsets", _U32, RADIX * tiles, order)
+        if keys.size != n:
+            keys, spare = vector_prefix(keys, n), vector_prefix(spare, n)
+        if counts.size != RADIX * tiles:
+            counts = vector_prefix(counts, RADIX * tiles)
+            offsets = vector_prefix(offsets, RADIX * tiles)
+        _radix_passes(call, ws, src, dst, keys, spare, counts, offsets, to_keys,
+                      from_keys, flip, n, tiles)
     return result
+
+
+def _radix_passes(call, ws, src, dst, keys, spare, counts, offsets, to_keys, from_keys,
+                  flip, n, tiles) -> None:
+    """Queue the radix sort's launches: keys to bit patterns, four digit passes
+    (histogram, exclusive scan of the counts, scatter), back to the dtype. `ws` is the
+    workspace when the caller holds it (the scans use it)."""
+    from cupric.kernels.scan import scan_into
+    blocks = call.blocks(n, BLOCK)
+    call.launch(to_keys, blocks, BLOCK, src, keys, flip)
+    ntiles = np.int64(tiles)
+    for shift in _SHIFTS:
+        call.launch(radix_histogram_kernel, tiles, RADIX_BLOCK, keys, counts, shift, ntiles)
+        scan_into(call, counts, offsets, True, ws)
+        call.launch(radix_scatter_kernel, tiles, RADIX_BLOCK, keys, spare, offsets, shift,
+                    ntiles)
+        keys, spare = spare, keys
+    call.launch(from_keys, blocks, BLOCK, keys, dst, flip)
+
+
+_SHIFTS = tuple(np.uint32(s) for s in range(0, 32, RADIX_BITS))

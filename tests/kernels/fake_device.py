@@ -122,7 +122,7 @@ class FakeGpu:
         monkeypatch.setattr(memory.DeviceBuffer, "close", close)
         monkeypatch.setattr(memory, "order_after", order_after)
         monkeypatch.setattr(memory, "_device_of_context", lambda: 0)
-        monkeypatch.setattr(array_adapters, "stream_flags", lambda handle: 0)
+        monkeypatch.setattr(array_adapters, "stream_flags", lambda handle: 0, raising=False)
         monkeypatch.setattr(kmod.Specialization, "prepared", prepared)
         monkeypatch.setattr(kmod, "_SIMULATOR", [False])
         monkeypatch.setattr(kmod, "_MULTI", [False])
