@@ -726,9 +726,14 @@ class Kernel:
     same stream; the legacy default stream against the per-thread default stream; the
     legacy default stream against a blocking stream, either way round (one
     `cuStreamGetFlags` query says which). Several arrays of one producer cost one wait.
-    A launch that is refused (wrong device, wrong type) orders nothing. DLPack producers
-    are handed the launch stream and order themselves. PyTorch names no stream (order
-    PyTorch's work yourself), nor do DeviceBuffers (their work is on streams you chose).
+    A launch that is refused (wrong device, wrong type) orders nothing. A launch stream
+    being captured into a graph gets no wait (CUDA forbids waiting there on an event
+    recorded outside the capture): finish or order the producer's work before launching
+    the graph. DLPack producers are handed the launch stream and order themselves.
+    PyTorch names no stream (order PyTorch's work yourself), nor do DeviceBuffers (their
+    work is on streams you chose). A wait costs a few driver calls (flags, capture
+    status, event record and wait: a few microseconds); launching on CuPy's current
+    stream itself (``with cupy.cuda.ExternalStream(stream.handle): ...``) needs none.
     """
 
     _cupric_kernel = True

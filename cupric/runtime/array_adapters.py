@@ -484,6 +484,12 @@ def stream_flags(handle: int) -> int:
     return int(check(driver().cuStreamGetFlags(handle)))
 
 
+def stream_capturing(handle: int) -> bool:
+    """Whether stream `handle` is being captured into a graph (`cuStreamIsCapturing`)."""
+    from ._driver import check, driver
+    return int(check(driver().cuStreamIsCapturing(handle))) != 0
+
+
 def needs_wait(consumer: int, producer: int) -> bool:
     """Whether work queued next on stream `consumer` must be made to wait (an event) for
     the work now on stream `producer` (raw handles of one context), or CUDA's stream
@@ -521,8 +527,19 @@ def order_launch_after(consumer: int, producers) -> None:
     each stream of `producers` (CUDA Array Interface ``stream`` values) where
     `needs_wait` says so: an event recorded on the producer and waited on by the consumer
     (`cupric.runtime.memory.order_after`; one reusable event per thread and device, none
-    created per launch). The host never waits."""
+    created per launch). The host never waits.
+
+    A consumer stream that is being captured into a graph gets no wait: waiting there on
+    an event recorded outside the capture is illegal in CUDA (it would invalidate the
+    capture), and what the graph's later replays read is ordered when they are launched,
+    not now; the producer's work must be finished or ordered before those launches.
+    """
     from . import memory
+    capturing = None
     for producer in producers:
         if needs_wait(consumer, producer):
+            if capturing is None:
+                capturing = consumer > _LEGACY and stream_capturing(consumer)
+            if capturing:
+                return
             memory.order_after(consumer, producer)

@@ -177,6 +177,9 @@ class Machine:
                             lambda spec, device=None: self._prepared(spec, device))
         monkeypatch.setattr(aa, "pointer_facts", self._facts)
         monkeypatch.setattr(aa, "stream_flags", self._flags)
+        self.capturing = set()
+        self.capture_queries = []
+        monkeypatch.setattr(aa, "stream_capturing", self._capturing)
         monkeypatch.setattr(memory, "order_after",
                             lambda consumer, producer: self.orders.append((consumer,
                                                                            producer)))
@@ -201,6 +204,10 @@ class Machine:
     def _flags(self, handle):
         self.flag_queries.append(handle)
         return FLAGS[handle]
+
+    def _capturing(self, handle):
+        self.capture_queries.append(handle)
+        return handle in self.capturing
 
     def memory(self, ptr, device, managed=False, pool_handle=0, kind=aa.MEMORY_DEVICE):
         self.pointers[ptr] = (kind, device, managed, pool_handle)
@@ -433,6 +440,28 @@ def test_needs_wait(machine, consumer, producer, wait, asked):
 def test_order_launch_after_uses_order_after_where_needed(machine):
     aa.order_launch_after(0, [1, BLOCKING_A, FREE_A, FREE_B])
     assert machine.orders == [(0, FREE_A), (0, FREE_B)]
+    assert machine.capture_queries == []   # the legacy stream is never captured
+    aa.order_launch_after(FREE_B, [1, BLOCKING_A, FREE_A])
+    assert machine.orders[2:] == [(FREE_B, 1), (FREE_B, BLOCKING_A), (FREE_B, FREE_A)]
+    assert machine.capture_queries == [FREE_B]   # asked once, when a wait is needed
+    aa.order_launch_after(FREE_B, [FREE_B])
+    assert machine.capture_queries == [FREE_B]
+
+
+def test_a_capturing_launch_stream_gets_no_wait(machine):
+    """Waiting on an event recorded outside a capture is illegal in CUDA (it would
+    invalidate the capture): the ordering is left to when the graph is launched."""
+    machine.capturing.add(FREE_B)
+    CUPY_STREAM.ptr = FREE_A
+    x, y = FakeCupy(0x10000, 256), FakeCupy(0x20000, 256)
+    assert launch_twice((A, x, y), stream=FREE_B)
+    axpy._fast = None
+    axpy[4, 64, FREE_B, 0](A, x, y)
+    assert machine.orders == [] and len(machine.launches) == 3
+    assert machine.capture_queries == [FREE_B] * 3
+    machine.capturing.clear()
+    axpy[4, 64, FREE_B, 0](A, x, y)
+    assert machine.orders == [(FREE_B, FREE_A)]
 
 
 CASES = [
@@ -515,13 +544,14 @@ def test_events_come_from_a_reused_pool(monkeypatch):
     monkeypatch.setattr(memory, "_device_of_context", lambda: 0)
     monkeypatch.setattr(memory._tls, "events", {}, raising=False)
     monkeypatch.setattr(aa, "stream_flags", lambda handle: FLAGS[handle])
+    monkeypatch.setattr(aa, "stream_capturing", lambda handle: False)
     for _ in range(5):
         aa.order_launch_after(FREE_B, [FREE_A])
     assert created == [2]
     assert calls == [("record", "event1", FREE_A), ("wait", "event1", FREE_B)] * 5
 
 
-def test_stream_flags_asks_the_driver(monkeypatch):
+def test_stream_queries_ask_the_driver(monkeypatch):
     driver_module = importlib.import_module("cupric.runtime._driver")
     asked = []
 
@@ -530,9 +560,14 @@ def test_stream_flags_asks_the_driver(monkeypatch):
             asked.append(handle)
             return (0, FLAGS[handle])
 
+        def cuStreamIsCapturing(self, handle):
+            asked.append(handle)
+            return (0, 1 if handle == FREE_B else 0)
+
     monkeypatch.setattr(driver_module, "driver", lambda: Driver())
     assert aa.stream_flags(FREE_A) == 1 and aa.stream_flags(BLOCKING_A) == 0
-    assert asked == [FREE_A, BLOCKING_A]
+    assert aa.stream_capturing(FREE_B) and not aa.stream_capturing(FREE_A)
+    assert asked == [FREE_A, BLOCKING_A, FREE_B, FREE_A]
 
 
 # -- the pointer query -------------------------------------------------------------------------

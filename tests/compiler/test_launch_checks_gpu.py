@@ -5,8 +5,9 @@ One GPU: host arrays are refused before anything runs; the driver's answers abou
 pointers and streams are what `pointer_facts` and `needs_wait` assume; a CuPy array
 written by a slow kernel on one stream and read by a cupric launch on another comes out
 right (and comes out stale when the ordering is switched off: the test sees the race).
-Two GPUs (skipped with one): arrays of the other device raise `DeviceMismatchError`,
-launches follow the current device, peer access enabled through cupric is accepted.
+A launch being captured into a graph gets no wait and replays right. Two GPUs (skipped
+with one): arrays of the other device raise `DeviceMismatchError`, launches follow the
+current device, peer access enabled through cupric is accepted.
 """
 
 from __future__ import annotations
@@ -256,6 +257,36 @@ def test_the_race_is_visible_without_the_wait(cp, rt, delayed_fill, monkeypatch)
     cp.cuda.Device().synchronize()
     assert not bool((y == 7.0).all())
     launch.close()
+
+
+def test_capture_gets_no_wait_and_replays_right(cp, rt, waits, rng):
+    """A launch captured into a graph with a CuPy array of another stream: no event wait
+    (illegal during capture), the capture stays valid, and the replay reads x."""
+    kern = cupric.kernel(_copy_py)
+    stream = rt.Device(0).create_stream(non_blocking=True)
+    producer = cp.cuda.Stream(non_blocking=True)
+    host = rng.standard_normal(N).astype(np.float32)
+    with producer:
+        x = cp.asarray(host)
+    y = cp.full(N, cp.nan, cp.float32)
+    for _ in range(2):                              # compiled, launcher generated
+        kern[N // 256, 256, stream, 0](x, y)
+    stream.synchronize()
+    cp.cuda.Device().synchronize()
+    waits.clear()
+    with producer:
+        with stream.capture() as capture:
+            kern[N // 256, 256, stream, 0](x, y)
+    assert waits == []
+    graph = capture.graph.instantiate()
+    y.fill(cp.nan)
+    cp.cuda.Device().synchronize()
+    graph.launch(stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(cp.asnumpy(y), host)
+    graph.close()
+    capture.graph.close()
+    stream.close()
 
 
 # -- two GPUs ----------------------------------------------------------------------------------
