@@ -259,6 +259,8 @@ class Call:
         """Order the call's stream after a producer's stream (CUDA Array Interface v3),
         once per producer and call; no event where CUDA orders the two already (see
         `cupric.runtime.array_adapters.needs_wait`)."""
+        if producer == 1 and self.handle <= 1:
+            return  # the legacy default stream after itself
         ordered = self._ordered
         if ordered is None:
             ordered = self._ordered = []

@@ -20,7 +20,7 @@ import numpy as np
 
 import cupric
 from cupric.device import grid, gridsize
-from cupric.kernels._common import NUMERIC, Call, same_dtype, same_shape
+from cupric.kernels._common import NUMERIC, NUMERIC_BOOL, Call, same_dtype, same_shape
 
 __all__ = ["vecadd", "saxpy", "memcpy", "fill", "map", "vecadd_kernel", "saxpy_kernel",
            "copy_kernel", "fill_kernel", "vecadd_scalar_kernel", "saxpy_scalar_kernel",
@@ -246,9 +246,20 @@ def quad_geometry(call: Call, out, block: int) -> tuple:
     items move few bytes per thread, where a covering grid is not measured to pay (the
     rgba2gray kernel, 20 bytes a thread, was slower on one): a grid of at most
     WAVES_PER_SM blocks of BLOCK threads per SM, as before."""
-    if np.dtype(out.dtype).itemsize >= 4:
+    if out.dtype.itemsize >= 4:
         return call.covering_blocks(out.size, block, UNROLL), block
     return call.blocks(out.size, BLOCK, UNROLL), BLOCK
+
+
+def _common_layout(op: str, first: str, a, second: str, b) -> tuple:
+    """(shape, dtype) shared by two arrays (`same_shape`'s and `same_dtype`'s errors
+    otherwise), with the common case checked without building their arguments."""
+    shape, dtype = a.shape, a.dtype
+    if b.shape != shape:
+        shape = same_shape(op, {first: a, second: b})
+    if b.dtype is not dtype:
+        dtype = same_dtype(op, {first: a, second: b})
+    return shape, dtype
 
 
 def _scalar(op: str, value, dtype: np.dtype, name: str):
@@ -305,11 +316,10 @@ def vecadd(a, b, out=None, stream=None):
     call = Call("vecadd", stream)
     a = call.array(a, "a", dtypes=NUMERIC)
     b = call.array(b, "b", dtypes=NUMERIC)
-    shape = same_shape("vecadd", {"a": a, "b": b})
-    dtype = same_dtype("vecadd", {"a": a, "b": b})
+    shape, dtype = _common_layout("vecadd", "a", a, "b", b)
     dst, result = call.output(out, "out", shape, dtype)
     fa, fb, fo = call.flat(a, "a"), call.flat(b, "b"), call.flat(dst, "out")
-    if dtype == _F16:
+    if dtype.char == "e":  # float16
         call.launch(vecadd_scalar_kernel, call.blocks(fo.size, BLOCK), BLOCK, fa, fb, fo)
     else:
         blocks, threads = quad_geometry(call, fo, STREAM_BLOCK)
@@ -351,12 +361,11 @@ def saxpy(a, x, y, out=None, stream=None):
     call = Call("saxpy", stream)
     x = call.array(x, "x", dtypes=NUMERIC)
     y = call.array(y, "y", dtypes=NUMERIC)
-    shape = same_shape("saxpy", {"x": x, "y": y})
-    dtype = same_dtype("saxpy", {"x": x, "y": y})
+    shape, dtype = _common_layout("saxpy", "x", x, "y", y)
     alpha = _scalar("saxpy", a, dtype, "a")
     dst, result = call.output(out, "out", shape, dtype)
     fx, fy, fo = call.flat(x, "x"), call.flat(y, "y"), call.flat(dst, "out")
-    if dtype == _F16:
+    if dtype.char == "e":  # float16
         call.launch(saxpy_scalar_kernel, call.blocks(fo.size, BLOCK), BLOCK, alpha, fx, fy,
                     fo)
     else:
@@ -386,10 +395,10 @@ def memcpy(src, out=None, stream=None):
     alternative that needs no SM time.
     """
     call = Call("memcpy", stream)
-    src = call.array(src, "src", dtypes=NUMERIC + (np.dtype(bool),))
+    src = call.array(src, "src", dtypes=NUMERIC_BOOL)
     dst, result = call.output(out, "out", src.shape, src.dtype)
     fs, fo = call.flat(src, "src"), call.flat(dst, "out")
-    if np.dtype(src.dtype) == _F16:  # a bit copy (see vecadd_scalar_kernel)
+    if src.dtype.char == "e":  # float16: a bit copy (see vecadd_scalar_kernel)
         fs, fo = fs.view(np.uint16), fo.view(np.uint16)
     call.launch(copy_kernel, *quad_geometry(call, fo, BLOCK), fs, fo)
     return result
@@ -416,11 +425,11 @@ def fill(out, value, stream=None):
     One launch, write-only traffic.
     """
     call = Call("fill", stream)
-    dst = call.array(out, "out", dtypes=NUMERIC + (np.dtype(bool),), writable=True)
+    dst = call.array(out, "out", dtypes=NUMERIC_BOOL, writable=True)
     scalar = np.bool_(value) if dst.dtype == np.dtype(bool) else \
         _scalar("fill", value, np.dtype(dst.dtype), "value")
     fo = call.flat(dst, "out")
-    if np.dtype(dst.dtype) == _F16:  # fill with the bit pattern (see vecadd_scalar_kernel)
+    if dst.dtype.char == "e":  # float16: fill with the bit pattern (see vecadd_scalar_kernel)
         fo, scalar = fo.view(np.uint16), scalar.view(np.uint16)
     call.launch(fill_kernel, *quad_geometry(call, fo, BLOCK), fo, scalar)
     return out
@@ -529,7 +538,7 @@ def map(fn, *arrays, out=None, dtype=None, stream=None):
         raise TypeError(f"map takes 1 to 3 arrays, got {len(arrays)}")
     call = Call("map", stream)
     names = ["x", "y", "z"][:len(arrays)]
-    arrs = [call.array(a, n, dtypes=NUMERIC + (np.dtype(bool),))
+    arrs = [call.array(a, n, dtypes=NUMERIC_BOOL)
             for a, n in zip(arrays, names)]
     shape = same_shape("map", dict(zip(names, arrs)))
     if dtype is None:

@@ -163,10 +163,19 @@ def histogram(x, bins=10, range=None, out=None, stream=None):
     call = Call("histogram", stream)
     xs = call.array(x, "x", dtypes=_INPUTS)
     first, last = _outer_edges(call, xs, range)
-    real = np.dtype("f4") if np.dtype(xs.dtype) == np.dtype("f4") else np.dtype("f8")
-    edges = np.linspace(first, last, bins + 1, endpoint=True, dtype=real)
-    norm = bins / (float(last) - float(first))
-    dst, result = call.output(out, "out", (bins,), np.int64)
+    real = _F4 if xs.dtype == _F4 else _F8
+    plan_key = (bins, first, last, real)
+    plan = _PLANS.get(plan_key)
+    if plan is None:
+        edges = np.linspace(first, last, bins + 1, endpoint=True, dtype=real)
+        norm = bins / (float(last) - float(first))
+        plan = (edges, (real.type(first), real.type(last), real.type(norm)),
+                histogram_kernel(real, bins <= MAX_SHARED_BINS))
+        if len(_PLANS) >= 64:
+            _PLANS.clear()
+        _PLANS[plan_key] = plan
+    edges, scalars, kern = plan
+    dst, result = call.output(out, "out", (bins,), _I8)
     flat = call.flat(xs, "x")
     if call.simulator:
         dst[...] = 0
@@ -175,10 +184,17 @@ def histogram(x, bins=10, range=None, out=None, stream=None):
         dst.zero(call.order)
         dev_edges = _device_edges(edges)
     if flat.size:
-        kern = histogram_kernel(real, bins <= MAX_SHARED_BINS)
         call.launch(kern, call.blocks(flat.size, BLOCK, 4), BLOCK, flat, dev_edges,
-                    real.type(first), real.type(last), real.type(norm), dst)
-    return result, edges
+                    *scalars, dst)
+    return result, edges.copy()
+
+
+_F4 = np.dtype("f4")
+_F8 = np.dtype("f8")
+_I8 = np.dtype("i8")
+#: (bins, first edge, last edge, real dtype) -> (edges, the kernel's first/last/norm
+#: scalars, kernel): computed once per distinct set of bins.
+_PLANS: dict = {}
 
 
 _EDGES: dict = {}
