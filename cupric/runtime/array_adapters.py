@@ -438,6 +438,12 @@ def pointer_facts(ptr: int) -> tuple[int, int, bool, int]:
         slots[i] = 0
     err = function(len(_FACT_ATTRIBUTES), query.attributes, query.data, ptr)
     if err:
+        # Memory outside any pool may make the pool attribute fail on some drivers: the
+        # other three alone (MEMPOOL_HANDLE is last), the pool slot left at 0.
+        for i in range(len(slots)):
+            slots[i] = 0
+        err = function(len(_FACT_ATTRIBUTES) - 1, query.attributes, query.data, ptr)
+    if err:
         from .errors import error_from_code
         raise error_from_code(err, f"asking the driver where address 0x{ptr:x} lives")
     kind = slots[0] & 0xFFFFFFFF

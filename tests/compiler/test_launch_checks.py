@@ -610,6 +610,22 @@ def test_pointer_facts_reads_each_attribute(query):
     assert aa.pointer_facts(0x5000) == (0, -1, False, 0)
 
 
+def test_pointer_facts_without_the_pool_attribute(query, monkeypatch):
+    """A driver that refuses the pool attribute for memory outside pools: the other
+    attributes are asked alone and the pool reads 0."""
+    answers = {0x1000: {2: 2, 8: False, 9: 1, 17: 0}}
+    inner = fake_query(answers)
+    counts = []
+
+    def refusing(count, attributes, data, ptr):
+        counts.append(count)
+        return 1 if count == 4 else inner(count, attributes, data, ptr)
+
+    monkeypatch.setattr(aa._PointerQuery, "function", refusing)
+    assert aa.pointer_facts(0x1000) == (aa.MEMORY_DEVICE, 1, False, 0)
+    assert counts == [4, 3]
+
+
 def test_pointer_facts_raises_the_typed_error(query):
     query({}, result=201)
     from cupric.runtime.errors import InvalidContextError
