@@ -41,7 +41,7 @@ class FakeCupyArray:
         for n in reversed(self.shape):
             strides.append(step)
             step *= max(n, 1)
-        self.strides = tuple(reversed(strides))
+        self.strides = self._c_strides = tuple(reversed(strides))
         self.size = int(np.prod(self.shape, dtype=np.int64))
         self.readonly = readonly
 
@@ -49,7 +49,8 @@ class FakeCupyArray:
     def __cuda_array_interface__(self):
         return {"shape": self.shape, "typestr": self.dtype.str, "descr": self.dtype.descr,
                 "data": (self.data.ptr if self.size else 0, self.readonly),
-                "version": 3, "strides": None, "stream": _CUPY_STREAM[0] or 1}
+                "version": 3, "strides": None if self.strides == self._c_strides else
+                self.strides, "stream": _CUPY_STREAM[0] or 1}
 
 
 FakeCupyArray.__name__ = FakeCupyArray.__qualname__ = "ndarray"
@@ -122,7 +123,10 @@ class FakeGpu:
         monkeypatch.setattr(memory.DeviceBuffer, "close", close)
         monkeypatch.setattr(memory, "order_after", order_after)
         monkeypatch.setattr(memory, "_device_of_context", lambda: 0)
+        # Every stream is a blocking one, none is capturing.
         monkeypatch.setattr(array_adapters, "stream_flags", lambda handle: 0, raising=False)
+        monkeypatch.setattr(array_adapters, "stream_capturing", lambda handle: False,
+                            raising=False)
         monkeypatch.setattr(kmod.Specialization, "prepared", prepared)
         monkeypatch.setattr(kmod, "_SIMULATOR", [False])
         monkeypatch.setattr(kmod, "_MULTI", [False])
@@ -131,8 +135,22 @@ class FakeGpu:
         monkeypatch.setattr(_common, "_sm_count", lambda ordinal: sms)
         monkeypatch.setattr(_common, "_WORKSPACES", {})
         monkeypatch.delenv("CUPRIC_SIMULATOR", raising=False)
-        for hook in _RESETS:
-            hook(monkeypatch)
+        from cupric.kernels import histogram
+        monkeypatch.setattr(histogram, "_EDGES", {})  # device copies of bin edges
+        # Kernels that launched before (on a GPU lane) start without their launch state
+        # here and get it back afterwards; `close` clears what the fakes left.
+        for kern in _kernels():
+            for name, empty_value in _LAUNCH_STATE:
+                monkeypatch.setattr(kern, name, empty_value())
+
+    def close(self) -> None:
+        """Forget every launch handle and launcher made with the fakes (kernels made
+        during the fake's use keep nothing of it); run before the monkeypatch's undo."""
+        for kern in _kernels():
+            if any(isinstance(spec._prepared, FakePrepared)
+                   for spec in kern._variants.values()):
+                for name, empty_value in _LAUNCH_STATE:
+                    setattr(kern, name, empty_value())
 
     def array(self, shape, dtype, readonly: bool = False) -> FakeCupyArray:
         """A fake CuPy array at a fresh address."""
@@ -145,6 +163,13 @@ class FakeGpu:
         _CUPY_STREAM[0] = handle
 
 
-#: Callables run with the monkeypatch when a FakeGpu is installed (per-module caches that
-#: must start empty register here).
-_RESETS: list = []
+#: A kernel's launch state: attribute -> a fresh empty value.
+_LAUNCH_STATE = (("_fast", lambda: None), ("_no_fast", set), ("_specs", dict),
+                 ("_variants", dict))
+
+
+def _kernels() -> list:
+    import gc
+
+    from cupric.compiler.kernel import Kernel
+    return [obj for obj in gc.get_objects() if isinstance(obj, Kernel)]

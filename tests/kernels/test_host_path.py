@@ -1,0 +1,238 @@
+"""CPU lane: the ready kernels' host path on a fake GPU (`fake_device.FakeGpu`): foreign
+arrays read through the array adapters give the same launches, errors and stream ordering
+as the CUDA Array Interface path; per-dtype plans follow dtype and shape changes; the
+radix sort's scratch lives in the workspace (reused, grown, per call past the limit) and
+calls on several streams and threads never interleave their use of it."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from cupric.kernels import _common
+from fake_device import FakeGpu
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    fake = FakeGpu(monkeypatch)
+    yield fake
+    fake.close()
+
+
+def _values(gpu):
+    """The recorded launches without the addresses of workspace arrays (fresh per run)."""
+    return [(name, grid, block, stream) for name, grid, block, stream, _ in gpu.launches]
+
+
+def test_adapter_and_interface_paths_launch_the_same(gpu, monkeypatch):
+    from cupric.kernels import elementwise, reduce, scan
+    x, y, out = gpu.array((64, 65), "f4"), gpu.array((64, 65), "f4"), gpu.array((64, 65), "f4")
+    total = gpu.array((), "f8")
+    xd = gpu.array(4099, "f8")
+
+    def calls():
+        elementwise.vecadd(x, y, out=out)
+        elementwise.saxpy(2.0, x, y, out=out)
+        reduce.sum(xd, out=total)
+        scan.inclusive_scan(x, out=out)
+        return list(gpu.launches)
+
+    adapted = calls()
+    gpu.launches.clear()
+    monkeypatch.setattr(_common, "_TRUSTED_ADAPTERS", frozenset())  # interface only
+    interfaced = calls()
+    assert [launch[:4] for launch in adapted] == [launch[:4] for launch in interfaced]
+    # Pointers, lengths and strides of the user's arrays are the same (the workspace
+    # arrays of the scan and the sum are the same ones too: one workspace); the scan's
+    # look-back epoch (argument 7) is one more.
+    assert adapted[3][4][7] + 1 == interfaced[3][4][7]
+    assert [v[:7] + v[8:] for _, _, _, _, v in adapted] == \
+        [v[:7] + v[8:] for _, _, _, _, v in interfaced]
+    first = adapted[0][4]
+    assert first[:3] == (x.data.ptr, 64 * 65, 1) and first[6:9] == (out.data.ptr, 64 * 65, 1)
+
+
+def test_same_errors_as_the_interface_path(gpu, monkeypatch):
+    from cupric.kernels import elementwise, reduce
+    a, b = gpu.array(8, "f4"), gpu.array(8, "f8")
+    wide, strided = gpu.array((4, 4), "f4"), gpu.array((4, 4), "f4")
+    strided.strides = (4, 16)  # Fortran order: not C-contiguous
+    messages = []
+    for trusted in (_common._TRUSTED_ADAPTERS, frozenset()):
+        monkeypatch.setattr(_common, "_TRUSTED_ADAPTERS", trusted)
+        found = []
+        for fn, exc in ((lambda: elementwise.vecadd(a, b), TypeError),
+                        (lambda: elementwise.vecadd(a, wide), ValueError),
+                        (lambda: elementwise.vecadd(strided, strided), ValueError),
+                        (lambda: reduce.sum(gpu.array(8, "c8")), TypeError),
+                        (lambda: elementwise.vecadd(np.zeros(8, "f4"), a), TypeError),
+                        (lambda: elementwise.vecadd(a, a, out=gpu.array(8, "f8")),
+                         TypeError)):
+            with pytest.raises(exc) as info:
+                fn()
+            found.append(str(info.value))
+        messages.append(found)
+    assert messages[0] == messages[1]
+    assert "vecadd: b has dtype float64, but a has float32" in messages[0][0]
+    assert "must be C-contiguous" in messages[0][2]
+    assert "host NumPy array" in messages[0][4]
+
+
+def test_producer_streams_ordered_once_per_call(gpu):
+    from cupric.kernels import elementwise
+    x, y, out = gpu.array(100, "f4"), gpu.array(100, "f4"), gpu.array(100, "f4")
+    gpu.set_cupy_stream(0x55)  # CuPy's current stream: a real stream
+    elementwise.vecadd(x, y, out=out, stream=7)
+    assert gpu.orders == [(7, 0x55)]  # three arrays, one producer: one wait
+    gpu.orders.clear()
+    gpu.set_cupy_stream(0)  # CuPy's null stream (the legacy one) and the legacy stream
+    elementwise.vecadd(x, y, out=out)
+    assert gpu.orders == []
+    elementwise.vecadd(x, y, out=out, stream=7)
+    # The fake says stream 7 is a blocking stream: the legacy stream orders it already.
+    assert gpu.orders == []
+
+
+def test_plans_follow_dtype_and_shape(gpu):
+    from cupric.kernels import reduce, scan
+    for dtype, acc in (("f4", "f4"), ("f8", "f8"), ("i2", "i8"), ("f4", "f4")):
+        gpu.launches.clear()
+        x = gpu.array(5000, dtype)
+        reduce.sum(x)
+        name, grid, block, stream, values = gpu.launches[0]
+        assert values[:2] == (x.data.ptr, 5000)
+        assert type(values[6]) is np.dtype(acc).type  # the initial value's dtype
+    for n, dtype in ((3840 * 3, "f4"), (3840 * 7 + 1, "i8"), (10, "f8")):
+        gpu.launches.clear()
+        x, out = gpu.array(n, dtype), gpu.array(n, dtype)
+        scan.inclusive_scan(x, out=out)
+        (_, tiles, _, _, values), = gpu.launches
+        assert tiles == -(-n // scan.TILE)
+        assert values[3:6] == (out.data.ptr, n, 1)
+        ws = _common._workspace(0)
+        assert ws.arrays[f"scan.aggregates.{np.dtype(dtype)}"].size >= tiles
+        assert ws.arrays[f"scan.prefixes.{np.dtype(dtype)}"].dtype == np.dtype(dtype)
+
+
+def test_histogram_plan_and_fresh_edges(gpu):
+    from cupric.kernels import histogram
+    x, counts = gpu.array(1000, "u1"), gpu.array(256, "i8")
+    _, edges = histogram.histogram(x, 256, (0, 256), out=counts)
+    np.testing.assert_array_equal(edges, np.histogram(np.zeros(1), 256, (0, 256))[1])
+    edges[:] = -1  # the caller's copy: the next call's edges are untouched
+    _, again = histogram.histogram(x, 256, (0, 256), out=counts)
+    np.testing.assert_array_equal(again, np.linspace(0, 256, 257))
+    _, other = histogram.histogram(x, 10, (0, 5))
+    np.testing.assert_array_equal(other, np.histogram(np.zeros(1), 10, (0, 5))[1])
+    scalars = [launch[4][-6:-3] for launch in gpu.launches]
+    assert scalars[0] == scalars[1] == (0.0, 256.0, 1.0)
+    assert scalars[2] == (0.0, 5.0, 2.0)
+
+
+def _radix_scratch(gpu):
+    return {name: arr for name, arr in _common._workspace(0).arrays.items()
+            if name.startswith("radix.")}
+
+
+def test_radix_sort_scratch_lives_in_the_workspace(gpu):
+    from cupric.kernels import sort
+    keys, out = gpu.array(5000, "u4"), gpu.array(5000, "u4")
+    sort.radix_sort(keys, out)
+    first = _radix_scratch(gpu)
+    assert sorted(first) == ["radix.counts", "radix.keys", "radix.offsets", "radix.spare"]
+    gpu.allocations.clear()
+    gpu.launches.clear()
+    sort.radix_sort(keys, out, stream=3)
+    assert gpu.allocations == []  # nothing allocated on a repeated call
+    assert len(gpu.launches) == 14
+    assert _radix_scratch(gpu) == first
+    # The last launch (back to the dtype) writes `out` from one of the scratch arrays.
+    assert gpu.launches[-1][4][3:6] == (out.data.ptr, 5000, 1)
+    assert gpu.launches[-1][4][0] in (first["radix.keys"].ptr, first["radix.spare"].ptr)
+
+
+def test_radix_sort_workspace_grows_and_shrinks_by_views(gpu):
+    from cupric.kernels import sort
+    small, big = gpu.array(3000, "i4"), gpu.array(70_000, "f4")
+    sort.radix_sort(small, gpu.array(3000, "i4"), stream=5)
+    old = _radix_scratch(gpu)
+    gpu.allocations.clear()
+    sort.radix_sort(big, gpu.array(70_000, "f4"), stream=5)
+    grown = _radix_scratch(gpu)
+    assert grown["radix.keys"].size >= 70_000 and grown["radix.counts"].size >= 256 * 35
+    assert [shape for shape, _, _ in gpu.allocations[:4]] == \
+        [(70_000,), (70_000,), (256 * 35,), (256 * 35,)]
+    # The old arrays were freed in stream order, on the stream that used them last.
+    closed = {ptr for ptr, stream in gpu.closes if stream == 5}
+    assert {arr.ptr for arr in old.values()} <= closed
+    gpu.allocations.clear()
+    gpu.launches.clear()
+    sort.radix_sort(small, gpu.array(3000, "i4"), stream=5)
+    assert gpu.allocations == []
+    to_keys = gpu.launches[0][4]
+    assert to_keys[3:5] == (grown["radix.keys"].ptr, 3000)  # a 3000-key view of it
+    histograms = [launch for launch in gpu.launches if launch[0] == "radix_histogram_kernel"]
+    assert all(launch[1] == 2 and launch[4][4] == 2 * 256 for launch in histograms)
+
+
+def test_radix_sort_past_the_limit_allocates_per_call(gpu, monkeypatch):
+    from cupric.kernels import sort
+    monkeypatch.setattr(sort, "RADIX_WORKSPACE_KEYS", 4096)
+    keys = gpu.array(5000, "u4")
+    sort.radix_sort(keys, keys, stream=9)
+    assert _radix_scratch(gpu) == {}
+    scratch = [(shape, stream) for shape, dtype, stream in gpu.allocations[:4]]
+    assert scratch == [((5000,), 9), ((5000,), 9), ((768,), 9), ((768,), 9)]
+    freed = {ptr for ptr, stream in gpu.closes if stream == 9}  # in stream order
+    assert len(freed) == 4 and not freed & {a.ptr for a in _common._workspace(0).arrays.values()}
+
+
+def test_workspace_users_on_several_streams_and_threads(gpu):
+    from cupric.kernels import reduce, scan, sort
+    keys = gpu.array(9000, "u4")
+    sort.radix_sort(keys, gpu.array(9000, "u4"), stream=11)
+    x = gpu.array(9000, "f4")
+    scan.inclusive_scan(x, stream=12)
+    reduce.sum(x, stream=12)
+    sort.radix_sort(keys, gpu.array(9000, "u4"), stream=11)
+    # Each change of stream waits for the previous user's stream.
+    assert gpu.orders == [(12, 11), (11, 12)]
+    gpu.launches.clear()
+    errors = []
+
+    def worker(stream):
+        try:
+            for _ in range(20):
+                sort.radix_sort(keys, gpu.array(9000, "u4"), stream=stream)
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in (21, 22, 23)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    streams = [launch[3] for launch in gpu.launches]
+    assert len(streams) == 3 * 20 * 14
+    # The workspace is held for a whole sort: its 14 launches are never interleaved.
+    for start in range(0, len(streams), 14):
+        assert len(set(streams[start:start + 14])) == 1
+
+
+def test_flat_views_and_reinterpretation(gpu):
+    call = _common.Call("test")
+    arr = call.array(gpu.array((3, 5), "f4"), "x")
+    flat = call.flat(arr, "x")
+    assert (flat.shape, flat.strides, flat.ptr) == ((15,), (4,), arr.ptr)
+    bits = call.flat(arr, "x", np.dtype("u4"))
+    assert bits.dtype == np.dtype("u4") and bits.shape == (15,)
+    assert call.flat(flat, "x") is flat
+    with pytest.raises(ValueError, match="cannot view"):
+        _common.vector(arr, np.dtype("u2"))
+    prefix = _common.vector_prefix(flat, 4)
+    assert (prefix.shape, prefix.ptr, prefix.base is arr or prefix.base is arr.base) == \
+        ((4,), arr.ptr, True)
