@@ -338,9 +338,10 @@ class Call:
                              f"{tuple(arr.shape)}")
         return arr
 
-    def output(self, out, name: str, shape, dtype):
+    def output(self, out, name: str, shape, dtype, arr=None):
         """`out` checked to have `shape` and `dtype` (writable), or a new array of them
-        where the call runs. Returns (launchable array, what to give back to the user)."""
+        where the call runs. Returns (launchable array, what to give back to the user).
+        `arr` is `self.array(out, name)` when the caller made it already."""
         if type(shape) is not tuple:
             shape = tuple(int(s) for s in shape)
         dtype = np.dtype(dtype)
@@ -351,7 +352,10 @@ class Call:
                 from cupric.runtime.memory import empty
                 arr = empty(shape, dtype, stream=self.stream)
             return arr, arr
-        arr = self.array(out, name, writable=True)
+        if arr is None:
+            arr = self.array(out, name, writable=True)
+        elif arr.readonly:
+            raise ValueError(f"{self.op}: {name} is read-only")
         if tuple(arr.shape) != shape:
             shape = tuple(int(s) for s in shape)
             raise ValueError(f"{self.op}: {name} has shape {tuple(arr.shape)}; expected "
@@ -371,7 +375,10 @@ class Call:
                 arr = arr.reshape(-1)
             return arr if dtype is None else arr.view(dtype)
         if arr.ndim == 1:  # strided too: the kernels take 1-D strides
-            return arr if dtype is None or dtype is arr.dtype else arr.view(dtype)
+            if dtype is None or dtype is arr.dtype:
+                return arr
+            if arr.strides[0] != arr.itemsize:
+                return arr.view(dtype)
         if not arr.is_c_contiguous:
             raise ValueError(f"{self.op}: {name} must be C-contiguous, got strides "
                              f"{arr.strides} for shape {arr.shape}")

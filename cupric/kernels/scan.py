@@ -233,14 +233,20 @@ def _default_dtype(dtype: np.dtype) -> np.dtype:
 def _scan(op, x, exclusive, out, dtype, stream):
     call = Call(op, stream)
     xs = call.array(x, "x", dtypes=NUMERIC_BOOL)
+    given = None  # `out` as an array, read once on the GPU
     if dtype is None:
-        dtype = _default_dtype(np.dtype(xs.dtype)) if out is None else \
-            np.dtype(call.array(out, "out").dtype)
+        if out is None:
+            dtype = _default_dtype(np.dtype(xs.dtype))
+        else:
+            given = call.array(out, "out")
+            dtype = given.dtype
+            if call.simulator:
+                given = None  # a NumPy array: `output` checks it as given
     dtype = np.dtype(dtype)
     if dtype not in _CUPRIC_TYPES:
         raise TypeError(f"{op}: cannot accumulate in {dtype}; use int32, int64, uint32, "
                         f"uint64, float32 or float64")
-    dst, result = call.output(out, "out", xs.shape, dtype)
+    dst, result = call.output(out, "out", xs.shape, dtype, given)
     scan_into(call, call.flat(xs, "x"), call.flat(dst, "out"), exclusive)
     return result
 
