@@ -1,0 +1,128 @@
+"""GPU lane: the ready kernels' faster host path on the device: CuPy arrays read through
+the array adapters (N-d, producers on other streams), per-dtype plans across dtype and
+size changes, the radix sort's scratch kept in the workspace (grown, reused by smaller
+sorts, per call past the limit) and shared by sorts on several streams and threads."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from kernels_helpers import random_array, require_lowering
+
+pytestmark = pytest.mark.gpu
+
+
+def _host(d):
+    from cupric.runtime import synchronize
+    synchronize()
+    return d.to_numpy()
+
+
+def test_cupy_nd_arrays_and_a_producer_stream(rng):
+    require_lowering("scan")
+    cp = pytest.importorskip("cupy")
+    from cupric.kernels import elementwise, reduce, scan
+    a, b = random_array(rng, (33, 1001), "f4"), random_array(rng, (33, 1001), "f4")
+    producer = cp.cuda.Stream(non_blocking=True)
+    with producer:
+        # Written on a non-blocking CuPy stream: the kernels' stream must wait for it.
+        x = cp.asarray(a) * 1
+        y = cp.asarray(b) * 1
+        out = cp.full(a.shape, cp.nan, dtype=cp.float32)
+        assert elementwise.vecadd(x, y, out=out) is out
+        total = reduce.sum(out)
+        running = scan.inclusive_scan(out.ravel())
+    producer.synchronize()
+    cp.cuda.Device().synchronize()
+    np.testing.assert_array_equal(cp.asnumpy(out), a + b)
+    c = (a + b).astype(np.float64)
+    np.testing.assert_allclose(_host(total), c.sum(), rtol=0, atol=1e-5 * np.abs(c).sum())
+    np.testing.assert_allclose(_host(running), np.cumsum(c.ravel()), rtol=0,
+                               atol=1e-5 * np.abs(c).sum())
+
+
+def test_plans_across_dtypes_and_sizes(rng):
+    require_lowering("scan")
+    from cupric.kernels import reduce, scan
+    from cupric.runtime import to_device
+    for n, dtype in ((5000, "f4"), (70_001, "f8"), (3, "i2"), (5000, "f4"), (1 << 20, "u4")):
+        a = random_array(rng, n, dtype)
+        got = _host(reduce.sum(to_device(a)))
+        scanned = _host(scan.inclusive_scan(to_device(a)))
+        if a.dtype.kind == "f":
+            scale = np.abs(a.astype(np.float64)).sum()
+            atol = scale * (1e-5 if dtype == "f4" else 1e-12)
+            np.testing.assert_allclose(got, a.astype(np.float64).sum(), rtol=0, atol=atol)
+            np.testing.assert_allclose(scanned, np.cumsum(a.astype(np.float64)), rtol=0,
+                                       atol=atol)
+        else:  # integers sum exactly (in 64 bits, as NumPy)
+            assert got == a.sum() and got.dtype == a.sum().dtype
+            np.testing.assert_array_equal(scanned, np.cumsum(a))
+
+
+def test_radix_sort_workspace_sizes(rng, monkeypatch):
+    require_lowering("sort")
+    from cupric.kernels import _common, sort
+    from cupric.runtime import current_device, to_device
+    stream = current_device().create_stream()
+    # Grown, reused by a smaller sort (a view of the bigger scratch), grown again, and
+    # past the workspace limit allocated per call.
+    monkeypatch.setattr(sort, "RADIX_WORKSPACE_KEYS", 300_000)
+    for n, dtype, descending in ((5000, "u4", False), (200_003, "f4", False),
+                                 (2049, "i4", True), (299_999, "i4", False),
+                                 (1_000_003, "f4", True), (7, "u4", False)):
+        a = random_array(rng, n, dtype)
+        keys = to_device(a)
+        out = sort.radix_sort(keys, descending=descending, stream=stream)
+        stream.synchronize()
+        expect = np.sort(a)[::-1] if descending else np.sort(a)
+        np.testing.assert_array_equal(out.to_numpy(), expect)
+        np.testing.assert_array_equal(keys.to_numpy(), a)  # the input is untouched
+    scratch = _common._workspace(_common.device_ordinal()).arrays["radix.keys"]
+    assert 299_999 <= scratch.size <= 2 * 300_000
+
+
+def test_radix_sorts_on_several_streams_and_threads(rng):
+    require_lowering("sort")
+    from cupric.kernels import sort
+    from cupric.runtime import current_device, to_device
+    device = current_device()
+    inputs = [random_array(rng, n, "u4") for n in (100_000, 3_001, 250_000)]
+    errors, results = [], {}
+
+    def worker(index):
+        try:
+            stream = device.create_stream()
+            keys = to_device(inputs[index])
+            outs = [sort.radix_sort(keys, stream=stream) for _ in range(5)]
+            stream.synchronize()
+            results[index] = [o.to_numpy() for o in outs]
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for index, outs in results.items():
+        for out in outs:
+            np.testing.assert_array_equal(out, np.sort(inputs[index]))
+
+
+def test_histogram_plans(rng):
+    require_lowering("histogram")
+    cp = pytest.importorskip("cupy")
+    from cupric.kernels import histogram
+    data = random_array(rng, 100_000, "u1")
+    x = cp.asarray(data)
+    for bins, range_ in ((256, (0, 256)), (10, (0, 100)), (256, (0, 256))):
+        counts, edges = histogram.histogram(x, bins, range_)
+        expect_counts, expect_edges = np.histogram(data, bins, range_)
+        np.testing.assert_array_equal(_host(counts), expect_counts)
+        np.testing.assert_array_equal(edges, expect_edges)
+        edges[:] = 0  # the caller's copy
