@@ -12,7 +12,8 @@ import numpy as np
 import cupric
 from cupric.device import (FULL_MASK, atomic, blockDim, blockIdx, grid, gridDim, gridsize,
                            shared, syncthreads, threadfence, threadIdx, warp)
-from cupric.kernels._common import NUMERIC, NUMERIC_BOOL, Call, same_dtype, same_shape, vector
+from cupric.kernels._common import (NUMERIC, NUMERIC_BOOL, Call, same_dtype, same_shape,
+                                    vector)
 from cupric.types import f32, f64, i32, i64, u32, u64
 
 __all__ = ["sum", "min", "max", "argmin", "argmax", "dot", "reduce_kernel",
@@ -574,7 +575,8 @@ def _arg(op, x, out, stream):
         return result
     with call.workspace() as ws:
         order = call.order
-        values = ws.array(_PARTIALS.get(acc) or f"reduce.partials.{acc}", acc, blocks, order)
+        name = _PARTIALS.get(acc) or f"reduce.partials.{acc}"
+        values = ws.array(name, acc, blocks, order)
         index = ws.array("reduce.partial_index", np.int64, blocks, order)
         counter = ws.array("reduce.counter", np.uint32, 1, order, zero=True)
         call.launch(kern, blocks, BLOCK, flat, init, vector(dst), values, index, counter)

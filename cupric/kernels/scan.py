@@ -11,7 +11,7 @@ import numpy as np
 
 import cupric
 from cupric.device import FULL_MASK, atomic, gridDim, shared, syncthreads, threadIdx, warp
-from cupric.kernels._common import NUMERIC, NUMERIC_BOOL, Call
+from cupric.kernels._common import NUMERIC_BOOL, Call
 from cupric.types import f32, f64, i32, i64, u32, u64
 
 __all__ = ["inclusive_scan", "exclusive_scan", "scan_kernel", "BLOCK", "ITEMS", "TILE"]
