@@ -21,6 +21,8 @@ import os
 import sys
 import threading
 
+from . import _cext
+
 __all__ = ["load", "build_error", "SOURCE"]
 
 SOURCE = r"""
@@ -338,73 +340,20 @@ def load(build: bool = True):
             return None  # a failed build is not retried within one process
         name = _name()
         directory = _cache_dir()
-        path = _find(directory, name)
+        path = _cext.find(directory, name)
         if path is None:
             if not build:
                 return None
             try:
-                path = _build(directory, name)
+                path = _cext.build(directory, name, SOURCE, "launch extension")
             except Exception as exc:  # no compiler or headers: recorded; Python paths used
                 _error = f"{type(exc).__name__}: {exc}"[:500]
                 return None
         try:
-            _module = _import(name, path)
+            _module = _cext.load_file(name, path)
         except Exception as exc:  # e.g. a stale file from another build: recorded
             _error = f"{type(exc).__name__}: {exc}"[:500]
             return None
         return _module
 
 
-def _find(directory: str, name: str) -> str | None:
-    import importlib.machinery
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = os.path.join(directory, name + suffix)
-        if os.path.exists(path):
-            return path
-    return None
-
-
-def _import(name: str, path: str):
-    import importlib.machinery
-    import importlib.util
-    loader = importlib.machinery.ExtensionFileLoader(name, path)
-    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
-
-
-def _build(directory: str, name: str) -> str:
-    import contextlib
-    import io
-    import shutil
-    import tempfile
-    from setuptools import Distribution, Extension
-    from setuptools.command.build_ext import build_ext
-
-    os.makedirs(directory, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=directory) as tmp:
-        source = os.path.join(tmp, name + ".c")
-        with open(source, "w") as f:
-            f.write(f'#define MODULE_NAME "{name}"\n#define INIT_NAME PyInit_{name}\n')
-            f.write(SOURCE)
-        ext = Extension(name, [source], extra_compile_args=["-O2"])
-        dist = Distribution({"name": name, "ext_modules": [ext]})
-        cmd = build_ext(dist)
-        cmd.build_lib = tmp
-        cmd.build_temp = tmp
-        cmd.ensure_finalized()
-        log = io.StringIO()
-        # The compiler's chatter goes to the error message on failure, not the terminal.
-        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-            try:
-                cmd.run()
-            except BaseException as exc:
-                raise RuntimeError(f"building the launch extension failed: {exc}\n"
-                                   f"{log.getvalue()[-2000:]}") from exc
-        built = cmd.get_ext_fullpath(name)
-        target = os.path.join(directory, os.path.basename(built))
-        # Atomic: a concurrent build in another process leaves one complete file.
-        shutil.copyfile(built, target + f".{os.getpid()}.partial")
-        os.replace(target + f".{os.getpid()}.partial", target)
-    return target
