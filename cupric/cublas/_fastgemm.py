@@ -34,9 +34,7 @@ runs through the Python paths. ``CUPRIC_CUBLAS_FASTPATH=0`` turns it off;
 
 from __future__ import annotations
 
-import hashlib
 import os
-import sys
 import threading
 
 from cupric.runtime import _cext
@@ -498,17 +496,6 @@ _error: str | None = None
 _lock = threading.Lock()
 
 
-def _name() -> str:
-    tag = sys.implementation.cache_tag.replace("-", "_")
-    digest = hashlib.sha256(SOURCE.encode()).hexdigest()[:12]
-    return f"_cupric_fastgemm_{tag}_{digest}"
-
-
-def _cache_dir() -> str:
-    base = os.environ.get("CUPRIC_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cupric")
-    return os.path.join(base, "cublas")
-
 
 def build_error() -> str | None:
     """Why the extension could not be built, loaded or configured, or None."""
@@ -532,17 +519,11 @@ def load(build: bool | None = None):
         if os.environ.get("CUPRIC_CUBLAS_FASTPATH", "1") == "0":
             _error = "disabled by CUPRIC_CUBLAS_FASTPATH=0"
             return None
-        if build is None:
-            build = os.environ.get("CUPRIC_BUILD_LAUNCHER", "1") != "0"
-        name = _name()
-        directory = _cache_dir()
-        path = _cext.find(directory, name)
         try:
-            if path is None:
-                if not build:
-                    return None
-                path = _cext.build(directory, name, SOURCE, "cuBLAS fast-path extension")
-            module = _cext.load_file(name, path)
+            module = _cext.open_extension("_cupric_fastgemm", "cublas", SOURCE,
+                                          "cuBLAS fast-path extension", build)
+            if module is None:
+                return None
             _configure(module)
         except Exception as exc:  # no compiler, headers or a stale file: the Python paths run
             _error = f"{type(exc).__name__}: {exc}"[:500]

@@ -1,14 +1,44 @@
 """Small CPython extensions built on first use into the per-user cache: the launch,
-allocation and small-GEMM fast paths each keep their C source as a string and call
-`find`, `build` and `load_file` here. A missing compiler makes `build` raise; callers
-record the message and run their Python paths.
+allocation and small-GEMM fast paths each keep their C source as a string and open it
+with `open_extension`. A missing compiler makes it raise; callers record the message and
+run their Python paths.
 """
 
 from __future__ import annotations
 
 import os
 
-__all__ = ["find", "load_file", "build"]
+__all__ = ["open_extension", "module_name", "find", "load_file", "build"]
+
+
+def open_extension(prefix: str, subdir: str, source: str, what: str,
+                   build_missing: bool | None = None):
+    """The extension module of C `source`, from ``<cache root>/<subdir>`` (built there
+    first when missing and `build_missing`; None follows ``CUPRIC_BUILD_LAUNCHER``,
+    anything but "0" builds), or None when it is missing and not to be built.
+
+    Raises whatever the build or the import raised (`what` names the extension).
+    """
+    from cupric._paths import cache_root
+    if build_missing is None:
+        build_missing = os.environ.get("CUPRIC_BUILD_LAUNCHER", "1") != "0"
+    name = module_name(prefix, source)
+    directory = str(cache_root() / subdir)
+    path = find(directory, name)
+    if path is None:
+        if not build_missing:
+            return None
+        path = build(directory, name, source, what)
+    return load_file(name, path)
+
+
+def module_name(prefix: str, source: str) -> str:
+    """`prefix`, this Python's tag and a digest of `source`: a file name that changes
+    whenever the source or the interpreter does."""
+    import hashlib
+    import sys
+    tag = sys.implementation.cache_tag.replace("-", "_")
+    return f"{prefix}_{tag}_{hashlib.sha256(source.encode()).hexdigest()[:12]}"
 
 
 def find(directory: str, name: str) -> str | None:

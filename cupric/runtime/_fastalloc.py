@@ -34,9 +34,7 @@ raises for a driver failure:
 
 from __future__ import annotations
 
-import hashlib
 import os
-import sys
 import threading
 
 from . import _cext
@@ -232,17 +230,6 @@ _error: str | None = None
 _lock = threading.Lock()
 
 
-def _name() -> str:
-    tag = sys.implementation.cache_tag.replace("-", "_")
-    digest = hashlib.sha256(SOURCE.encode()).hexdigest()[:12]
-    return f"_cupric_fastalloc_{tag}_{digest}"
-
-
-def _cache_dir() -> str:
-    base = os.environ.get("CUPRIC_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cupric")
-    return os.path.join(base, "memory")
-
 
 def build_error() -> str | None:
     """Why the extension could not be built, loaded or configured, or None."""
@@ -263,17 +250,9 @@ def load(build: bool | None = None):
             return _module
         if _error is not None:
             return None
-        if build is None:
-            build = os.environ.get("CUPRIC_BUILD_LAUNCHER", "1") != "0"
-        name = _name()
-        directory = _cache_dir()
-        path = _cext.find(directory, name)
         try:
-            if path is None:
-                if not build:
-                    return None
-                path = _cext.build(directory, name, SOURCE, "allocation extension")
-            _module = _cext.load_file(name, path)
+            _module = _cext.open_extension("_cupric_fastalloc", "memory", SOURCE,
+                                           "allocation extension", build)
         except Exception as exc:  # no compiler, headers or a stale file: recorded
             _error = f"{type(exc).__name__}: {exc}"[:500]
             return None

@@ -16,9 +16,6 @@ several threads never share one.
 
 from __future__ import annotations
 
-import hashlib
-import os
-import sys
 import threading
 
 from . import _cext
@@ -311,17 +308,6 @@ _error: str | None = None
 _lock = threading.Lock()
 
 
-def _name() -> str:
-    tag = sys.implementation.cache_tag.replace("-", "_")
-    digest = hashlib.sha256(SOURCE.encode()).hexdigest()[:12]
-    return f"_cupric_fastlaunch_{tag}_{digest}"
-
-
-def _cache_dir() -> str:
-    base = os.environ.get("CUPRIC_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cupric")
-    return os.path.join(base, "launch")
-
 
 def build_error() -> str | None:
     """Why the extension could not be built or loaded, or None."""
@@ -338,20 +324,10 @@ def load(build: bool = True):
             return _module
         if _error is not None:
             return None  # a failed build is not retried within one process
-        name = _name()
-        directory = _cache_dir()
-        path = _cext.find(directory, name)
-        if path is None:
-            if not build:
-                return None
-            try:
-                path = _cext.build(directory, name, SOURCE, "launch extension")
-            except Exception as exc:  # no compiler or headers: recorded; Python paths used
-                _error = f"{type(exc).__name__}: {exc}"[:500]
-                return None
         try:
-            _module = _cext.load_file(name, path)
-        except Exception as exc:  # e.g. a stale file from another build: recorded
+            _module = _cext.open_extension("_cupric_fastlaunch", "launch", SOURCE,
+                                           "launch extension", build)
+        except Exception as exc:  # no compiler or headers, a stale file: recorded
             _error = f"{type(exc).__name__}: {exc}"[:500]
             return None
         return _module
