@@ -435,10 +435,11 @@ def _check_device(device_type: int) -> None:
     if device_type in (DEVICE_CUDA, DEVICE_CUDA_MANAGED):
         return
     where = _DEVICE_NAMES.get(device_type, f"device type {device_type}")
+    from .intake import HostMemoryError, NotAnArrayError  # TypeErrors, as ever
     if device_type in (DEVICE_CPU, DEVICE_CUDA_HOST):
-        raise TypeError(f"this array lives in {where} memory, not on a CUDA device; copy it "
-                        f"to the device with cupric.runtime.to_device() first")
-    raise TypeError(f"this array lives on {where}, not on a CUDA device")
+        raise HostMemoryError(f"this array lives in {where} memory, not on a CUDA device; "
+                              f"copy it to the device with cupric.runtime.to_device() first")
+    raise NotAnArrayError(f"this array lives on {where}, not on a CUDA device")
 
 
 def from_dlpack(obj, stream=None):
@@ -467,7 +468,8 @@ def from_dlpack(obj, stream=None):
     BufferError, ValueError
         For a producer's newer DLPack major version, or a capsule consumed already.
     """
-    from .memory import borrow, stream_handle
+    from .memory import borrow
+    from .stream import as_stream_handle as stream_handle
     if _is_capsule(obj):
         info = parse_capsule(obj)
         owner = None

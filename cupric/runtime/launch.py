@@ -792,11 +792,7 @@ class _CompiledPreparedLaunch(PreparedLaunch):
 
 
 def _stream_ptr(stream) -> int:
-    if isinstance(stream, _Stream):
-        if stream._closed:
-            raise ClosedError("cannot launch on a closed stream")
-        return stream._ptr
-    return as_stream_handle(stream)
+    return as_stream_handle(stream)  # refuses a closed Stream with ClosedError
 
 
 def _describe_bad_value(kernel: str, index: int, t: str, value, exc) -> str:

@@ -22,6 +22,7 @@ from ._driver import check, driver
 from ._lifetime import _live
 from .errors import ClosedError, error_from_code
 from .stream import Stream as _Stream
+from .stream import as_stream_handle as _as_stream_handle
 
 __all__ = [
     "DeviceBuffer", "DeviceBox", "empty", "zeros", "empty_like", "zeros_like", "to_device",
@@ -46,31 +47,9 @@ _NO_CONSTRUCTOR = ("DeviceBuffer has no public constructor: use cupric.runtime.e
 # Streams and contexts
 
 
-def stream_handle(stream) -> int:
-    """The raw `CUstream` value of a stream-like object, as an int.
-
-    Accepts None (the legacy default stream, 0), an int, a cupric `Stream`, a
-    cuda.bindings `CUstream`, or any object with ``__cuda_stream__``, ``cuda_stream``
-    (PyTorch) or ``ptr`` (CuPy).
-
-    Raises
-    ------
-    TypeError
-        For anything else.
-    ClosedError
-        For a closed cupric `Stream`.
-    """
-    if stream is None:
-        return 0
-    if type(stream) is int:
-        return stream
-    if type(stream) is _Stream and not stream._closed:
-        return stream._ptr
-    handle = getattr(stream, "handle", None)  # cupric Stream: raises once closed
-    if handle is not None:
-        return int(handle)
-    from .stream import as_stream_handle
-    return as_stream_handle(stream)
+# The one resolver of stream arguments (None, int, cupric Stream, PyTorch/CuPy streams,
+# __cuda_stream__), under the name the runtime has always used for it.
+stream_handle = _as_stream_handle
 
 
 # The compiled allocation path (`_fastalloc.Entry`): _UNSET until the first allocation

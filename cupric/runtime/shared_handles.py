@@ -13,14 +13,7 @@ from typing import Callable
 __all__ = ["stream_parts", "stream_device", "SharedHandles"]
 
 
-def stream_parts(stream) -> tuple[int, object | None]:
-    """(raw `CUstream` as an int, the object to keep alive or None) of a stream-like value:
-    None (the legacy default stream), an int, a cupric `Stream`, or another library's
-    stream (PyTorch, CuPy, anything `cupric.runtime.memory.stream_handle` accepts)."""
-    from .memory import stream_handle
-    if stream is None:
-        return 0, None
-    return stream_handle(stream), (None if isinstance(stream, int) else stream)
+from .stream import stream_parts  # noqa: E402  (the one resolver, re-exported)
 
 
 def stream_device(stream):

@@ -14,7 +14,7 @@ import threading
 from ._driver import check, driver
 from ._lifetime import Resource
 
-__all__ = ["Stream", "HostCallbackError", "as_stream_handle"]
+__all__ = ["Stream", "HostCallbackError", "as_stream_handle", "stream_parts"]
 
 _LEGACY = 0          # the NULL stream: CU_STREAM_LEGACY semantics under the driver API
 _PER_THREAD = 2      # CU_STREAM_PER_THREAD
@@ -96,31 +96,58 @@ def _destroy_stream(handle) -> None:
 
 
 def as_stream_handle(stream) -> int:
-    """The `CUstream` of a stream-like object, as an int.
+    """The `CUstream` of a stream argument, as an int: the one resolver of stream
+    arguments in cupric (`cupric.runtime.intake.stream_handle` is this function).
 
-    Accepts None (the legacy default stream, 0), a cupric `Stream`, an int, an object with
-    `__cuda_stream__` (cuda.core, CuPy >= 13), one with ``cuda_stream`` (PyTorch) or
-    ``ptr`` (CuPy) attribute, or a cuda.bindings `CUstream`.
+    Accepts None (the default policy: the legacy default stream, 0), an int handle, a
+    cupric `Stream`, an object with `__cuda_stream__` (cuda.core, CuPy >= 13), PyTorch's
+    ``cuda_stream`` or CuPy's ``ptr`` attribute, or a cuda.bindings `CUstream`.
+
+    Raises
+    ------
+    ClosedError
+        For a closed cupric `Stream` (its handle may already name another stream).
+    TypeError
+        For anything else (bools and negative ints included).
     """
     if stream is None:
         return 0
-    if isinstance(stream, Stream):
-        return stream._ptr
-    if isinstance(stream, int):
+    cls = stream.__class__
+    if cls is int:
+        if stream < 0:
+            raise TypeError(f"a stream handle cannot be negative, got {stream}")
         return stream
+    if cls is Stream or isinstance(stream, Stream):
+        if stream._closed:
+            from .errors import ClosedError
+            raise ClosedError("this Stream is closed; its handle may name another stream "
+                              "now")
+        return stream._ptr
+    if isinstance(stream, bool):
+        raise TypeError("a bool is not a stream (pass None for the default stream)")
+    if isinstance(stream, int):
+        return as_stream_handle(int(stream))
     proto = getattr(stream, "__cuda_stream__", None)
     if proto is not None:
         _version, handle = proto()
         return int(handle)
     for attr in ("cuda_stream", "ptr"):
         handle = getattr(stream, attr, None)
-        if isinstance(handle, int):
+        if isinstance(handle, int) and not isinstance(handle, bool):
             return handle
     try:
         return int(stream)
     except (TypeError, ValueError):
-        raise TypeError(f"not a stream: {type(stream).__name__} (pass a cupric Stream, an "
+        raise TypeError(f"not a stream: {cls.__name__} (pass a cupric Stream, an "
                         f"int handle, or an object with __cuda_stream__)") from None
+
+
+def stream_parts(stream) -> tuple[int, object | None]:
+    """``(raw handle, the object to keep alive or None)`` of a stream argument (see
+    `as_stream_handle`): library handles bound to a stream hold the second."""
+    if stream is None or stream.__class__ is int:
+        return as_stream_handle(stream), None
+    return as_stream_handle(stream), stream
 
 
 class Stream(Resource):
