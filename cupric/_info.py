@@ -149,36 +149,81 @@ def collect() -> dict:
     }
 
 
-def _print_text(info: dict) -> None:
-    print(f"cupric {info['cupric']} on Python {info['python']}")
-    print("packages: " + ", ".join(f"{k} {v or 'missing'}" for k, v in info["packages"].items()))
+def _table(headers: tuple, rows: list) -> list[str]:
+    """Lines of a left-aligned text table (the last column is not padded)."""
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers) - 1)]
+    lines = []
+    for row in [headers, *rows]:
+        cells = [f"{str(c):<{w}}" for c, w in zip(row, widths)] + [str(row[-1])]
+        lines.append("  " + "  ".join(cells).rstrip())
+    return lines
+
+
+def _component_row(name: str, entry: dict) -> tuple:
+    """(component, found, version, found via, path or why not) of one probe's dict."""
+    if "error" in entry:
+        return (name, "no", "-", "-", entry["error"])
+    if entry.get("found") is False:
+        why = entry.get("reason", "")
+        if entry.get("install"):
+            why = f"{entry['install']} ({why})" if why else entry["install"]
+        return (name, "no", "-", "-", why)
+    extras = [f"{key.replace('_', ' ')} {entry[key]}" for key in
+              ("ir_version", "ptx_isa") if key in entry]
+    where = entry.get("path", "")
+    if extras:
+        where += f"  ({', '.join(extras)})"
+    version = entry.get("version") or entry.get("version_error", "?")
+    return (name, "yes", version, entry.get("found_via", "-"), where)
+
+
+def render_text(info: dict) -> str:
+    """The human-readable report: one table per section."""
+    lines = [f"cupric {info['cupric']} on Python {info['python']}", "",
+             "packages:"]
+    lines += _table(("package", "version"),
+                    [(k, v or "missing") for k, v in info["packages"].items()])
     drv = info["driver"]
+    lines.append("")
     if drv["available"]:
-        print(f"driver: CUDA {drv['driver_cuda_version']}, {len(drv['devices'])} GPU(s)")
-        for d in drv["devices"]:
-            print(f"  [{d['ordinal']}] {d['name']}  sm_{d['compute_capability'].replace('.', '')}"
-                  f"  {d['memory_gib']} GiB  {d['multiprocessors']} SMs  uuid {d['uuid']}")
+        lines.append(f"driver: CUDA {drv['driver_cuda_version']}, "
+                     f"{len(drv['devices'])} GPU(s)")
+        lines += _table(("#", "name", "arch", "memory", "SMs", "uuid"), [
+            (d["ordinal"], d["name"], "sm_" + d["compute_capability"].replace(".", ""),
+             f"{d['memory_gib']} GiB", d["multiprocessors"], d["uuid"])
+            for d in drv["devices"]])
+        toolchain_driver = info["toolchain"].get("driver", {})
+        if "max_ptx_isa" in toolchain_driver:
+            lines.append(f"  newest PTX ISA the driver loads: {toolchain_driver['max_ptx_isa']}")
     else:
-        print(f"driver: none ({drv['reason']}); kernels run on the CPU simulator")
-    print("toolchain:")
-    for name, entry in info["toolchain"].items():
-        print(f"  {name}: {entry}")
-    print("libraries:")
-    for name, entry in info["libraries"].items():
-        if entry.get("found"):
-            version = entry.get("version", "?")
-            print(f"  {name}: {entry['path']} (version {version})")
-        else:
-            hint = entry.get("install") or entry.get("reason", "")
-            print(f"  {name}: not found ({hint})")
-    print(f"cache: {info['cache_dir']}")
+        lines.append("driver: none; kernels run on the CPU simulator")
+        lines.append(f"  {drv['reason']}")
+    lines += ["", "toolchain and libraries:"]
+    rows = [_component_row(name, entry) for name, entry in info["toolchain"].items()
+            if name != "driver"]
+    libraries = info["libraries"]
+    if "error" in libraries and not isinstance(libraries["error"], dict):
+        rows.append(("libraries", "no", "-", "-", libraries["error"]))
+    else:
+        rows += [_component_row(name, entry) for name, entry in libraries.items()]
+    lines += _table(("component", "found", "version", "via", "path"), rows)
+    lines += ["", f"cache: {info['cache_dir']}"]
+    return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m cupric info", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true",
+                        help="print the report as JSON (for scripts) instead of tables")
+    args = parser.parse_args(argv)
     info = collect()
-    if "--json" in argv:
+    if args.json:
         json.dump(info, sys.stdout, indent=2)
         print()
     else:
-        _print_text(info)
+        print(render_text(info))
     return 0

@@ -1,14 +1,14 @@
 """The same bitonic sort, the same Python kernels, run twice: on the GPU (compiled
 through libNVVM) and on the CPU simulator (the Python functions themselves, with GPU
 semantics). Both results are checked against NumPy. Without a GPU only the simulator
-runs.
+runs, on --n keys when given (at most 16384 there), else on --sim-n.
 
-    python3 examples/bitonic_sort.py [--n 1000000] [--dtype float32] [--descending]
+    python3 examples/bitonic_sort.py [--n 1000000] [--sim-n 3000] [--dtype float32]
+                                     [--descending]
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import sys
@@ -16,7 +16,10 @@ import time
 
 import numpy as np
 
-from _common import on_gpu
+from _common import on_gpu, parser, simulator_size
+
+#: Keys the CPU simulator sorts in a few seconds.
+SIMULATOR_MAX_KEYS = 16384
 
 
 @contextlib.contextmanager
@@ -49,19 +52,35 @@ def random_keys(rng, n: int, dtype: np.dtype) -> np.ndarray:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=1_000_000, help="keys sorted on the GPU")
-    parser.add_argument("--sim-n", type=int, default=3000, help="keys on the simulator")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "int32", "uint32"])
-    parser.add_argument("--descending", action="store_true")
-    args = parser.parse_args()
+    args_parser = parser(__doc__)
+    args_parser.add_argument("--n", type=int, default=None,
+                             help="keys sorted on the GPU (default 1000000); without a GPU, "
+                             f"on the simulator (at most {SIMULATOR_MAX_KEYS})")
+    args_parser.add_argument("--sim-n", type=int, default=None,
+                             help="keys sorted on the simulator (default 3000)")
+    args_parser.add_argument("--dtype", default="float32",
+                             choices=["float32", "int32", "uint32"])
+    args_parser.add_argument("--descending", action="store_true")
+    args = args_parser.parse_args()
+    for flag in ("n", "sim_n"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            args_parser.error(f"--{flag.replace('_', '-')} must be positive")
     from cupric.kernels import sort
     dtype = np.dtype(args.dtype)
     rng = np.random.default_rng()
     ok = True
-    if on_gpu("the bitonic sort"):
+    gpu = on_gpu("the bitonic sort")
+    if gpu:
+        sim_n = simulator_size("--sim-n", args.sim_n, 3000, SIMULATOR_MAX_KEYS,
+                               script="bitonic_sort.py")
+    else:
+        flag = "--n" if args.n is not None else "--sim-n"
+        sim_n = simulator_size(flag, args.n if args.n is not None else args.sim_n, 3000,
+                               SIMULATOR_MAX_KEYS, script="bitonic_sort.py")
+    if gpu:
         from cupric.runtime import synchronize, to_device
-        x = random_keys(rng, args.n, dtype)
+        n = args.n or 1_000_000
+        x = random_keys(rng, n, dtype)
         d = to_device(x)
         sort.bitonic_sort(d, descending=args.descending)  # compile or load from the cache
         synchronize()
@@ -71,16 +90,16 @@ def main() -> int:
         t = time.perf_counter() - t0
         good = np.array_equal(out.to_numpy(), reference(x, args.descending))
         ok &= good
-        print(f"GPU:       {args.n} {dtype} keys in {t * 1e3:.2f} ms "
-              f"({args.n / t / 1e9:.2f} Gkeys/s); matches NumPy: {good}")
-    x = random_keys(rng, args.sim_n, dtype)
+        print(f"GPU:       {n} {dtype} keys in {t * 1e3:.2f} ms "
+              f"({n / t / 1e9:.2f} Gkeys/s); matches NumPy: {good}")
+    x = random_keys(rng, sim_n, dtype)
     with simulator():
         t0 = time.perf_counter()
         out = sort.bitonic_sort(x, descending=args.descending)
         t = time.perf_counter() - t0
     good = np.array_equal(out, reference(x, args.descending))
     ok &= good
-    print(f"simulator: {args.sim_n} {dtype} keys in {t:.2f} s; matches NumPy: {good}")
+    print(f"simulator: {sim_n} {dtype} keys in {t:.2f} s; matches NumPy: {good}")
     return 0 if ok else 1
 
 

@@ -1,19 +1,21 @@
 """SGEMM and DGEMM with cupric's register-blocked kernel against cuBLAS (through
 cupric.cublas, or CuPy when cupric's cuBLAS bindings cannot be generated here): rate in
 TFLOP/s, ratio and largest relative difference. Without a GPU the kernel runs on the
-CPU simulator on small matrices against NumPy.
+CPU simulator on small matrices against NumPy (70x33 @ 33x50, or --size up to 128).
 
     python3 examples/gemm.py [--size 4096]
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import numpy as np
 
-from _common import gpu_seconds, on_gpu
+from _common import gpu_seconds, on_gpu, parser, simulator_size
+
+#: Largest n the CPU simulator multiplies (n = 128 takes a few seconds there).
+SIMULATOR_MAX_SIZE = 128
 
 
 def cublas_matmul():
@@ -38,22 +40,29 @@ def cublas_matmul():
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=4096)
-    args = parser.parse_args()
+    args_parser = parser(__doc__)
+    args_parser.add_argument("--size", type=int, default=None,
+                             help="n for n x n matrices (default 4096 on a GPU; the "
+                             "simulator takes at most %d)" % SIMULATOR_MAX_SIZE)
+    args = args_parser.parse_args()
+    if args.size is not None and args.size < 1:
+        args_parser.error("--size must be positive")
     from cupric.kernels import gemm
     rng = np.random.default_rng()
     if not on_gpu("gemm"):
-        a = rng.standard_normal((70, 33)).astype(np.float32)
-        b = rng.standard_normal((33, 50)).astype(np.float32)
+        n = simulator_size("--size", args.size, None, SIMULATOR_MAX_SIZE,
+                           script="gemm.py")
+        m, k, cols = (70, 33, 50) if n is None else (n, n, n)
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, cols)).astype(np.float32)
         c = gemm.sgemm(a, b)
         err = np.abs(c - a @ b).max() / np.abs(a @ b).max()
-        print(f"simulator: 70x33 @ 33x50 float32, largest relative difference from NumPy "
-              f"{err:.1e}")
+        print(f"simulator: {m}x{k} @ {k}x{cols} float32, largest relative difference "
+              f"from NumPy {err:.1e}")
         return 0 if err < 1e-5 else 1
     from cupric.runtime import empty, to_device
     name, matmul = cublas_matmul()
-    n = args.size
+    n = args.size or 4096
     status = 0
     for dtype in (np.float32, np.float64):
         a = to_device(rng.standard_normal((n, n)).astype(dtype))

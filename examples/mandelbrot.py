@@ -1,20 +1,25 @@
 """Render the Mandelbrot set with cupric's kernel (one GPU thread per pixel) and write it
 as a PNG with a colour map (Pillow), or as a grayscale PGM when Pillow is missing.
-Without a GPU the kernel runs on the CPU simulator at a small size.
+Without a GPU the kernel runs on the CPU simulator at a small size (96x54 and at most
+64 iterations unless the flags ask for another size, up to 640x360 pixels). The image goes
+to out/mandelbrot.png in the checkout unless --out names another file.
 
     python3 examples/mandelbrot.py [--width 1920 --height 1080] [--center -0.743 0.131]
-                                   [--scale 0.02] [--max-iter 1024] [--out mandelbrot.png]
+                                   [--scale 0.02] [--max-iter 1024] [--out FILE.png]
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
 import numpy as np
 
-from _common import on_gpu
+from _common import INSTALL_HINT, on_gpu, output_path, parser, simulator_size
+
+#: Pixels and iterations the CPU simulator renders in a few seconds.
+SIMULATOR_MAX_PIXELS = 640 * 360
+SIMULATOR_MAX_ITER = 256
 
 
 def colorize(levels: np.ndarray) -> np.ndarray:
@@ -27,7 +32,8 @@ def colorize(levels: np.ndarray) -> np.ndarray:
     return rgb
 
 
-def save(levels: np.ndarray, path: str) -> str:
+def save(levels: np.ndarray, path) -> str:
+    path = str(path)
     try:
         from PIL import Image
     except ImportError:
@@ -36,7 +42,7 @@ def save(levels: np.ndarray, path: str) -> str:
         with open(pgm, "wb") as fh:
             fh.write(f"P5\n{w} {h}\n255\n".encode())
             fh.write(np.ascontiguousarray(levels).tobytes())
-        print("Pillow is not installed (pip install pillow): wrote a grayscale PGM instead",
+        print(f"Pillow is not installed ({INSTALL_HINT}): wrote a grayscale PGM instead",
               file=sys.stderr)
         return pgm
     Image.fromarray(colorize(levels)).save(path)
@@ -44,19 +50,32 @@ def save(levels: np.ndarray, path: str) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--width", type=int, default=1920)
-    parser.add_argument("--height", type=int, default=1080)
-    parser.add_argument("--center", type=float, nargs=2, default=(-0.5, 0.0))
-    parser.add_argument("--scale", type=float, default=3.2)
-    parser.add_argument("--max-iter", type=int, default=512)
-    parser.add_argument("--out", default="mandelbrot.png")
-    args = parser.parse_args()
+    args_parser = parser(__doc__)
+    args_parser.add_argument("--width", type=int, default=None, help="default 1920 (GPU)")
+    args_parser.add_argument("--height", type=int, default=None, help="default 1080 (GPU)")
+    args_parser.add_argument("--center", type=float, nargs=2, default=(-0.5, 0.0))
+    args_parser.add_argument("--scale", type=float, default=3.2,
+                             help="width of the window in the complex plane")
+    args_parser.add_argument("--max-iter", type=int, default=None,
+                             help="default 512 (GPU), 64 (simulator)")
+    args_parser.add_argument("--out", default=None,
+                             help="image file (default: out/mandelbrot.png)")
+    args = args_parser.parse_args()
+    for flag in ("width", "height", "max_iter"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            args_parser.error(f"--{flag.replace('_', '-')} must be positive")
     from cupric.kernels import image
-    width, height, max_iter = args.width, args.height, args.max_iter
     gpu = on_gpu("mandelbrot")
-    if not gpu:
-        width, height, max_iter = 96, 54, min(max_iter, 64)
+    if gpu:
+        width, height = args.width or 1920, args.height or 1080
+        max_iter = args.max_iter or 512
+    else:
+        width, height = args.width or 96, args.height or 54
+        simulator_size("--width x --height", None if args.width is None and
+                       args.height is None else width * height, None, SIMULATOR_MAX_PIXELS,
+                       script="mandelbrot.py")
+        max_iter = simulator_size("--max-iter", args.max_iter, 64, SIMULATOR_MAX_ITER,
+                                  script="mandelbrot.py")
     t0 = time.perf_counter()
     levels = image.mandelbrot(width, height, center=tuple(args.center), scale=args.scale,
                               max_iter=max_iter)
@@ -77,7 +96,7 @@ def main() -> int:
               f"{time.perf_counter() - t0:.2f} s")
     inside = float(np.mean(levels == 0))
     print(f"{100 * inside:.1f}% of the pixels are in the set")
-    print(f"wrote {save(levels, args.out)}")
+    print(f"wrote {save(levels, output_path(args.out, 'mandelbrot.png'))}")
     return 0
 
 

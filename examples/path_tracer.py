@@ -5,7 +5,7 @@ camera (depth of field), accumulated progressively, written as a PNG (Pillow).
     python3 examples/path_tracer.py [--backend cpu|cuda|optix|all] [--scene showcase|heavy]
         [--width 640 --height 360 --spp 64] [--cpu-size 48x32 --cpu-spp 4]
         [--max-depth 8] [--seed 1] [--optix-spheres custom|auto|builtin] [--denoise]
-        [--out path_tracer.png]
+        [--out FILE.png]
 
 Scenes: ``showcase`` (default): 17 spheres, a ground of two triangles and an icosahedron;
 ``heavy``: the same spheres on a finely tessellated, displaced terrain and beside a
@@ -66,7 +66,7 @@ import cupric.optix.api as ox  # noqa: E402  (imports nothing from the driver)
 from cupric.device import bits, float3, grid, local, optix  # noqa: E402
 from cupric.types import Array, f32, i32, u32, u64  # noqa: E402
 
-from _common import on_gpu  # noqa: E402
+from _common import on_gpu, output_path  # noqa: E402
 from _tracer_bvh import STACK_SIZE, BVH, build_bvh, closest_hit  # noqa: E402
 from _tracer_shading import (CAMERA_FLOATS, DIELECTRIC, LAMBERTIAN, METAL, T_FAR,  # noqa: E402
                              T_MIN, hit_sphere, primary_ray, shade_hit, sky)
@@ -674,7 +674,8 @@ def save_png(image: np.ndarray, path: str) -> str:
         with open(ppm, "wb") as fh:
             fh.write(f"P6\n{w} {h}\n255\n".encode())
             fh.write(np.ascontiguousarray(to_srgb8(image)).tobytes())
-        print("Pillow is not installed (pip install pillow): wrote a PPM instead of a PNG",
+        print("Pillow is not installed (python3 -m pip install pillow): wrote a PPM "
+              "instead of a PNG",
               file=sys.stderr)
         return ppm
     Image.fromarray(to_srgb8(image)).save(path)
@@ -703,7 +704,8 @@ def _size(text: str) -> tuple[int, int]:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", choices=("cpu", "cuda", "optix", "all"), default="all")
     parser.add_argument("--scene", choices=SCENES, default="showcase",
                         help="showcase (default) or heavy (about a million triangles)")
@@ -725,8 +727,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "custom for glass, whose exit hits the built-in one culls) or "
                              "builtin (glass renders wrong)")
     parser.add_argument("--no-progress", action="store_true")
-    parser.add_argument("--out", default="path_tracer.png")
+    parser.add_argument("--out", default=None,
+                        help="image file (default: out/path_tracer.png in the checkout; "
+                        "with several backends, one file each, suffixed)")
     args = parser.parse_args(argv)
+    args.out = str(output_path(args.out, "path_tracer.png"))
     for name in ("width", "height", "spp", "cpu_spp", "max_depth", "batch"):
         if getattr(args, name) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be positive")

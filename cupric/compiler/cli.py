@@ -19,8 +19,8 @@ _EMITS = ("nvvm-ir", "ptx", "cubin")
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m cupric compile",
-        description="Compile a cupric kernel to NVVM IR, PTX or cubin.")
+        prog="python -m cupric compile", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("target", metavar="FILE::KERNEL",
                    help="the Python file and the name of the kernel in it")
     p.add_argument("--signature", "-s", default=None,
@@ -55,12 +55,7 @@ def load_kernel(target: str):
         raise ValueError(f"expected FILE::KERNEL, got {target!r}")
     if not os.path.isfile(path):
         raise ValueError(f"no such file: {path}")
-    module_name = "_cupric_cli_" + os.path.splitext(os.path.basename(path))[0]
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    spec.loader.exec_module(module)
+    module = _import_file(path)
     obj = getattr(module, name, None)
     if obj is None:
         raise ValueError(f"{path} has no name {name!r}")
@@ -69,6 +64,38 @@ def load_kernel(target: str):
     if callable(getattr(obj, "__code__", None)) or hasattr(obj, "__code__"):
         return kernel(obj)
     raise ValueError(f"{path}::{name} is not a kernel (a {type(obj).__name__})")
+
+
+class KernelFileError(ValueError):
+    """Importing the file that holds the kernel failed (the message names the file)."""
+
+
+def _import_file(path: str):
+    """Import `path` as a module, the way `python path` would see it: its own name as
+    ``sys.argv[0]`` and no further arguments (not the CLI's), its folder on
+    ``sys.path``; any exception it raises becomes a `KernelFileError` naming it."""
+    module_name = "_cupric_cli_" + os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    folder = os.path.dirname(os.path.abspath(path))
+    saved_argv = sys.argv
+    sys.argv = [path]
+    sys.path.insert(0, folder)
+    try:
+        spec.loader.exec_module(module)
+    except (Exception, SystemExit) as exc:
+        sys.modules.pop(module_name, None)
+        if isinstance(exc, SystemExit):
+            what = f"exited with status {exc.code!r} while being imported"
+        else:
+            what = f"raised {type(exc).__name__}: {exc}"
+        raise KernelFileError(f"importing the kernel file {path} failed: it {what} (the "
+                              "file's top level runs on import; guard script code with "
+                              "`if __name__ == \"__main__\":`)") from exc
+    finally:
+        sys.argv = saved_argv
+    return module
 
 
 def main(argv: list[str] | None = None) -> int:
