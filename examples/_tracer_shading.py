@@ -6,9 +6,9 @@ Every function is a `@cupric.device_function`: the CUDA kernel (software BVH) an
 OptiX raygen program both call them, and the CPU simulator runs them as plain Python, so
 the three backends share one source for the shading. (Not an example itself.)
 
-Conventions: vectors are `float3` (registers); scalars are f32; the random state is one
-u32 carried through every call and returned with its new value (device functions cannot
-mutate their caller's locals). Angles go through `sincospi` (sin and cos of pi*x): its
+Conventions: vectors are `float3` (registers); scalars are f32; the random state is a
+gpu_rand generator (a tuple of two u32) carried through every call and returned with
+its new value (device functions cannot mutate their caller's locals). Angles go through `sincospi` (sin and cos of pi*x): its
 argument reduction is exact and register-only, where `sin`/`cos` of libdevice keep a
 local-memory table for the slow path of huge arguments. Integers are cast explicitly
 with `u32(...)` because the simulator passes kernel scalars as NumPy int64, and u32
@@ -22,7 +22,8 @@ import math
 import cupric
 from cupric.device import float3, vector
 from cupric.device import math as device_math
-from cupric.types import f32, i32, u32
+from cupric.gpu_rand.device_rng import device_rng
+from cupric.types import f32, i32, u32, u64
 
 # Material kinds (column 0 of the materials table).
 LAMBERTIAN = 0
@@ -33,6 +34,11 @@ DIELECTRIC = 2
 # focus plane, its horizontal and vertical spans, the lens basis u and v, lens radius.
 CAMERA_FLOATS = 19
 
+# The per-path generator: gpu_rand's xoroshiro64** (two u32 words: the smallest state of
+# the family, so the whole path's generator lives in two registers).
+RNG = device_rng("xoroshiro64**")
+_WEYL = u64(0x9E3779B97F4A7C15)  # SplitMix64's increment: seeds land far apart
+
 # Smallest ray distance accepted: keeps a bounced ray from hitting the surface it left
 # (f32 rounding puts its origin a little above or below it).
 T_MIN = 1e-3
@@ -42,30 +48,20 @@ T_FAR = 1e30
 # -- random numbers ------------------------------------------------------------------------------
 
 @cupric.device_function
-def pcg_hash(v):
-    """PCG-RXS-M-XS 32-bit output permutation of `v` (Jarkko & Olano, "Hash Functions for
-    GPU Rendering", JCGT 2020): a good per-pixel seed from a counter in 6 instructions."""
-    s = u32(v) * u32(747796405) + u32(2891336453)
-    w = ((s >> ((s >> u32(28)) + u32(4))) ^ s) * u32(277803737)
-    return (w >> u32(22)) ^ w
-
-
-@cupric.device_function
 def rng_seed(pixel, sample, seed):
     """Initial state of the generator of one pixel's one sample: counter-based, so any
     sample of any pixel can be drawn in any order (progressive accumulation, and every
-    backend gets the same numbers for the same pixel, sample and seed)."""
-    return pcg_hash(u32(pixel) ^ pcg_hash(u32(sample) ^ pcg_hash(u32(seed))))
+    backend gets the same numbers for the same pixel, sample and seed). The key packs
+    pixel and sample into 64 bits and moves by a Weyl step per seed; gpu_rand's
+    seed_from_u64 (SplitMix64) hashes it into a xoroshiro64** state."""
+    key = ((u64(u32(pixel)) << 32) | u64(u32(sample))) + u64(u32(seed)) * _WEYL
+    return RNG.seed_from_u64(key)
 
 
 @cupric.device_function
 def random01(state):
-    """(uniform f32 in [0, 1), new state): a PCG step (LCG then output permutation)."""
-    s = u32(state) * u32(747796405) + u32(2891336453)
-    w = ((s >> ((s >> u32(28)) + u32(4))) ^ s) * u32(277803737)
-    w = (w >> u32(22)) ^ w
-    # The top 24 bits: every value k * 2^-24 is exactly representable in f32.
-    return f32(w >> u32(8)) * f32(5.9604644775390625e-08), s
+    """(uniform f32 in [0, 1), new state): the top 24 bits of one next_u32, exact."""
+    return RNG.uniform_f32(state)
 
 
 @cupric.device_function

@@ -26,8 +26,8 @@ _LAZY = {
     "random_bits": "bulk", "default_generator": "bulk",
     **{name: "host" for name in _NAMES},
 }
-_SUBMODULES = ("algorithms", "backends", "bulk", "device", "distributions", "generator",
-               "gf2", "host", "splitmix", "streams")
+_SUBMODULES = ("algorithms", "backends", "bulk", "device", "device_rng", "distributions",
+               "generator", "gf2", "host", "splitmix", "streams")
 
 __all__ = sorted(_LAZY)
 

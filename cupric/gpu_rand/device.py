@@ -2,39 +2,24 @@
 
 A thread keeps its generator state in registers as a tuple of u32/u64 words, loaded from
 and stored back to a (words, streams) state array; every function here returns the new
-state rather than mutating it. These are plain functions, so the simulator runs them as
-they are; `compiled_kernel` wraps them with the compiler's decorators on first GPU use.
+state rather than mutating it. Every function is a `@cupric.device_function`, declared
+once here, so the same objects run on the simulator and compile into kernels (user
+kernels reach them through `cupric.gpu_rand.device_rng`, which the fills below use too).
 """
 
 from __future__ import annotations
 
 import functools
-import math
-import threading
 from dataclasses import dataclass
 
+from cupric.compiler.kernel import device_function as _device
 from cupric.device import grid
-from cupric.device import math as device_math
-from cupric.types import f32, f64, u32, u64
+from cupric.types import u32, u64
 
 from . import algorithms as _alg
 
 __all__ = ["DeviceAlgorithm", "device_algorithm", "kernel_function", "compiled_kernel",
            "KERNELS"]
-
-# Names of module-level functions that kernels call: `compiled_kernel` replaces each with
-# its @cupric.device_function form before the first compilation.
-_DEVICE_FUNCTIONS: list[str] = []
-
-
-def _device(fn):
-    _DEVICE_FUNCTIONS.append(fn.__name__)
-    return fn
-
-
-_F32_SCALE = f32(2.0 ** -24)
-_F64_SCALE = f64(2.0 ** -53)
-
 
 # ---- state words in and out of registers ------------------------------------------------
 
@@ -368,19 +353,19 @@ def mulhi64(a, b):
 
 @dataclass(frozen=True)
 class DeviceAlgorithm:
-    """The device functions of one generator, by module-level name."""
+    """The primitive device functions of one generator (see `device_rng` for the API)."""
 
     algorithm: _alg.Algorithm
-    load: str
-    store: str
-    xor: str
-    step: str
-    u32: str
-    u64: str
+    load: object
+    store: object
+    xor: object
+    step: object
+    u32: object
+    u64: object
 
     def fn(self, role: str):
-        """The current module-level function for `role` (decorated once compiled)."""
-        return globals()[getattr(self, role)]
+        """The device function for `role` ("load", "store", "xor", "step", "u32", "u64")."""
+        return getattr(self, role)
 
 
 _TAGS = {"xoroshiro128+": ("xoroshiro128p", "xoroshiro128_step"),
@@ -404,8 +389,9 @@ def device_algorithm(algorithm) -> DeviceAlgorithm:
     alg = _alg.get(algorithm)
     tag, step = _TAGS[alg.name]
     w = alg.words
-    return DeviceAlgorithm(alg, f"load{w}", f"store{w}", f"xor{w}", step,
-                           f"{tag}_u32", f"{tag}_u64")
+    g = globals()
+    return DeviceAlgorithm(alg, g[f"load{w}"], g[f"store{w}"], g[f"xor{w}"], g[step],
+                           g[f"{tag}_u32"], g[f"{tag}_u64"])
 
 
 # ---- per-thread bodies, built per algorithm ---------------------------------------------
@@ -421,57 +407,6 @@ def device_algorithm(algorithm) -> DeviceAlgorithm:
 # one by one; a stream whose group lies past the end draws nothing.
 # Float fills write shift + scale * v (shift 0, scale 1 for the standard distributions;
 # the compiler may fuse that into one fma, which leaves v exact in the standard case).
-
-
-@_device
-def uniform_f32_value(x, shift, scale):
-    return shift + scale * (f32(x >> 8) * _F32_SCALE)
-
-
-@_device
-def uniform_f64_value(x, shift, scale):
-    return shift + scale * (f64(x >> 11) * _F64_SCALE)
-
-
-@_device
-def exponential_f32_value(x, shift, scale):
-    return shift + scale * -math.log(f32(1.0) - f32(x >> 8) * _F32_SCALE)
-
-
-@_device
-def exponential_f64_value(x, shift, scale):
-    return shift + scale * -math.log(1.0 - f64(x >> 11) * _F64_SCALE)
-
-
-@_device
-def box_muller_f32(x1, x2):
-    """(r cos 2 pi u2, r sin 2 pi u2), r = sqrt(-2 ln u1), u = 1 - U in (0, 1].
-
-    sincospi(2 u2) instead of sin/cos(f32(2 pi) * u2): 2 u2 is exact in f32, so the angle
-    carries no rounding of 2 pi and of the product (up to 4e-7 rad, i.e. 2.3e-6 in z for
-    |z| near 5.77), and libdevice's sincospif needs no Payne-Hanek reduction, so it is
-    branch-free and keeps no local-memory buffer.
-    """
-    u1 = f32(1.0) - f32(x1 >> 8) * _F32_SCALE
-    u2 = f32(1.0) - f32(x2 >> 8) * _F32_SCALE
-    r = math.sqrt(f32(-2.0) * math.log(u1))
-    sin_t, cos_t = device_math.sincospi(f32(2.0) * u2)
-    return r * cos_t, r * sin_t
-
-
-@_device
-def box_muller_f64(x1, x2):
-    """The float64 pair from two 53-bit uniforms (see `box_muller_f32`)."""
-    u1 = 1.0 - f64(x1 >> 11) * _F64_SCALE
-    u2 = 1.0 - f64(x2 >> 11) * _F64_SCALE
-    r = math.sqrt(-2.0 * math.log(u1))
-    sin_t, cos_t = device_math.sincospi(2.0 * u2)
-    return r * cos_t, r * sin_t
-
-
-def _module_fn(name: str):
-    """The current module-level function `name` (its @device_function form once compiled)."""
-    return globals()[name]
 
 
 def _bits_body(da: DeviceAlgorithm, wide: bool):
@@ -502,10 +437,10 @@ def _bits_body(da: DeviceAlgorithm, wide: bool):
     return thread
 
 
-def _elementwise_body(da: DeviceAlgorithm, draw_role: str, value):
-    """A fill whose element is `value(draw, shift, scale)`: uniform and exponential."""
+def _affine_body(da: DeviceAlgorithm, variate):
+    """A fill whose element is shift + scale * v, v from `variate(state)` (one draw):
+    uniform and exponential, from the `device_rng` API."""
     load, store = da.fn("load"), da.fn("store")
-    draw = da.fn(draw_role)
 
     def thread(t, states, out, shift, scale):
         n_streams = states.shape[1]
@@ -513,52 +448,33 @@ def _elementwise_body(da: DeviceAlgorithm, draw_role: str, value):
         st = load(states, t)
         i = 4 * t
         while i + 3 < n:
-            x0, st = draw(st)
-            x1, st = draw(st)
-            x2, st = draw(st)
-            x3, st = draw(st)
             # All four values before any store: libdevice's logf branches, and stores in
             # different basic blocks could not merge into one vector store.
-            v0 = value(x0, shift, scale)
-            v1 = value(x1, shift, scale)
-            v2 = value(x2, shift, scale)
-            v3 = value(x3, shift, scale)
-            out[i] = v0
-            out[i + 1] = v1
-            out[i + 2] = v2
-            out[i + 3] = v3
+            v0, st = variate(st)
+            v1, st = variate(st)
+            v2, st = variate(st)
+            v3, st = variate(st)
+            out[i] = shift + scale * v0
+            out[i + 1] = shift + scale * v1
+            out[i + 2] = shift + scale * v2
+            out[i + 3] = shift + scale * v3
             i += 4 * n_streams
         while i < n:  # the group that straddles the end, if this stream has it
-            x, st = draw(st)
-            out[i] = value(x, shift, scale)
+            v, st = variate(st)
+            out[i] = shift + scale * v
             i += 1
         store(states, t, st)
 
     return thread
 
 
-def _uniform_body(da: DeviceAlgorithm, wide: bool):
-    if wide:
-        return _elementwise_body(da, "u64", _module_fn("uniform_f64_value"))
-    return _elementwise_body(da, "u32", _module_fn("uniform_f32_value"))
-
-
-def _exponential_body(da: DeviceAlgorithm, wide: bool):
-    """Inversion: -ln(1 - U)."""
-    if wide:
-        return _elementwise_body(da, "u64", _module_fn("exponential_f64_value"))
-    return _elementwise_body(da, "u32", _module_fn("exponential_f32_value"))
-
-
-def _normal_body(da: DeviceAlgorithm, wide: bool):
+def _normal_body(da: DeviceAlgorithm, pair):
     """Box–Muller, both values used: a group is two pairs, each (cos, sin) as neighbours.
 
     The two pairs of a group are independent work (two logs, two sincospi in flight), and
     the four results leave in one 16-byte store.
     """
     load, store = da.fn("load"), da.fn("store")
-    draw = da.fn("u64" if wide else "u32")
-    pair = _module_fn("box_muller_f64" if wide else "box_muller_f32")
 
     def thread(t, states, out, shift, scale):
         n_streams = states.shape[1]
@@ -566,21 +482,15 @@ def _normal_body(da: DeviceAlgorithm, wide: bool):
         st = load(states, t)
         i = 4 * t
         while i + 3 < n:
-            x0, st = draw(st)
-            x1, st = draw(st)
-            x2, st = draw(st)
-            x3, st = draw(st)
-            c0, s0 = pair(x0, x1)
-            c1, s1 = pair(x2, x3)
+            c0, s0, st = pair(st)
+            c1, s1, st = pair(st)
             out[i] = shift + scale * c0
             out[i + 1] = shift + scale * s0
             out[i + 2] = shift + scale * c1
             out[i + 3] = shift + scale * s1
             i += 4 * n_streams
         while i < n:  # a straddling group: whole pairs drawn, a sine past the end dropped
-            x0, st = draw(st)
-            x1, st = draw(st)
-            c0, s0 = pair(x0, x1)
+            c0, s0, st = pair(st)
             out[i] = shift + scale * c0
             if i + 1 < n:
                 out[i + 1] = shift + scale * s0
@@ -590,57 +500,29 @@ def _normal_body(da: DeviceAlgorithm, wide: bool):
     return thread
 
 
-def _integers_body(da: DeviceAlgorithm, wide_draw: bool, out_cast):
-    """Lemire's method; `out_cast` (u32 or u64) is the width of the output array's words.
+def _integers_body(da: DeviceAlgorithm, lemire, out_cast):
+    """Lemire's method (`device_rng`'s lemire32 or lemire64); `out_cast` (u32 or u64) is
+    the width of the output array's words.
 
-    Arguments: low (u64), span (u64; 0 stands for 2^64), threshold (u64) =
+    Arguments: low (u64), span (u64; 0 stands for 2^64 with lemire64), threshold (u64) =
     (2^bits - span) mod span, as `distributions.lemire_threshold` computes it. A rejection
     loop sits between any two stores, so they cannot merge into vector stores: one loop
     walks this stream's elements, jumping to its next group after every fourth.
     """
     load, store = da.fn("load"), da.fn("store")
-    if wide_draw:
-        draw = da.fn("u64")
 
-        def thread(t, states, out, low, span, threshold):
-            n_streams = states.shape[1]
-            n = out.size
-            st = load(states, t)
-            i = 4 * t
-            while i < n:
-                x, st = draw(st)
-                if not span:
-                    value = x
-                else:
-                    lo = x * span
-                    while lo < threshold:
-                        x, st = draw(st)
-                        lo = x * span
-                    value = mulhi64(x, span)
-                out[i] = out_cast(low + value)
-                i += 1
-                if (i & 3) == 0:  # the group is done: on to this stream's next one
-                    i += 4 * (n_streams - 1)
-            store(states, t, st)
-    else:
-        draw = da.fn("u32")
-
-        def thread(t, states, out, low, span, threshold):
-            n_streams = states.shape[1]
-            n = out.size
-            st = load(states, t)
-            i = 4 * t
-            while i < n:
-                x, st = draw(st)
-                m = u64(x) * span
-                while (m & 0xFFFFFFFF) < threshold:
-                    x, st = draw(st)
-                    m = u64(x) * span
-                out[i] = out_cast(low + (m >> 32))
-                i += 1
-                if (i & 3) == 0:  # the group is done: on to this stream's next one
-                    i += 4 * (n_streams - 1)
-            store(states, t, st)
+    def thread(t, states, out, low, span, threshold):
+        n_streams = states.shape[1]
+        n = out.size
+        st = load(states, t)
+        i = 4 * t
+        while i < n:
+            value, st = lemire(st, span, threshold)
+            out[i] = out_cast(low + value)
+            i += 1
+            if (i & 3) == 0:  # the group is done: on to this stream's next one
+                i += 4 * (n_streams - 1)
+        store(states, t, st)
 
     return thread
 
@@ -733,27 +615,28 @@ def _kernel_jump(thread):
     return kernel
 
 
-def _build(kind: str, da: DeviceAlgorithm, wrap) -> tuple:
-    """(thread body, kernel) of `kind` for one algorithm; `wrap` marks device functions."""
+def _build(kind: str, da: DeviceAlgorithm) -> tuple:
+    """(thread body, kernel) of `kind` for one algorithm, as device functions."""
+    from .device_rng import device_rng  # it builds on this module's primitives
+
+    rng = device_rng(da.algorithm.name)
     if kind in ("bits32", "bits64"):
-        body = _bits_body(da, kind == "bits64")
-        return wrap(body), _kernel_fill
-    if kind in ("uniform_f32", "uniform_f64"):
-        return wrap(_uniform_body(da, kind.endswith("64"))), _kernel_affine
+        return _device(_bits_body(da, kind == "bits64")), _kernel_fill
+    if kind in ("uniform_f32", "uniform_f64", "exponential_f32", "exponential_f64"):
+        return _device(_affine_body(da, getattr(rng, kind))), _kernel_affine
     if kind in ("normal_f32", "normal_f64"):
-        return wrap(_normal_body(da, kind.endswith("64"))), _kernel_affine
-    if kind in ("exponential_f32", "exponential_f64"):
-        return wrap(_exponential_body(da, kind.endswith("64"))), _kernel_affine
+        pair = rng.normal2_f64 if kind.endswith("64") else rng.normal2_f32
+        return _device(_normal_body(da, pair)), _kernel_affine
     if kind == "integers32":
-        return wrap(_integers_body(da, False, u32)), _kernel_integers
+        return _device(_integers_body(da, rng.lemire32, u32)), _kernel_integers
     if kind == "integers32_to64":
-        return wrap(_integers_body(da, False, u64)), _kernel_integers
+        return _device(_integers_body(da, rng.lemire32, u64)), _kernel_integers
     if kind == "integers64":
-        return wrap(_integers_body(da, True, u64)), _kernel_integers
+        return _device(_integers_body(da, rng.lemire64, u64)), _kernel_integers
     if kind == "init_streams":
-        return wrap(_init_body(da, wrap(_apply_fn(da)))), _kernel_init
+        return _device(_init_body(da, _device(_apply_fn(da)))), _kernel_init
     if kind == "jump":
-        return wrap(_jump_body(da, wrap(_apply_fn(da)))), _kernel_jump
+        return _device(_jump_body(da, _device(_apply_fn(da)))), _kernel_jump
     raise KeyError(f"unknown kernel kind {kind!r}; known: {', '.join(KERNELS)}")
 
 
@@ -764,46 +647,19 @@ KERNELS = ("bits32", "bits64", "uniform_f32", "uniform_f64", "normal_f32", "norm
 
 @functools.cache
 def kernel_function(kind: str, algorithm) -> tuple:
-    """The plain-Python (thread body, kernel) pair of `kind` for `algorithm`.
+    """The (thread body, kernel function) pair of `kind` for `algorithm`.
 
     The kernel is what `cupric.simulator.launch` runs (one thread per stream, grid >=
-    streams); the body ``thread(t, *kernel_args)`` is the same work for one stream t.
+    streams); the body ``thread(t, *kernel_args)``, a device function that Python can
+    call too, is the same work for one stream t.
     """
-    da = device_algorithm(algorithm)
-    body, make_kernel = _build(kind, da, lambda fn: fn)
+    body, make_kernel = _build(kind, device_algorithm(algorithm))
     return body, make_kernel(body)
-
-
-_compiled_ready = False
-_compiled_lock = threading.Lock()
-
-
-def _prepare_compiled() -> tuple:
-    """Import the compiler's decorators and mark the module's device functions (once).
-
-    The marked functions stay callable from Python, so simulator runs are unaffected.
-    """
-    global _compiled_ready
-    from cupric.compiler.kernel import device_function, kernel  # lazy: the compiler is big
-
-    with _compiled_lock:
-        if not _compiled_ready:
-            for name in _DEVICE_FUNCTIONS:
-                globals()[name] = device_function(globals()[name])
-            _compiled_ready = True
-    return device_function, kernel
 
 
 @functools.cache
 def compiled_kernel(kind: str, algorithm):
-    """The `@cupric.kernel` of `kind` for `algorithm`, for launching on a GPU.
+    """The `@cupric.kernel` of `kind` for `algorithm`, for launching on a GPU."""
+    from cupric.compiler.kernel import kernel
 
-    Raises
-    ------
-    ImportError
-        If `cupric.compiler.kernel` cannot be imported.
-    """
-    device_function, kernel = _prepare_compiled()
-    da = device_algorithm(algorithm)
-    body, make_kernel = _build(kind, da, device_function)
-    return kernel(make_kernel(body))
+    return kernel(kernel_function(kind, algorithm)[1])
