@@ -8,8 +8,15 @@ import, and an updated wheel is noticed and regenerated. The bindings directory 
 ``$CUPRIC_BINDINGS_DIR``, else ``$CUPRIC_CACHE_DIR/bindings``, else
 ``$XDG_CACHE_HOME/cupric/bindings``, else ``~/.cache/cupric/bindings``.
 
-Thread safety: writes go to a temporary file renamed into place, manifest last, so
-concurrent processes at worst generate the same bytes twice.
+Trust: the entry folder and every file read from it must belong to the user and be
+writable by no one else, and the module's text must match the SHA-256 its manifest
+recorded at generation (`cupric._cache`); its code is executed from the verified bytes
+(compiled once, kept as a verified code blob beside it, never through a ``.pyc`` an
+import could pick up). Anything that fails is generated again. A cache that cannot be
+written costs a generation in memory and one warning.
+
+Thread safety: writes go to unique temporary files renamed into place, manifest last,
+so concurrent processes at worst generate the same bytes twice.
 """
 
 from __future__ import annotations
@@ -17,12 +24,15 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import marshal
 import os
 import platform
 import sys
 import threading
 import types
 
+from .. import _cache
+from .errors import BindingsError
 from .generate import GeneratedModule, generate, generator_identity
 from .headers import HeaderSet, find_headers
 from .libraries import LibrarySpec
@@ -68,11 +78,38 @@ def _stat_list(paths) -> list[list]:
     return out
 
 
+def _secure_entry(directory: str, create: bool) -> str | None:
+    """`directory` checked (and created) from the bindings folder down; None when missing
+    or not writable. Raises PermissionError for a folder of another user."""
+    from .._paths import cache_root
+
+    parent = os.path.dirname(directory)
+    root = str(cache_root())
+    # Whoever owns a folder can rename what is in it: check from the cache root down.
+    top = root if parent == os.path.join(root, "bindings") else parent
+    found = _cache.secure_folder(directory, top, create=create)
+    return None if found is None else str(found)
+
+
+def _manifest(directory: str) -> dict | None:
+    text = _cache.read_trusted(os.path.join(directory, _MANIFEST), limit=1 << 24)
+    if text is None:
+        return None
+    try:
+        manifest = json.loads(text)
+    except ValueError:
+        return None
+    return manifest if isinstance(manifest, dict) else None
+
+
 def _fresh(directory: str, spec: LibrarySpec) -> dict | None:
     """The manifest when the entry exists and its headers are unchanged, else None."""
     try:
-        with open(os.path.join(directory, _MANIFEST), encoding="utf-8") as f:
-            manifest = json.load(f)
+        if _secure_entry(directory, create=False) is None:
+            return None
+        manifest = _manifest(directory)
+        if manifest is None or not isinstance(manifest.get("sha256"), str):
+            return None
         for path, size, mtime in manifest["files"]:
             st = os.stat(path)
             if st.st_size != size or st.st_mtime_ns != mtime:
@@ -80,23 +117,21 @@ def _fresh(directory: str, spec: LibrarySpec) -> dict | None:
         if not os.path.isfile(os.path.join(directory, module_filename(spec))):
             return None
     except (OSError, ValueError, KeyError, TypeError):
-        # Missing, half-written or foreign entry: regenerate rather than trust it.
+        # Missing, half-written or foreign entry: regenerate rather than trust it (a
+        # folder of another user then raises PermissionError from `write_entry`).
         return None
     return manifest
 
 
-def _write_atomic(path: str, text: str) -> None:
-    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def write_entry(directory: str, spec: LibrarySpec, generated: GeneratedModule) -> str:
-    """Write a generated module and its manifest; return the module's path."""
-    os.makedirs(directory, exist_ok=True)
+    """Write a generated module and its manifest (best effort: an unwritable cache only
+    warns); return the module's path."""
     path = os.path.join(directory, module_filename(spec))
-    _write_atomic(path, generated.text)
+    if _secure_entry(directory, create=True) is None:
+        return path
+    data = generated.text.encode("utf-8")
+    if not _cache.write_atomic(path, data):
+        return path
     manifest = {
         "library": spec.name,
         "library_version": list(generated.info.library_version),
@@ -105,8 +140,10 @@ def write_entry(directory: str, spec: LibrarySpec, generated: GeneratedModule) -
         "backend": generated.backend,
         "functions": len(generated.functions),
         "files": _stat_list(generated.files),
+        "sha256": _cache.sha256(data),
     }
-    _write_atomic(os.path.join(directory, _MANIFEST), json.dumps(manifest, indent=1))
+    _cache.write_atomic(os.path.join(directory, _MANIFEST),
+                        json.dumps(manifest, indent=1).encode("utf-8"))
     return path
 
 
@@ -188,22 +225,81 @@ def ensure_many(
     return {name: (value, error) for name, value, error in results}
 
 
-def import_module(path: str, library: str) -> types.ModuleType:
-    """Import a generated module from its file (not through sys.path)."""
+def _module_object(path: str, library: str) -> types.ModuleType:
     name = f"cupric.bindings_gen._generated.{library}"
-    module_spec = importlib.util.spec_from_file_location(name, path)
+    module_spec = importlib.util.spec_from_loader(name, loader=None, origin=path)
     module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    sys.modules.setdefault(name, module)
+    module.__file__ = path
     return module
 
 
+def _run(code, path: str, library: str) -> types.ModuleType:
+    module = _module_object(path, library)
+    exec(code, module.__dict__)
+    sys.modules.setdefault(module.__name__, module)
+    return module
+
+
+def _code_name(spec_name: str) -> str:
+    return f"_cupric_{spec_name}.{sys.implementation.cache_tag}"
+
+
+def import_module(path: str, library: str) -> types.ModuleType:
+    """Run a cached generated module: its text must match the SHA-256 of the manifest
+    beside it, and come from files of this user that no one else can write.
+
+    Raises
+    ------
+    BindingsError
+        The entry is missing, foreign or corrupt (`load_module` then generates it again),
+        or its text does not compile.
+    """
+    directory = os.path.dirname(path)
+    manifest = _manifest(directory)
+    digest = manifest.get("sha256") if manifest else None
+    if not isinstance(digest, str):
+        raise BindingsError(f"no trusted manifest for {path}; generate it again")
+    # The compiled code of the verified text, when an earlier load kept it.
+    blob = _cache.load_blob(directory, _code_name(library))
+    if blob is not None and blob[2].get("source_sha256") == digest:
+        try:
+            code = marshal.loads(blob[1])
+        except (ValueError, EOFError, TypeError):
+            code = None
+        if code is not None:
+            return _run(code, path, library)
+    source = _cache.read_trusted(path, digest)
+    if source is None:
+        raise BindingsError(f"{path} does not match its manifest (changed, truncated or "
+                            "not this user's); generate it again")
+    try:
+        code = compile(source, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:
+        raise BindingsError(f"{path} does not compile: {exc}") from exc
+    _cache.store_blob(directory, _code_name(library), marshal.dumps(code), ".code",
+                      {"source_sha256": digest})
+    return _run(code, path, library)
+
+
 def load_module(spec: LibrarySpec, headers: str | None = None) -> types.ModuleType:
-    """The generated module of a library, generating it on first use.
+    """The generated module of a library, generating it on first use, and again when the
+    cached copy fails verification.
 
     Raises
     ------
     HeadersNotFoundError, PreprocessorNotFoundError, BindingsError
+    PermissionError
+        The bindings folder belongs to another user.
     """
-    path, _ = ensure(spec, headers)
-    return import_module(path, spec.name)
+    path, generated = ensure(spec, headers)
+    if generated is None:
+        try:
+            return import_module(path, spec.name)
+        except BindingsError:
+            path, generated = ensure(spec, headers, force=True)
+    try:
+        return import_module(path, spec.name)
+    except BindingsError:
+        # The cache could not keep it (read-only, full): run what was just generated.
+        code = compile(generated.text, path, "exec", dont_inherit=True)
+        return _run(code, path, spec.name)

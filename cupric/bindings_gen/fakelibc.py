@@ -9,9 +9,13 @@ cffi knows every type named here as a built-in, with the platform's real size.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
-import os
-import tempfile
+import shutil
+import threading
+from pathlib import Path
+
+_lock = threading.Lock()
 
 # Typedefs are the LP64 (Linux x86-64 and aarch64) ones, so that constant folding of
 # `sizeof(size_t)` and friends gives the sizes the C compiler would.
@@ -169,26 +173,54 @@ def digest() -> str:
     return h.hexdigest()
 
 
-def materialize(kind: str = "libc") -> str:
-    """Write the fake libc (or the crt stand-in, ``kind="crt"``) into a private directory,
-    once per digest, and return its path.
+_temporary: dict[str, str] = {}  # kind -> private temporary folder of this process
 
-    Both preprocessor backends read headers from disk, so the files must exist. The
-    directory name carries the digest so that concurrent processes agree on its content.
+
+def materialize(kind: str = "libc") -> str:
+    """Write the fake libc (or the crt stand-in, ``kind="crt"``) into a private folder
+    and return its path.
+
+    Both preprocessor backends read headers from disk, so the files must exist. They live
+    in ``<cache root>/fakelibc/<kind>-<digest>`` (checked like every cache folder: this
+    user's, mode 0700), and every file is compared with the text above on each call, so
+    a changed or planted header is rewritten before the preprocessor reads it. When the
+    cache cannot be written, a private temporary folder of this process holds them.
+
+    Raises
+    ------
+    PermissionError
+        The cache folder belongs to another user.
     """
+    from .. import _cache
+
     files = FILES if kind == "libc" else CRT_STANDIN
-    user = os.getuid() if hasattr(os, "getuid") else 0
-    root = os.path.join(tempfile.gettempdir(), f"cupric-fake{kind}-{user}-{digest()[:12]}")
-    marker = os.path.join(root, ".complete")
-    if os.path.exists(marker):
-        return root
+    root = _cache.folder("fakelibc")
+    if root is not None:
+        directory = root / f"{kind}-{digest()[:16]}"
+        if _write_files(directory, root, files):
+            return str(directory)
+    with _lock:
+        directory = _temporary.get(kind)
+        if directory is None:
+            directory = _temporary[kind] = _cache.private_tempdir(f"cupric-fake{kind}-")
+            atexit.register(shutil.rmtree, directory, True)
+    if not _write_files(Path(directory), Path(directory), files):
+        raise OSError(f"cannot write the fake libc headers into {directory}")
+    return directory
+
+
+def _write_files(directory: Path, top: Path, files: dict[str, str]) -> bool:
+    """Make `directory` hold exactly the expected text of each of `files`; False when it
+    cannot be written."""
+    from .. import _cache
+
     for name, text in files.items():
-        path = os.path.join(root, name)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="ascii") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    with open(marker, "w", encoding="ascii") as f:
-        f.write(digest())
-    return root
+        path = directory / name
+        expected = text.encode("ascii")
+        if _cache.read_trusted(path, limit=1 << 20) == expected:
+            continue
+        if _cache.secure_folder(path.parent, top) is None:
+            return False
+        if not _cache.write_atomic(path, expected):
+            return False
+    return True

@@ -63,6 +63,16 @@ _STANDARD: tuple[tuple[str, str], ...] = (
     ("__STDC_HOSTED__", "1"),
 )
 
+# Limits that turn a header including itself, or macros that expand exponentially (a
+# "macro bomb"), into a clear error instead of endless recursion or a hang. The CUDA
+# headers nest includes a few levels deep and no macro of theirs expands to more than a
+# few hundred tokens; GCC's own include limit is 200.
+MAX_INCLUDE_DEPTH = 200
+MAX_EXPANSION_TOKENS = 100_000
+MAX_OUTPUT_BYTES = 256 << 20
+#: Seconds a preprocessor command may run.
+CPP_TIMEOUT = 300
+
 _LINE_MARKER = re.compile(r'^#(?:line)?\s+(\d+)\s+"((?:[^"\\]|\\.)*)"(.*)$')
 _DEFINE = re.compile(r"^#\s*define\s+([A-Za-z_]\w*)(\()?")
 _UNDEF = re.compile(r"^#\s*undef\s+([A-Za-z_]\w*)")
@@ -192,6 +202,10 @@ def _run_pcpp(header_set: HeaderSet, libc_dir: str) -> Preprocessed:
             errors.append(f"{file}:{line}: {msg}")
 
         def on_file_open(self, is_system_include, includepath):
+            if self.include_depth >= MAX_INCLUDE_DEPTH:
+                raise BindingsError(
+                    f"pcpp: #include nested more than {MAX_INCLUDE_DEPTH} deep at "
+                    f"{includepath} (a header that includes itself without a guard?)")
             # pcpp probes each include directory by trying to open; record only successes.
             handle = super().on_file_open(is_system_include, includepath)
             opened.append(includepath)
@@ -199,6 +213,17 @@ def _run_pcpp(header_set: HeaderSet, libc_dir: str) -> Preprocessed:
 
         def on_comment(self, tok):
             return False
+
+        def expand_macros(self, tokens, expanding_from=[]):  # noqa: B006 (pcpp's signature)
+            # Nested expansions come through here too, so the limit stops a macro bomb
+            # after about MAX_EXPANSION_TOKENS tokens of work, long before it explodes.
+            result = super().expand_macros(tokens, expanding_from)
+            if len(result) > MAX_EXPANSION_TOKENS:
+                name = expanding_from[-1] if expanding_from else "a line"
+                raise BindingsError(
+                    f"pcpp: the expansion of {name} exceeds {MAX_EXPANSION_TOKENS} tokens "
+                    "(macros that expand exponentially?)")
+            return result
 
     pre = _Strict()
     pre.line_directive = "#"
@@ -244,13 +269,21 @@ def _run_cpp(command: list[str], header_set: HeaderSet, libc_dir: str) -> Prepro
     for name, value in predefined():
         args.append(f"-D{name}={value}")
     args.append("-")
-    proc = subprocess.run(
-        args,
-        input=f'#include "{header_set.top_header}"\n',
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    try:
+        proc = subprocess.run(
+            args,
+            input=f'#include "{header_set.top_header}"\n',
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=CPP_TIMEOUT,
+        )
+    except subprocess.TimeoutExpired:
+        raise BindingsError(f"{' '.join(command)} ran over {CPP_TIMEOUT} s (macros that "
+                            "expand exponentially?)") from None
+    if len(proc.stdout) > MAX_OUTPUT_BYTES:
+        raise BindingsError(f"{' '.join(command)} wrote more than {MAX_OUTPUT_BYTES >> 20} "
+                            "MiB (macros that expand exponentially?)")
     if proc.returncode != 0:
         raise BindingsError(f"{' '.join(command)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
 

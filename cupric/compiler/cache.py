@@ -1,10 +1,13 @@
 """The kernel cache: compiled PTX/cubin kept on disk per user, keyed by a hex digest.
 
 An entry is a few files in a private folder: payloads (``<key>.ptx``, ``<key>.cubin``)
-and ``<key>.json`` with metadata and a checksum of every payload. Each file is written to a
-temporary name and renamed into place, the JSON last, so readers in other processes see
-either a whole entry or none; anything that fails its checksum is deleted and rebuilt.
-Nothing is ever unpickled. An in-memory layer answers repeated lookups in one process.
+and ``<key>.json`` with metadata and the SHA-256 of every payload. Each file is written to
+a unique temporary name and renamed into place, the JSON last, so readers in other
+processes see either a whole entry or none; anything that fails its checksum is deleted
+and rebuilt. Folders and files are checked on every read as on every write (owned by
+this user, writable by no one else: `cupric._cache`), so code planted by another user is
+never served. Nothing is ever unpickled. An in-memory layer answers repeated lookups in
+one process; it is all that remains when the disk cannot be written.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +25,7 @@ __all__ = ["KernelCache", "CacheEntry", "CacheStats", "make_key", "default_cache
            "default_cache"]
 
 #: Bumped when the on-disk layout changes; older entries are then ignored and replaced.
+#: (Entries that recorded BLAKE2b sums instead of SHA-256 read as corrupt: rebuilt once.)
 FORMAT_VERSION = 1
 
 _KEY_RE = re.compile(r"^[0-9a-f]{16,128}$")
@@ -77,7 +80,7 @@ def make_key(*parts: Any) -> str:
 
 
 def _checksum(data: bytes) -> str:
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+    return hashlib.sha256(data).hexdigest()
 
 
 def default_cache_dir() -> Path:
@@ -131,7 +134,8 @@ class KernelCache:
     Raises
     ------
     PermissionError
-        If `root` exists but belongs to another user (it could hold planted code).
+        From `get` and `put`: `root` (or a folder in it) belongs to another user or is
+        writable by others; it could hold planted code.
 
     Examples
     --------
@@ -144,8 +148,9 @@ class KernelCache:
 
     Cost
     ----
-    A memory hit is a dict lookup; a disk hit reads the JSON and payloads and checks their
-    BLAKE2b sums (well under a millisecond for kernel-sized files).
+    A memory hit is a dict lookup; a disk hit checks the folders' owners, reads the JSON
+    and payloads and checks their SHA-256 (well under a millisecond for kernel-sized
+    files).
 
     Thread safety
     -------------
@@ -155,11 +160,13 @@ class KernelCache:
 
     def __init__(self, root: str | os.PathLike | None = None, *, memory: bool = True) -> None:
         self._root = Path(root).expanduser() if root is not None else default_cache_dir()
+        # Whoever owns a folder can replace what is in it: the default root is checked
+        # from cupric's cache root down.
+        self._top = self._root if root is not None else self._root.parent
         self._folder = self._root / f"v{FORMAT_VERSION}"
         self._memory: dict[str, CacheEntry] | None = {} if memory else None
         self._lock = threading.Lock()
         self._stats = CacheStats()
-        self._prepared = False
 
     @property
     def root(self) -> Path:
@@ -170,21 +177,13 @@ class KernelCache:
 
     # -- layout ---------------------------------------------------------------------------
 
-    def _prepare(self) -> None:
-        """Create the private root on first write; refuse a root owned by someone else."""
-        if self._prepared:
-            return
-        self._root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        info = self._root.stat()
-        if hasattr(os, "getuid") and info.st_uid != os.getuid():
-            raise PermissionError(
-                f"kernel cache {self._root} belongs to uid {info.st_uid}, not to this user; "
-                "set CUPRIC_CACHE_DIR to a folder of your own")
-        if info.st_mode & 0o077:
-            # Cached cubins are code this process will run: keep them out of others' reach.
-            os.chmod(self._root, 0o700)
-        self._folder.mkdir(mode=0o700, exist_ok=True)
-        self._prepared = True
+    def _shard_folder(self, key: str, create: bool) -> Path | None:
+        """The entry's folder, checked from the root down (created when `create`); None
+        when it is missing, or cannot be made. Cached cubins are code this process will
+        run: a folder of another user raises PermissionError."""
+        from .._cache import secure_folder
+
+        return secure_folder(self._shard(key), self._top, create=create)
 
     @staticmethod
     def _check_key(key: str) -> str:
@@ -230,9 +229,12 @@ class KernelCache:
         return self.get(key) is not None
 
     def _read(self, key: str) -> CacheEntry | None:
-        try:
-            text = self._path(key, "json").read_bytes()
-        except FileNotFoundError:
+        from .._cache import read_trusted
+
+        if self._shard_folder(key, create=False) is None:
+            return None
+        text = read_trusted(self._path(key, "json"), limit=1 << 24)
+        if text is None:
             return None
         try:
             meta = json.loads(text)
@@ -240,14 +242,16 @@ class KernelCache:
                 raise ValueError("entry of another format or key")
             payloads: dict[str, str | bytes] = {}
             for kind, record in meta["payloads"].items():
-                data = self._path(key, kind).read_bytes()
-                if len(data) != record["size"] or _checksum(data) != record["blake2b"]:
-                    raise ValueError(f"{kind} payload fails its checksum")
+                if not _KIND_RE.match(kind) or kind == "json":
+                    raise ValueError(f"bad payload kind {kind!r}")
+                data = read_trusted(self._path(key, kind), record["sha256"])
+                if data is None or len(data) != record["size"]:
+                    raise ValueError(f"{kind} payload is missing or fails its checksum")
                 payloads[kind] = data.decode("utf-8") if record["text"] else data
-        except (ValueError, KeyError, TypeError, FileNotFoundError, UnicodeDecodeError):
+        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
             # Truncated, tampered with, half written by a crashed process, or a payload
             # removed under us: drop it so the caller rebuilds it. (json.JSONDecodeError is a
-            # ValueError.) Other OSErrors (permissions, I/O) propagate: they are not ours to fix.
+            # ValueError.)
             with self._lock:
                 self._stats.corrupt += 1
             self._remove_files(key)
@@ -255,20 +259,6 @@ class KernelCache:
         return CacheEntry(key, payloads, meta.get("meta", {}))
 
     # -- writing --------------------------------------------------------------------------
-
-    def _write_atomic(self, path: Path, data: bytes) -> None:
-        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
-                                             dir=path.parent)
-        try:
-            with os.fdopen(handle, "wb") as file:
-                file.write(data)
-            os.replace(temporary, path)
-        except BaseException:
-            try:
-                os.unlink(temporary)
-            except FileNotFoundError:
-                pass  # already renamed or removed: nothing left behind
-            raise
 
     def put(self, key: str, payloads: Mapping[str, str | bytes],
             meta: Mapping[str, Any] | None = None) -> CacheEntry:
@@ -283,8 +273,11 @@ class KernelCache:
         ------
         ValueError, TypeError
             Bad key, payload kind, payload type, or metadata that JSON cannot hold.
-        OSError
-            The disk write failed (full disk, permissions); the entry is then absent.
+        PermissionError
+            The cache folder belongs to another user.
+
+        A disk that cannot be written (read-only, full) is not an error: the entry is
+        kept in memory only, with one `RuntimeWarning` per process.
         """
         self._check_key(key)
         if not payloads:
@@ -302,18 +295,20 @@ class KernelCache:
             else:
                 raise TypeError(f"payload {kind!r} must be str or bytes, got {type(value).__name__}")
             encoded[kind] = data
-            records[kind] = {"size": len(data), "blake2b": _checksum(data), "text": text}
+            records[kind] = {"size": len(data), "sha256": _checksum(data), "text": text}
         document = json.dumps({"format": FORMAT_VERSION, "key": key, "payloads": records,
                                "meta": meta}, sort_keys=True, indent=1).encode("utf-8")
-        self._prepare()
-        self._shard(key).mkdir(mode=0o700, exist_ok=True)
+        from .._cache import write_atomic
+
+        written = self._shard_folder(key, create=True) is not None
         for kind, data in encoded.items():
-            self._write_atomic(self._path(key, kind), data)
-        self._write_atomic(self._path(key, "json"), document)  # last: it commits the entry
+            written = written and write_atomic(self._path(key, kind), data)
+        if written:  # last: it commits the entry
+            written = write_atomic(self._path(key, "json"), document)
         entry = CacheEntry(key, {k: (v.decode("utf-8") if records[k]["text"] else v)
                                  for k, v in encoded.items()}, json.loads(json.dumps(meta)))
         with self._lock:
-            self._stats.writes += 1
+            self._stats.writes += written
             if self._memory is not None:
                 self._memory[key] = entry
         return entry

@@ -1,35 +1,50 @@
 """Small CPython extensions built on first use into the per-user cache: the launch,
 allocation and small-GEMM fast paths each keep their C source as a string and open it
-with `open_extension`. A missing compiler makes it raise; callers record the message and
-run their Python paths.
+with `open_extension`, which imports a cached build only after checking its owner, mode
+and SHA-256 (`cupric._cache`). A missing compiler makes it raise; callers record the
+message and run their Python paths.
 """
 
 from __future__ import annotations
 
 import os
 
-__all__ = ["open_extension", "module_name", "find", "load_file", "build"]
+__all__ = ["open_extension", "module_name", "load_file", "build_and_load", "compile_extension"]
 
 
 def open_extension(prefix: str, subdir: str, source: str, what: str,
                    build_missing: bool | None = None):
     """The extension module of C `source`, from ``<cache root>/<subdir>`` (built there
-    first when missing and `build_missing`; None follows ``CUPRIC_BUILD_LAUNCHER``,
-    anything but "0" builds), or None when it is missing and not to be built.
+    first when missing, corrupt or not loadable, and `build_missing`; None follows
+    ``CUPRIC_BUILD_LAUNCHER``, anything but "0" builds), or None when it is missing and
+    not to be built.
 
-    Raises whatever the build or the import raised (`what` names the extension).
+    A cached file is imported only when the user owns it, nobody else can write it and
+    its SHA-256 is the one recorded at build time (`cupric._cache`). A cache that cannot
+    be written costs a build in a private temporary folder and one warning.
+
+    Raises
+    ------
+    PermissionError
+        The cache folder belongs to another user (it could hold planted code).
+    RuntimeError
+        The build failed (`what` names the extension).
     """
-    from cupric._paths import cache_root
+    from cupric import _cache
     if build_missing is None:
         build_missing = os.environ.get("CUPRIC_BUILD_LAUNCHER", "1") != "0"
     name = module_name(prefix, source)
-    directory = str(cache_root() / subdir)
-    path = find(directory, name)
-    if path is None:
-        if not build_missing:
-            return None
-        path = build(directory, name, source, what)
-    return load_file(name, path)
+    directory = _cache.folder(subdir)
+    if directory is not None:
+        found = _cache.load_blob(directory, name)
+        if found is not None:
+            try:
+                return load_file(name, str(found[0]))
+            except ImportError:
+                pass  # verified but unloadable here (another libc, say): built again below
+    if not build_missing:
+        return None
+    return build_and_load(directory, name, source, what)
 
 
 def module_name(prefix: str, source: str) -> str:
@@ -39,16 +54,6 @@ def module_name(prefix: str, source: str) -> str:
     import sys
     tag = sys.implementation.cache_tag.replace("-", "_")
     return f"{prefix}_{tag}_{hashlib.sha256(source.encode()).hexdigest()[:12]}"
-
-
-def find(directory: str, name: str) -> str | None:
-    """The built extension `name` in `directory` (any suffix this Python imports), or None."""
-    import importlib.machinery
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = os.path.join(directory, name + suffix)
-        if os.path.exists(path):
-            return path
-    return None
 
 
 def load_file(name: str, path: str):
@@ -62,9 +67,10 @@ def load_file(name: str, path: str):
     return module
 
 
-def build(directory: str, name: str, source: str, what: str) -> str:
-    """Compile C `source` (which reads MODULE_NAME and INIT_NAME) as extension `name` into
-    `directory`; returns the file's path.
+def build_and_load(directory, name: str, source: str, what: str):
+    """Compile C `source` as extension `name` in a private temporary folder, publish it
+    in `directory` (a checked cache folder, or None when the cache cannot be written)
+    and import it.
 
     Raises
     ------
@@ -76,36 +82,47 @@ def build(directory: str, name: str, source: str, what: str) -> str:
     ----
     One C compiler run, about a second; once per machine and Python version.
     """
+    import importlib.machinery
+    import tempfile
+
+    from cupric import _cache
+    with tempfile.TemporaryDirectory(prefix="cupric-build-") as tmp:
+        built = compile_extension(tmp, name, source, what)
+        with open(built, "rb") as f:
+            data = f.read()
+        stored = None
+        if directory is not None:
+            suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+            stored = _cache.store_blob(directory, name, data, suffix)
+        # dlopen maps the file: removing the temporary copy afterwards is harmless.
+        return load_file(name, str(stored) if stored is not None else built)
+
+
+def compile_extension(tmp: str, name: str, source: str, what: str) -> str:
+    """Build C `source` (which reads MODULE_NAME and INIT_NAME) as extension `name` in the
+    folder `tmp`; returns the built file's path."""
     import contextlib
     import io
-    import shutil
-    import tempfile
+
     from setuptools import Distribution, Extension
     from setuptools.command.build_ext import build_ext
 
-    os.makedirs(directory, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=directory) as tmp:
-        path = os.path.join(tmp, name + ".c")
-        with open(path, "w") as f:
-            f.write(f'#define MODULE_NAME "{name}"\n#define INIT_NAME PyInit_{name}\n')
-            f.write(source)
-        ext = Extension(name, [path], extra_compile_args=["-O2"])
-        dist = Distribution({"name": name, "ext_modules": [ext]})
-        cmd = build_ext(dist)
-        cmd.build_lib = tmp
-        cmd.build_temp = tmp
-        cmd.ensure_finalized()
-        log = io.StringIO()
-        # The compiler's chatter goes to the error message on failure, not the terminal.
-        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-            try:
-                cmd.run()
-            except BaseException as exc:
-                raise RuntimeError(f"building the {what} failed: {exc}\n"
-                                   f"{log.getvalue()[-2000:]}") from exc
-        built = cmd.get_ext_fullpath(name)
-        target = os.path.join(directory, os.path.basename(built))
-        # Atomic: a concurrent build in another process leaves one complete file.
-        shutil.copyfile(built, target + f".{os.getpid()}.partial")
-        os.replace(target + f".{os.getpid()}.partial", target)
-    return target
+    path = os.path.join(tmp, name + ".c")
+    with open(path, "w") as f:
+        f.write(f'#define MODULE_NAME "{name}"\n#define INIT_NAME PyInit_{name}\n')
+        f.write(source)
+    ext = Extension(name, [path], extra_compile_args=["-O2"])
+    dist = Distribution({"name": name, "ext_modules": [ext]})
+    cmd = build_ext(dist)
+    cmd.build_lib = tmp
+    cmd.build_temp = tmp
+    cmd.ensure_finalized()
+    log = io.StringIO()
+    # The compiler's chatter goes to the error message on failure, not the terminal.
+    with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        try:
+            cmd.run()
+        except BaseException as exc:
+            raise RuntimeError(f"building the {what} failed: {exc}\n"
+                               f"{log.getvalue()[-2000:]}") from exc
+    return cmd.get_ext_fullpath(name)
