@@ -88,8 +88,14 @@ def _unescape_char(body: str) -> int:
     return ord(body)
 
 
+def _promote(v: Int) -> Int:
+    """Integer promotion: a type narrower than int (char, short) becomes a signed int."""
+    return v if v.bits >= 32 else Int(v.value, 32, False)
+
+
 def _arith(a: Int, b: Int) -> tuple[int, bool]:
     """Usual arithmetic conversions, LP64: width of the wider, unsigned wins at equal width."""
+    a, b = _promote(a), _promote(b)
     bits = max(a.bits, b.bits, 32)
     if a.bits == b.bits:
         unsigned = a.unsigned or b.unsigned
@@ -177,7 +183,8 @@ class Folder:
             raise FoldError(f"operator {node.op} on a float")
         if not isinstance(value, Int):
             raise FoldError(f"operator {node.op} on {value!r}")
-        bits = max(value.bits, 32)
+        value = _promote(value)
+        bits = value.bits
         if node.op == "-":
             return Int(-value.value, bits, value.unsigned).wrap()
         if node.op == "+":
@@ -212,7 +219,8 @@ class Folder:
         if not (isinstance(left, Int) and isinstance(right, Int)):
             raise FoldError(f"operator {node.op} on non-integers")
         if node.op in ("<<", ">>"):
-            bits = max(left.bits, 32)
+            left = _promote(left)
+            bits = left.bits
             if node.op == "<<":
                 return Int(left.value << right.value, bits, left.unsigned).wrap()
             return Int(left.value >> right.value, bits, left.unsigned).wrap()

@@ -1,0 +1,293 @@
+"""Constant-memory placement at its edges: exactly 64 KiB and one byte more, the warning
+threshold, which unmarked arrays spill (largest first, and only as many as needed), arrays
+reached through device functions, and the bytes each global is initialized with.
+
+Placement is visible in the LLVM IR: a module-level array lives in a global of address
+space 4 (constant bank) or 1 (global memory, read through the non-coherent cache).
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import numpy as np
+import pytest
+
+import cupric
+from cupric.compiler import CompileError
+from cupric.compiler.lowering.const import ConstantMemoryWarning
+from cupric.device import CONSTANT_MEMORY_BYTES, constant, grid
+
+KIB64 = CONSTANT_MEMORY_BYTES
+assert KIB64 == 65536
+F64 = "Array[f64, 1, 'C']"
+_GLOBAL = re.compile(r"^@cupric_const_(\w+) = internal addrspace\((\d)\) constant "
+                     r"\[(\d+) x (i\d+)\] \[(.*)\], align (\d+)$", re.M)
+
+
+def placement(kernel, sig=F64):
+    """name -> (address space, element type, count, values, alignment), and the warnings."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ir = kernel.inspect_ir(sig)
+    found = {}
+    for name, space, count, elem, init, align in _GLOBAL.findall(ir):
+        values = [int(v.split()[1]) for v in init.split(", ")]
+        assert len(values) == int(count)
+        found[name] = (int(space), elem, int(count), values, int(align))
+    messages = [str(w.message) for w in caught if issubclass(w.category, ConstantMemoryWarning)]
+    return found, messages
+
+
+def spaces(found):
+    return {name: v[0] for name, v in found.items()}
+
+
+# -- the marked limit -----------------------------------------------------------------------
+
+FULL_MARKED = constant(np.zeros(KIB64 // 8))           # exactly 64 KiB
+ONE_BYTE = constant(np.ones(1, np.uint8))
+OTHER_FULL = constant(np.zeros(KIB64, np.uint8))       # exactly 64 KiB
+
+
+def test_constant_accepts_exactly_the_bank_and_refuses_one_byte_more():
+    assert constant(np.zeros(KIB64, np.uint8)).nbytes == KIB64
+    with pytest.raises(ValueError, match="constant array of 65537 bytes exceeds the 65536-byte"):
+        constant(np.zeros(KIB64 + 1, np.uint8))
+
+
+def test_marked_arrays_of_exactly_64_kib_fit():
+    @cupric.kernel
+    def full(x):
+        i = grid(1)
+        x[i] = FULL_MARKED[i]
+
+    found, messages = placement(full)
+    assert spaces(found) == {"FULL_MARKED": 4}
+    assert found["FULL_MARKED"][2] == KIB64 // 8
+    assert messages == [f"kernel full: {KIB64} bytes of constant data, near the "
+                        f"{KIB64}-byte constant bank"]
+
+
+def test_marked_arrays_one_byte_past_64_kib_are_a_compile_error():
+    @cupric.kernel
+    def over(x):
+        i = grid(1)
+        x[i] = FULL_MARKED[i] + ONE_BYTE[0]
+
+    with pytest.raises(CompileError, match=r"arrays marked constant\(\) need 65537 bytes, past "
+                                           r"the 65536-byte constant bank: FULL_MARKED "
+                                           r"\(65536 bytes\), ONE_BYTE \(1 bytes\)"):
+        over.inspect_ir(F64)
+
+
+def test_marked_arrays_never_spill_even_when_an_unmarked_one_could():
+    @cupric.kernel
+    def both(x):
+        i = grid(1)
+        x[i] = FULL_MARKED[i] + PLAIN_SMALL[i % 10]
+
+    found, messages = placement(both)
+    assert spaces(found) == {"FULL_MARKED": 4, "PLAIN_SMALL": 1}
+    assert messages == ["kernel both: module-level arrays PLAIN_SMALL do not fit in the "
+                        "65536-byte constant bank and are read from global memory"]
+
+
+# -- unmarked arrays: the limit and the order they spill in ---------------------------------
+
+PLAIN_FULL = np.zeros(KIB64 // 4, np.float32)          # exactly 64 KiB
+PLAIN_OVER = np.zeros(KIB64 + 1, np.uint8)             # 64 KiB + 1
+PLAIN_SMALL = np.arange(10, dtype=np.float64)          # 80 bytes
+A40 = np.zeros(40_000, np.uint8)
+B30 = np.zeros(30_000, np.uint8)
+C20 = np.zeros(20_000, np.uint8)
+D10 = np.zeros(10_000, np.uint8)
+M30 = constant(np.zeros(30_000, np.uint8))
+
+
+def test_unmarked_arrays_of_exactly_64_kib_stay_in_the_constant_bank():
+    @cupric.kernel
+    def full(x):
+        i = grid(1)
+        x[i] = PLAIN_FULL[i]
+
+    found, messages = placement(full)
+    assert spaces(found) == {"PLAIN_FULL": 4}
+    assert messages == ["kernel full: 65536 bytes of constant data, near the 65536-byte "
+                        "constant bank"]
+
+
+def test_an_unmarked_array_one_byte_past_64_kib_spills():
+    @cupric.kernel
+    def over(x):
+        i = grid(1)
+        x[i] = PLAIN_OVER[i]
+
+    found, messages = placement(over)
+    assert spaces(found) == {"PLAIN_OVER": 1}
+    assert messages == ["kernel over: module-level arrays PLAIN_OVER do not fit in the "
+                        "65536-byte constant bank and are read from global memory"]
+
+
+def test_the_largest_unmarked_array_spills_first_and_only_as_many_as_needed():
+    # 90 000 bytes: spilling A40 leaves 50 000, which fits; smallest-first would spill
+    # D10, C20 and B30 instead and keep A40.
+    @cupric.kernel
+    def four(x):
+        i = grid(1)
+        x[i] = C20[i] + A40[i] + D10[i] + B30[i] - 0.0
+
+    found, messages = placement(four)
+    assert spaces(found) == {"C20": 4, "A40": 1, "D10": 4, "B30": 4}
+    assert messages == ["kernel four: module-level arrays A40 do not fit in the 65536-byte "
+                        "constant bank and are read from global memory"]
+
+
+def test_several_spill_in_decreasing_size_around_a_marked_array():
+    # 130 000 bytes with 30 000 marked: A40 and B30 spill (60 000 left), C20 and D10 stay.
+    @cupric.kernel
+    def five(x):
+        i = grid(1)
+        x[i] = D10[i] + M30[i] + B30[i] + C20[i] + A40[i]
+
+    found, messages = placement(five)
+    assert spaces(found) == {"D10": 4, "M30": 4, "B30": 1, "C20": 4, "A40": 1}
+    assert messages == ["kernel five: module-level arrays A40, B30 do not fit in the "
+                        "65536-byte constant bank and are read from global memory"]
+
+
+def test_spilling_stops_exactly_at_the_bank_size():
+    # 40 000 + 30 000 + 25 536 = 95 536: spilling A40 leaves exactly 65 536, which fits.
+    @cupric.kernel
+    def exact(x):
+        i = grid(1)
+        x[i] = A40[i] + B30[i] + REST[i]
+
+    found, messages = placement(exact)
+    assert spaces(found) == {"A40": 1, "B30": 4, "REST": 4}
+    assert messages == ["kernel exact: module-level arrays A40 do not fit in the 65536-byte "
+                        "constant bank and are read from global memory"]
+
+
+REST = np.zeros(KIB64 - 40_000, np.uint8)
+
+
+# -- the warning threshold (90 % of the bank: 58 982.4 bytes) -------------------------------
+
+BELOW_WARN = np.zeros(58_982, np.uint8)
+AT_WARN = np.zeros(58_983, np.uint8)
+
+
+def test_no_warning_up_to_ninety_percent_of_the_bank():
+    @cupric.kernel
+    def quiet(x):
+        i = grid(1)
+        x[i] = BELOW_WARN[i]
+
+    found, messages = placement(quiet)
+    assert spaces(found) == {"BELOW_WARN": 4}
+    assert messages == []
+
+
+def test_a_warning_one_byte_past_ninety_percent():
+    @cupric.kernel
+    def loud(x):
+        i = grid(1)
+        x[i] = AT_WARN[i]
+
+    found, messages = placement(loud)
+    assert spaces(found) == {"AT_WARN": 4}
+    assert messages == ["kernel loud: 58983 bytes of constant data, near the 65536-byte "
+                        "constant bank"]
+
+
+# -- arrays reached through device functions ------------------------------------------------
+
+@cupric.device_function
+def _read_b30(i):
+    return B30[i] + A40[i]
+
+
+def test_arrays_named_in_device_functions_count_once_toward_the_bank():
+    # A40 is named in the kernel and in the device function: 70 000 bytes in all, not
+    # 110 000 (which would spill B30 too) and not 40 000 (which would spill nothing).
+    @cupric.kernel
+    def via_device(x):
+        i = grid(1)
+        x[i] = A40[i] + _read_b30(i)
+
+    found, messages = placement(via_device)
+    assert spaces(found) == {"A40": 1, "B30": 4}
+    assert messages == ["kernel via_device: module-level arrays A40 do not fit in the "
+                        "65536-byte constant bank and are read from global memory"]
+
+
+# -- what each global holds -----------------------------------------------------------------
+
+FLAGS = np.array([True, False, True])
+HALVES = np.array([-1, 2, -32768], np.int16)
+SINGLES = np.array([1.0, -2.0], np.float32)
+WORDS = np.array([2**63, 1], np.uint64)
+GRID2D = np.arange(6, dtype=np.int32).reshape(2, 3)
+
+
+def test_globals_hold_the_raw_bits_at_16_byte_alignment():
+    @cupric.kernel
+    def mixed(x):
+        i = grid(1)
+        if FLAGS[i % 3]:
+            x[i] = HALVES[i % 3] + SINGLES[i % 2] + WORDS[i % 2] + GRID2D[1, i % 3]
+
+    found, messages = placement(mixed)
+    assert messages == []
+    assert found["FLAGS"] == (4, "i8", 3, [1, 0, 1], 16)
+    assert found["HALVES"] == (4, "i16", 3, [65535, 2, 32768], 16)
+    assert found["SINGLES"] == (4, "i32", 2, [0x3F800000, 0xC0000000], 16)
+    assert found["WORDS"] == (4, "i64", 2, [2**63, 1], 16)
+    assert found["GRID2D"] == (4, "i32", 6, [0, 1, 2, 3, 4, 5], 16)
+
+
+def test_fortran_ordered_arrays_are_stored_in_c_order():
+    @cupric.kernel
+    def fortran(x):
+        i = grid(1)
+        x[i] = F_ORDER[i % 2, i % 3]
+
+    found, _ = placement(fortran)
+    assert found["F_ORDER"][3] == [0, 1, 2, 3, 4, 5]
+
+
+F_ORDER = np.asfortranarray(np.arange(6, dtype=np.int32).reshape(2, 3))
+
+
+EMPTY = np.zeros(0, np.float32)
+SCALAR0D = np.array(1.0)
+WORDS_STR = np.array(["a", "b"])
+
+
+@pytest.mark.parametrize("name, message", [
+    ("EMPTY", "'EMPTY' is an empty or 0-d array"),
+    ("SCALAR0D", "'SCALAR0D' is an empty or 0-d array"),
+    ("WORDS_STR", "'WORDS_STR' is an array of <U1; module-level arrays in kernels must have "
+                  "a numeric or bool dtype"),
+])
+def test_arrays_kernels_cannot_read_are_refused(name, message):
+    source = {"EMPTY": refuse_empty, "SCALAR0D": refuse_0d, "WORDS_STR": refuse_str}[name]
+    with pytest.raises(CompileError, match=re.escape(message)):
+        source.inspect_ir(F64)
+
+
+@cupric.kernel
+def refuse_empty(x):
+    x[0] = EMPTY[0]
+
+
+@cupric.kernel
+def refuse_0d(x):
+    x[0] = SCALAR0D[0]
+
+
+@cupric.kernel
+def refuse_str(x):
+    x[0] = WORDS_STR[0]
