@@ -33,7 +33,7 @@ import numpy as np
 
 import cupric
 from cupric.device import atomic, grid
-from cupric.types import Array, f32, i32
+from cupric.types import Array, f32, f64, i32, i64
 
 CLASSES = 10
 IMAGE = 8            # digits are 8x8 grayscale images with values 0..16
@@ -55,7 +55,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     -------
     argparse.Namespace
         epochs, batch_size, optimizer, lr, schedule, momentum, weight_decay, dropout,
-        test_fraction, seed, deterministic, plot, check, compare_torch, progress.
+        test_fraction, seed, deterministic, graph, plot, check, compare_torch, progress.
 
     Raises
     ------
@@ -90,9 +90,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "the dropout masks (default 0)")
     parser.add_argument("--deterministic", action="store_true",
                         help="ask cuDNN for deterministic convolution engines")
-    parser.add_argument("--plot", default="digits_training.png",
+    parser.add_argument("--graph", action="store_true",
+                        help="capture one training step (forward, backward, optimizer, "
+                             "dropout draws, loss) into a CUDA graph and replay it each "
+                             "step; with --compare-torch, PyTorch runs under "
+                             "torch.cuda.CUDAGraph too")
+    parser.add_argument("--plot", default=os.path.join("out", "digits_training.png"),
                         help="where the loss/accuracy plot goes (PNG; default "
-                             "digits_training.png)")
+                             "out/digits_training.png, its folder made when missing)")
     parser.add_argument("--check", action="store_true",
                         help="exit 1 when the final test accuracy is below 0.97")
     parser.add_argument("--compare-torch", action="store_true",
@@ -323,35 +328,78 @@ def dropout_apply(x: Array[f32, 1], u: Array[f32, 1], p: f32, scale: f32,
 
 
 @cupric.kernel
+def gather_batch(images: Array[f32, 2], labels: Array[i32, 1], order: Array[i32, 1],
+                 counters: Array[i64, 1], x: Array[f32, 2], y: Array[i32, 1]):
+    """Copy the next minibatch out of the training set on the device: row ``r`` of `x`
+    (and `y`) is image ``order[counters[1] + r]``. ``counters[1]``, the position in the
+    run's order, is advanced by `advance_schedule` after the step, so the same launch
+    (and a graph holding it) takes a new batch each time."""
+    i = grid(1)
+    width = x.shape[1]
+    if i < x.shape[0] * width:
+        row = i // width
+        col = i - row * width
+        source = order[counters[1] + row]
+        x[row, col] = images[source, col]
+        if col == 0:
+            y[row] = labels[source]
+
+
+@cupric.kernel
+def advance_schedule(counters: Array[i64, 1], hyper: Array[f32, 1], batch: i64,
+                     base_lr: f64, total_steps: f64, cosine: i32, beta1: f64, beta2: f64):
+    """One thread: the optimizer's per-step numbers for the step ``counters[0]`` (0-based),
+    computed on the device so that a replayed graph needs no host value per step.
+
+    Writes ``hyper = [lr, 1 - beta1^t, 1 - beta2^t]`` (t = step + 1; the learning rate of
+    `learning_rate`'s schedule), then counts the step and moves the batch position on by
+    `batch`.
+    """
+    if grid(1) == 0:
+        step = counters[0]
+        lr = base_lr
+        if cosine != 0:
+            lr = base_lr * 0.5 * (1.0 + math.cos(math.pi * f64(step) / total_steps))
+        t = f64(step + 1)
+        hyper[0] = f32(lr)
+        hyper[1] = f32(1.0 - math.pow(beta1, t))
+        hyper[2] = f32(1.0 - math.pow(beta2, t))
+        counters[0] = step + 1
+        counters[1] = counters[1] + batch
+
+
+@cupric.kernel
 def adam_update(param: Array[f32, 1], grad: Array[f32, 1], m: Array[f32, 1],
-                v: Array[f32, 1], lr: f32, beta1: f32, beta2: f32, eps: f32,
-                correction1: f32, correction2: f32, weight_decay: f32):
+                v: Array[f32, 1], hyper: Array[f32, 1], beta1: f32, beta2: f32, eps: f32,
+                weight_decay: f32):
     """One Adam step in place, as ``torch.optim.Adam``: with ``g = grad + wd * param``,
     ``m = b1 m + (1 - b1) g``, ``v = b2 v + (1 - b2) g^2``,
-    ``param -= lr * (m / c1) / (sqrt(v / c2) + eps)`` where ``c = 1 - b^t``."""
+    ``param -= lr * (m / c1) / (sqrt(v / c2) + eps)`` where ``c = 1 - b^t``; ``lr, c1,
+    c2`` are read from ``hyper`` (written by `advance_schedule`)."""
     i = grid(1)
     if i < len(param):
+        lr = hyper[0]
         g = grad[i] + weight_decay * param[i]
         mi = beta1 * m[i] + (f32(1.0) - beta1) * g
         vi = beta2 * v[i] + (f32(1.0) - beta2) * g * g
         m[i] = mi
         v[i] = vi
-        param[i] = param[i] - lr * (mi / correction1) / (math.sqrt(vi / correction2) + eps)
+        param[i] = param[i] - lr * (mi / hyper[1]) / (math.sqrt(vi / hyper[2]) + eps)
 
 
 @cupric.kernel
 def sgd_momentum_update(param: Array[f32, 1], grad: Array[f32, 1],
-                        velocity: Array[f32, 1], lr: f32, momentum: f32,
+                        velocity: Array[f32, 1], hyper: Array[f32, 1], momentum: f32,
                         weight_decay: f32):
     """One SGD step with momentum in place, as ``torch.optim.SGD``: with
     ``g = grad + wd * param``, ``velocity = momentum * velocity + g``,
-    ``param -= lr * velocity``."""
+    ``param -= lr * velocity``; ``lr`` is ``hyper[0]`` (written by `advance_schedule`)."""
     i = grid(1)
     if i < len(param):
         g = grad[i] + weight_decay * param[i]
         vel = momentum * velocity[i] + g
         velocity[i] = vel
-        param[i] = param[i] - lr * vel
+        param[i] = param[i] - hyper[0] * vel
 
 
 def learning_rate(args: argparse.Namespace, step: int, total_steps: int) -> float:
@@ -390,6 +438,13 @@ def missing_packages(args: argparse.Namespace) -> list[str]:
 
 
 
+def training_stream():
+    """A new stream of the current GPU for the cupric run: a training step is captured
+    into a CUDA graph on a stream of its own (the legacy default stream cannot be)."""
+    from cupric.runtime import Device
+    return Device.current().create_stream()
+
+
 def gpu_unavailable_reason() -> str | None:
     """None when a CUDA GPU can run this example, else why not (no driver, no device,
     or ``CUPRIC_SIMULATOR`` set: cuDNN and cuBLAS do not run on the simulator)."""
@@ -420,177 +475,306 @@ class EpochRecord:
     seconds: float         # training steps only (evaluation not counted)
 
 
+class StepBuffers:
+    """Every tensor a forward and backward pass of one batch size writes, allocated once.
+
+    A training step then allocates nothing, which is what lets it be captured into a
+    CUDA graph and replayed: the graph holds these addresses.
+    """
+
+    def __init__(self, batch: int, train: bool, stream=None) -> None:
+        from cupric.runtime import empty
+        plan = dict(network_plan(batch))
+
+        def new(shape, dtype=np.float32):
+            return empty(shape, dtype, stream=stream)
+
+        self.batch = batch
+        self.x = new(plan["input"])
+        self.y = new((batch,), np.int32)
+        self.a1 = new(plan["conv1 + bias + ReLU"])
+        self.p1 = new(plan["max-pool1"])
+        self.a2 = new(plan["conv2 + bias + ReLU"])
+        self.p2 = new(plan["max-pool2"])
+        self.logits = new(plan["fully connected"])
+        self.logp = new(plan["log-softmax"])
+        self.dlogp = new(plan["log-softmax"])
+        if not train:
+            return
+        self.u = new((batch, FEATURES))
+        self.dropped = new((batch, FEATURES))
+        self.dlogits = new(plan["log-softmax"])
+        self.dh = new((batch, FEATURES))
+        self.dmasked = new((batch, FEATURES))
+        self.da2 = new(plan["conv2 + bias + ReLU"])
+        self.dz2 = new(plan["conv2 + bias + ReLU"])
+        self.dp1 = new(plan["max-pool1"])
+        self.da1 = new(plan["conv1 + bias + ReLU"])
+        self.dz1 = new(plan["conv1 + bias + ReLU"])
+
+
 class CupricNet:
     """The CNN's parameters, optimizer state and forward/backward passes on the GPU.
 
     All parameters live in one flat float32 buffer (views per layer), and so do their
     gradients and the optimizer's moments, so one optimizer launch updates them all.
+    Every call is queued on `stream` (None: the legacy default stream); the step's
+    intermediate tensors are allocated once per batch size (`StepBuffers`), and the
+    optimizer's per-step numbers are computed on the device, so a whole training step
+    (`step`) can be captured into one CUDA graph.
     """
 
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, stream=None) -> None:
         from cupric import cudnn
         from cupric.gpu_rand import Generator
         from cupric.runtime import zeros
         self.args = args
+        self.stream = stream
         self.layout, self.total = parameter_layout()
-        self.flat = zeros(self.total, np.float32)
-        self.grad_flat = zeros(self.total, np.float32)
-        self.m_flat = zeros(self.total, np.float32)
-        self.v_flat = zeros(self.total, np.float32)   # unused by SGD
+        self.flat = zeros(self.total, np.float32, stream=stream)
+        self.grad_flat = zeros(self.total, np.float32, stream=stream)
+        self.m_flat = zeros(self.total, np.float32, stream=stream)
+        self.v_flat = zeros(self.total, np.float32, stream=stream)   # unused by SGD
         self.params = self._views(self.flat)
         self.grads = self._views(self.grad_flat)
+        # [steps taken, position in the run's batch order] and [lr, 1 - b1^t, 1 - b2^t]
+        self.counters = zeros(2, np.int64, stream=stream)
+        self.hyper = zeros(3, np.float32, stream=stream)
+        self.stats = zeros(2, np.float32, stream=stream)
+        self.data = None
         # Streams of the generators are fixed so that a seed reproduces the same numbers.
         init_rng = Generator(args.seed, streams=4096)
         for name in PARAMETERS:
             std = init_std(name)
             if std > 0:
-                init_rng.normal(0.0, std, dtype=np.float32, out=self.params[name])
+                init_rng.normal(0.0, std, dtype=np.float32, out=self.params[name],
+                                **self._rng_backend())
         self.dropout_rng = Generator(args.seed + 1, streams=4096)
         self.options = cudnn.PlanOptions(deterministic=True) if args.deterministic else None
-        self.step_count = 0
         self._ones: dict[int, object] = {}
+        self._buffers: dict[tuple[int, bool], StepBuffers] = {}
+        self._blas = None
+        if stream is not None:
+            from cupric import cublas
+            self._blas = cublas.Handle.get(stream=stream)
 
     def _views(self, flat) -> dict:
         return {name: flat[offset:offset + math.prod(shape)].reshape(shape)
                 for name, (offset, shape) in self.layout.items()}
 
+    def _rng_backend(self) -> dict:
+        if self.stream is None:
+            return {}
+        from cupric.gpu_rand.backends import CudaBackend
+        return {"backend": CudaBackend(self.stream)}
+
+    def _launch(self, kernel, n: int):
+        return kernel[blocks_for(n), BLOCK, self.stream]
+
+    def buffers(self, batch: int, train: bool) -> StepBuffers:
+        """The step's tensors for a batch size (made on first use, then reused)."""
+        key = (batch, train)
+        bufs = self._buffers.get(key)
+        if bufs is None:
+            bufs = self._buffers[key] = StepBuffers(batch, train, self.stream)
+        return bufs
+
     def host_parameters(self) -> dict[str, np.ndarray]:
         """A NumPy copy of every parameter (for PyTorch's identical start)."""
         return {name: view.to_numpy() for name, view in self.params.items()}
 
-    def forward(self, x, train: bool):
+    def load_data(self, split: Split, orders) -> None:
+        """Put the training set and the run's whole batch order on the device once, so
+        that `step` gathers each batch there (no host copy per step)."""
+        from cupric.runtime import to_device
+        flat_order = np.concatenate([idx for batches in orders for idx in batches])
+        images = split.train_x.reshape(len(split.train_x), -1)
+        self.data = (to_device(images, stream=self.stream),
+                     to_device(split.train_y, stream=self.stream),
+                     to_device(flat_order.astype(np.int32), stream=self.stream))
+
+    def forward(self, x, train: bool, bufs: StepBuffers | None = None):
         """Forward pass of a batch (device array (B, 1, 8, 8)); returns what backward
         needs, the log-probabilities last."""
         from cupric import cublas, cudnn
-        from cupric.runtime import empty
-        p, opts = self.params, self.options
+        p, opts, s = self.params, self.options, self.stream
         batch = x.shape[0]
+        if bufs is None:
+            bufs = self.buffers(batch, train)
         # conv -> bias -> ReLU as one cuDNN graph (cupric falls back to three steps when
         # no engine fuses the combination).
         a1 = cudnn.conv2d(x, p["conv1.w"], p["conv1.b"], padding=1, activation="relu",
-                          options=opts)
-        p1 = cudnn.max_pool2d(a1, 2)
+                          out=bufs.a1, stream=s, options=opts)
+        p1 = cudnn.max_pool2d(a1, 2, out=bufs.p1, stream=s)
         a2 = cudnn.conv2d(p1, p["conv2.w"], p["conv2.b"], padding=1, activation="relu",
-                          options=opts)
-        p2 = cudnn.max_pool2d(a2, 2)
+                          out=bufs.a2, stream=s, options=opts)
+        p2 = cudnn.max_pool2d(a2, 2, out=bufs.p2, stream=s)
         h = p2.reshape(batch, FEATURES)       # NCHW contiguous: a view, no copy
         u = None
         if train and self.args.dropout > 0:
-            u = empty((batch, FEATURES), np.float32)
-            self.dropout_rng.random(dtype=np.float32, out=u)
-            dropped = empty((batch, FEATURES), np.float32)
-            dropout_apply[blocks_for(u.size), BLOCK](
+            u = bufs.u
+            self.dropout_rng.random(dtype=np.float32, out=u, **self._rng_backend())
+            self._launch(dropout_apply, u.size)(
                 h.reshape(-1), u.reshape(-1), self.args.dropout,
-                1.0 / (1.0 - self.args.dropout), dropped.reshape(-1))
-            h = dropped
-        logits = cublas.linear(h, p["fc.w"], p["fc.b"])
-        logp = cudnn.log_softmax(logits, axis=-1)
+                1.0 / (1.0 - self.args.dropout), bufs.dropped.reshape(-1))
+            h = bufs.dropped
+        logits = cublas.linear(h, p["fc.w"], p["fc.b"], out=bufs.logits, handle=self._blas)
+        logp = cudnn.log_softmax(logits, axis=-1, out=bufs.logp, stream=s)
         return (x, a1, p1, a2, p2, h, u), logp
 
-    def loss(self, logp, labels, stats):
+    def loss(self, logp, labels, stats, bufs: StepBuffers | None = None):
         """Launch the NLL kernel: gradient of the batch's mean loss w.r.t. `logp`, and the
         loss sum and correct count added to `stats`."""
-        from cupric.runtime import empty
         batch = logp.shape[0]
-        dlogp = empty(logp.shape, np.float32)
-        nll_loss_grad[blocks_for(batch), BLOCK](logp, labels, 1.0 / batch, dlogp, stats)
-        return dlogp
+        if bufs is None:
+            bufs = self.buffers(batch, True)
+        self._launch(nll_loss_grad, batch)(logp, labels, 1.0 / batch, bufs.dlogp, stats)
+        return bufs.dlogp
 
-    def backward(self, saved, logp, dlogp) -> None:
+    def backward(self, saved, logp, dlogp, bufs: StepBuffers | None = None) -> None:
         """Gradients of every parameter into `self.grads`."""
         from cupric import cublas, cudnn
         x, a1, p1, a2, p2, h, u = saved
-        g, p, opts = self.grads, self.params, self.options
+        g, p, opts, s, blas = self.grads, self.params, self.options, self.stream, self._blas
         batch = x.shape[0]
-        dlogits = cudnn.softmax_backward(logp, dlogp, axis=-1, log=True)
+        if bufs is None:
+            bufs = self.buffers(batch, True)
+        dlogits = cudnn.softmax_backward(logp, dlogp, axis=-1, log=True, out=bufs.dlogits,
+                                         stream=s)
         # fc: logits = h @ w + b
-        cublas.matmul(h.T, dlogits, out=g["fc.w"])
-        cublas.matmul(self._ones_of(batch), dlogits, out=g["fc.b"])
-        dh = cublas.matmul(dlogits, p["fc.w"].T)
+        cublas.matmul(h.T, dlogits, out=g["fc.w"], handle=blas)
+        cublas.matmul(self._ones_of(batch), dlogits, out=g["fc.b"], handle=blas)
+        dh = cublas.matmul(dlogits, p["fc.w"].T, out=bufs.dh, handle=blas)
         if u is not None:
-            from cupric.runtime import empty
-            dmasked = empty((batch, FEATURES), np.float32)
-            dropout_apply[blocks_for(u.size), BLOCK](
+            self._launch(dropout_apply, u.size)(
                 dh.reshape(-1), u.reshape(-1), self.args.dropout,
-                1.0 / (1.0 - self.args.dropout), dmasked.reshape(-1))
-            dh = dmasked
+                1.0 / (1.0 - self.args.dropout), bufs.dmasked.reshape(-1))
+            dh = bufs.dmasked
         dp2 = dh.reshape(p2.shape)
-        da2 = cudnn.pool_backward(dp2, a2, p2, "max", window=2)
+        da2 = cudnn.pool_backward(dp2, a2, p2, "max", window=2, out=bufs.da2, stream=s)
         # ReLU's output stands in for its input: y > 0 exactly where x > 0, which is all
         # the ReLU gradient reads (the fused forward keeps no pre-activation tensor).
-        dz2 = cudnn.activation_backward(da2, a2, a2, "relu")
+        dz2 = cudnn.activation_backward(da2, a2, a2, "relu", out=bufs.dz2, stream=s)
         cudnn.conv_backward_filter(p1, dz2, PARAMETERS["conv2.w"][0], padding=1,
-                                   out=g["conv2.w"], options=opts)
-        cudnn.conv_backward_bias(dz2, out=g["conv2.b"])
+                                   out=g["conv2.w"], stream=s, options=opts)
+        cudnn.conv_backward_bias(dz2, out=g["conv2.b"], stream=s)
         dp1 = cudnn.conv_backward_data(dz2, p["conv2.w"], p1.shape, padding=1,
-                                       options=opts)
-        da1 = cudnn.pool_backward(dp1, a1, p1, "max", window=2)
-        dz1 = cudnn.activation_backward(da1, a1, a1, "relu")
+                                       out=bufs.dp1, stream=s, options=opts)
+        da1 = cudnn.pool_backward(dp1, a1, p1, "max", window=2, out=bufs.da1, stream=s)
+        dz1 = cudnn.activation_backward(da1, a1, a1, "relu", out=bufs.dz1, stream=s)
         cudnn.conv_backward_filter(x, dz1, PARAMETERS["conv1.w"][0], padding=1,
-                                   out=g["conv1.w"], options=opts)
-        cudnn.conv_backward_bias(dz1, out=g["conv1.b"])
+                                   out=g["conv1.w"], stream=s, options=opts)
+        cudnn.conv_backward_bias(dz1, out=g["conv1.b"], stream=s)
 
     def _ones_of(self, batch: int):
         # (B,) of ones: ones @ dlogits sums the bias gradient over the batch in cuBLAS.
         ones = self._ones.get(batch)
         if ones is None:
             from cupric.runtime import to_device
-            ones = self._ones[batch] = to_device(np.ones(batch, np.float32))
+            ones = self._ones[batch] = to_device(np.ones(batch, np.float32),
+                                                 stream=self.stream)
         return ones
 
-    def update(self, lr: float) -> None:
-        """One optimizer step with learning rate `lr` over the flat parameter buffer."""
+    def update(self, batch: int, total_steps: int) -> None:
+        """One optimizer step over the flat parameter buffer, its learning rate and bias
+        corrections computed on the device for the step the counters name; the batch
+        position moves on by `batch`."""
         a = self.args
-        self.step_count += 1
+        beta1, beta2 = 0.9, 0.999
+        self._launch(advance_schedule, 1)(
+            self.counters, self.hyper, batch, a.lr, float(total_steps),
+            1 if a.schedule == "cosine" else 0, beta1, beta2)
         n = self.total
         if a.optimizer == "adam":
-            beta1, beta2 = 0.9, 0.999
-            adam_update[blocks_for(n), BLOCK](
-                self.flat, self.grad_flat, self.m_flat, self.v_flat, lr, beta1, beta2,
-                1e-8, 1.0 - beta1 ** self.step_count, 1.0 - beta2 ** self.step_count,
-                a.weight_decay)
+            self._launch(adam_update, n)(
+                self.flat, self.grad_flat, self.m_flat, self.v_flat, self.hyper, beta1,
+                beta2, 1e-8, a.weight_decay)
         else:
-            sgd_momentum_update[blocks_for(n), BLOCK](
-                self.flat, self.grad_flat, self.m_flat, lr, a.momentum, a.weight_decay)
+            self._launch(sgd_momentum_update, n)(
+                self.flat, self.grad_flat, self.m_flat, self.hyper, a.momentum,
+                a.weight_decay)
+
+    def step(self, bufs: StepBuffers, total_steps: int) -> None:
+        """One whole training step of a batch of ``bufs.batch`` images, all on the device:
+        gather the batch, forward, loss (summed into `self.stats`), backward, optimizer.
+
+        It reads no host value and allocates nothing, so it can be captured into a CUDA
+        graph (`capture_step`) whose replays each train on the next batch.
+        """
+        images, labels, order = self.data
+        self._launch(gather_batch, bufs.x.size)(
+            images, labels, order, self.counters, bufs.x.reshape(bufs.batch, -1), bufs.y)
+        saved, logp = self.forward(bufs.x, True, bufs)
+        dlogp = self.loss(logp, bufs.y, self.stats, bufs)
+        self.backward(saved, logp, dlogp, bufs)
+        self.update(bufs.batch, total_steps)
+
+    def capture_step(self, bufs: StepBuffers, total_steps: int):
+        """`step` captured into a CUDA graph on `self.stream`, instantiated: launching it
+        runs one training step. Take it after one eager step of the same batch size (so
+        that kernels are compiled and cuDNN plans built outside the capture)."""
+        if self.stream is None:
+            raise ValueError("a training step is captured on a stream of its own: make "
+                             "the net with stream=Device.current().create_stream()")
+        with self.stream.capture() as cap:
+            self.step(bufs, total_steps)
+        try:
+            return cap.graph.instantiate()
+        finally:
+            cap.graph.close()
 
     def evaluate(self, images: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
         """(mean loss, accuracy) of a whole set in one batch, dropout off."""
         from cupric.runtime import to_device, zeros
-        stats = zeros(2, np.float32)
-        _saved, logp = self.forward(to_device(images), train=False)
-        self.loss(logp, to_device(labels), stats)
-        loss_sum, correct = stats.to_numpy()
+        stats = zeros(2, np.float32, stream=self.stream)
+        bufs = self.buffers(len(labels), False)
+        _saved, logp = self.forward(to_device(images, stream=self.stream), False, bufs)
+        self.loss(logp, to_device(labels, stream=self.stream), stats, bufs)
+        loss_sum, correct = stats.to_numpy(stream=self.stream)
         return float(loss_sum) / len(labels), float(correct) / len(labels)
 
 
-def train_cupric(net: CupricNet, split: Split, orders, progress) -> list[EpochRecord]:
-    """Train `net` on the batches of `orders`; returns one `EpochRecord` per epoch."""
-    from cupric.runtime import to_device, zeros
-    args = net.args
+def train_cupric(net: CupricNet, split: Split, orders, progress,
+                 graph: bool = False) -> list[EpochRecord]:
+    """Train `net` on the batches of `orders`; returns one `EpochRecord` per epoch.
+
+    With `graph`, the first step of each batch size runs eagerly (compiling kernels and
+    building cuDNN plans), the second is captured into a CUDA graph, and every step from
+    then on is one replay of it: the host launches one graph per step.
+    """
     records = []
     total_steps = sum(len(batches) for batches in orders)
-    step = 0
-    for epoch, batches in enumerate(orders, 1):
-        stats = zeros(2, np.float32)
-        start = time.perf_counter()
-        for idx in batches:
-            x = to_device(split.train_x[idx])
-            y = to_device(split.train_y[idx])
-            saved, logp = net.forward(x, train=True)
-            dlogp = net.loss(logp, y, stats)
-            net.backward(saved, logp, dlogp)
-            net.update(learning_rate(args, step, total_steps))
-            step += 1
-        # Reading the sums waits for the epoch's last step: the time covers the GPU work.
-        loss_sum, _correct = stats.to_numpy()
-        seconds = time.perf_counter() - start
-        train_loss, train_acc = net.evaluate(split.train_x, split.train_y)
-        test_loss, test_acc = net.evaluate(split.test_x, split.test_y)
-        del train_loss  # the record keeps the running loss with dropout, as is usual
-        record = EpochRecord(epoch, float(loss_sum) / len(split.train_y), train_acc,
-                             test_loss, test_acc, seconds)
-        records.append(record)
-        progress(record)
+    net.load_data(split, orders)
+    graphs: dict[int, object] = {}
+    seen: set[int] = set()
+    try:
+        for epoch, batches in enumerate(orders, 1):
+            net.stats.zero(stream=net.stream)
+            start = time.perf_counter()
+            for idx in batches:
+                batch = len(idx)
+                bufs = net.buffers(batch, True)
+                if not graph or batch not in seen:
+                    net.step(bufs, total_steps)
+                    seen.add(batch)
+                    continue
+                if batch not in graphs:
+                    graphs[batch] = net.capture_step(bufs, total_steps)
+                graphs[batch].launch(net.stream)
+            # Reading the sums waits for the epoch's last step: the time covers the GPU
+            # work.
+            loss_sum, _correct = net.stats.to_numpy(stream=net.stream)
+            seconds = time.perf_counter() - start
+            _train_loss, train_acc = net.evaluate(split.train_x, split.train_y)
+            test_loss, test_acc = net.evaluate(split.test_x, split.test_y)
+            # The record keeps the running loss with dropout, as is usual.
+            record = EpochRecord(epoch, float(loss_sum) / len(split.train_y), train_acc,
+                                 test_loss, test_acc, seconds)
+            records.append(record)
+            progress(record)
+    finally:
+        for exe in graphs.values():
+            exe.close()
     return records
 
 
@@ -598,9 +782,12 @@ def train_cupric(net: CupricNet, split: Split, orders, progress) -> list[EpochRe
 # The same network in PyTorch (--compare-torch)
 
 
-def train_torch(args, split: Split, orders, initial: dict[str, np.ndarray], progress):
+def train_torch(args, split: Split, orders, initial: dict[str, np.ndarray], progress,
+                graph: bool = False):
     """Train the same network in PyTorch from the same initial weights on the same
-    batches; returns one `EpochRecord` per epoch."""
+    batches; returns one `EpochRecord` per epoch. With `graph`, each step after the
+    first of its batch size is a replay of a `torch.cuda.CUDAGraph` (Adam with
+    ``capturable=True`` and a tensor learning rate, as PyTorch's graph recipe asks)."""
     try:
         import torch
         import torch.nn.functional as F
@@ -623,9 +810,13 @@ def train_torch(args, split: Split, orders, initial: dict[str, np.ndarray], prog
         # cupric keeps fc.w as (in, out) for x @ w; torch.nn.Linear keeps (out, in).
         model[8].weight.copy_(torch.from_numpy(initial["fc.w"].T.copy()))
         model[8].bias.copy_(torch.from_numpy(initial["fc.b"]))
+    if graph and args.optimizer != "adam":
+        raise ValueError("the PyTorch CUDA-graph comparison runs Adam (capturable); "
+                         "pass --optimizer adam with --graph --compare-torch")
     if args.optimizer == "adam":
-        opt = torch.optim.Adam(model.parameters(), lr=args.lr,
-                               weight_decay=args.weight_decay)
+        lr0 = torch.tensor(args.lr, device=dev) if graph else args.lr
+        opt = torch.optim.Adam(model.parameters(), lr=lr0, weight_decay=args.weight_decay,
+                               capturable=graph)
     else:
         opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
                               weight_decay=args.weight_decay)
@@ -633,6 +824,10 @@ def train_torch(args, split: Split, orders, initial: dict[str, np.ndarray], prog
     train_y = torch.from_numpy(split.train_y).long().to(dev)
     test_x = torch.from_numpy(split.test_x).to(dev)
     test_y = torch.from_numpy(split.test_y).long().to(dev)
+    # The batch order goes to the device once, as the cupric run's does; each step
+    # gathers its batch there.
+    order = [[torch.from_numpy(idx.astype(np.int64)).to(dev) for idx in batches]
+             for batches in orders]
 
     def evaluate(images, labels):
         model.eval()
@@ -643,26 +838,59 @@ def train_torch(args, split: Split, orders, initial: dict[str, np.ndarray], prog
         model.train()
         return loss, acc
 
+    def train_step(x, y):
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=not graph)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
     records = []
     total_steps = sum(len(batches) for batches in orders)
     step = 0
+    # With --graph: per batch size, static inputs, a graph of one whole step, and the
+    # loss it writes; the first step of a size runs eagerly on a side stream (PyTorch's
+    # recipe for warming up before capture), the second is captured, later ones replay.
+    graphs: dict[int, tuple] = {}
+    side = torch.cuda.Stream() if graph else None
     for epoch, batches in enumerate(orders, 1):
         model.train()
         loss_sum = torch.zeros((), device=dev)
         torch.cuda.synchronize()
         start = time.perf_counter()
-        for idx in batches:
-            # Host batches uploaded per step, as the cupric run does.
-            x = torch.from_numpy(split.train_x[idx]).to(dev)
-            y = torch.from_numpy(split.train_y[idx]).long().to(dev)
-            loss = F.cross_entropy(model(x), y)
+        for idx in order[epoch - 1]:
             for group in opt.param_groups:
-                group["lr"] = learning_rate(args, step, total_steps)
+                lr = learning_rate(args, step, total_steps)
+                if graph:
+                    group["lr"].fill_(lr)
+                else:
+                    group["lr"] = lr
             step += 1
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            loss_sum += loss.detach() * len(idx)
+            batch = len(idx)
+            if not graph:
+                loss = train_step(train_x.index_select(0, idx), train_y.index_select(0, idx))
+                loss_sum += loss * batch
+                continue
+            if batch not in graphs:
+                static_x = train_x.index_select(0, idx)
+                static_y = train_y.index_select(0, idx)
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    loss = train_step(static_x, static_y)
+                torch.cuda.current_stream().wait_stream(side)
+                loss_sum += loss * batch
+                graphs[batch] = (static_x, static_y, None, None)
+                continue
+            static_x, static_y, cuda_graph, static_loss = graphs[batch]
+            torch.index_select(train_x, 0, idx, out=static_x)
+            torch.index_select(train_y, 0, idx, out=static_y)
+            if cuda_graph is None:
+                cuda_graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(cuda_graph):
+                    static_loss = train_step(static_x, static_y)
+                graphs[batch] = (static_x, static_y, cuda_graph, static_loss)
+            cuda_graph.replay()
+            loss_sum += static_loss * batch
         total = loss_sum.item()    # waits for the epoch's last step
         seconds = time.perf_counter() - start
         _train_loss, train_acc = evaluate(train_x, train_y)
@@ -777,21 +1005,31 @@ def main(argv=None) -> int:
     for step, shape in network_plan(args.batch_size):
         print(f"  {step:<24} {shape}")
 
-    net = CupricNet(args)
+    if args.graph and args.compare_torch and args.optimizer != "adam":
+        print("error: --graph --compare-torch runs PyTorch's capturable Adam: pass "
+              "--optimizer adam", file=sys.stderr)
+        return 2
+    net = CupricNet(args, stream=training_stream())
     # PyTorch starts from these very weights (copied before any step changes them).
     initial = net.host_parameters() if args.compare_torch else None
-    callback, close = make_progress(args, "cupric")
+    label = "cupric graph" if args.graph else "cupric"
+    callback, close = make_progress(args, label)
     try:
-        records = train_cupric(net, split, orders, callback)
+        records = train_cupric(net, split, orders, callback, graph=args.graph)
     finally:
         close()
-    runs = {"cupric": records}
+    runs = {label: records}
     if args.compare_torch:
-        callback, close = make_progress(args, "torch")
+        torch_label = "torch graph" if args.graph else "torch"
+        callback, close = make_progress(args, torch_label)
         try:
-            runs["torch"] = train_torch(args, split, orders, initial, callback)
+            runs[torch_label] = train_torch(args, split, orders, initial, callback,
+                                            graph=args.graph)
         finally:
             close()
+    folder = os.path.dirname(args.plot)
+    if folder:
+        os.makedirs(folder, exist_ok=True)
     write_plot(args.plot, runs)
     print()
     for label, recs in runs.items():

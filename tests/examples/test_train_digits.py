@@ -49,7 +49,7 @@ def test_defaults():
     args = td.parse_args([])
     assert (args.epochs, args.batch_size, args.optimizer) == (30, 32, "adam")
     assert args.lr == pytest.approx(5e-3) and args.schedule == "cosine"
-    assert args.plot == "digits_training.png"
+    assert args.plot == os.path.join("out", "digits_training.png") and not args.graph
     assert args.progress and not args.check and not args.compare_torch
     assert 0 < args.dropout < 1 and args.test_fraction == pytest.approx(0.2)
 
@@ -234,6 +234,46 @@ def test_dropout_apply_matches_numpy(rng):
     assert 0.2 < np.mean(out == 0) < 0.4
 
 
+def _schedule(step, total, args):
+    """(counters, hyper) after `advance_schedule` ran on the simulator for `step`."""
+    counters = np.array([step, 7], np.int64)
+    hyper = np.full(3, np.nan, F32)
+    td.advance_schedule.simulate[1, 32](counters, hyper, np.int64(5), np.float64(args.lr),
+                                        np.float64(total),
+                                        np.int32(args.schedule == "cosine"),
+                                        np.float64(0.9), np.float64(0.999))
+    return counters, hyper
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "constant"])
+def test_advance_schedule_matches_the_host_schedule(schedule):
+    args = td.parse_args(["--lr", "0.01", "--schedule", schedule])
+    total = 400
+    for step in (0, 1, 199, 399):
+        counters, hyper = _schedule(step, total, args)
+        assert counters.tolist() == [step + 1, 12]     # one step counted, 5 images on
+        np.testing.assert_allclose(hyper[0], td.learning_rate(args, step, total),
+                                   rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(hyper[1], 1 - 0.9 ** (step + 1), rtol=1e-6)
+        np.testing.assert_allclose(hyper[2], 1 - 0.999 ** (step + 1), rtol=1e-5)
+
+
+def test_gather_batch_takes_the_rows_the_order_names(rng):
+    n, b = 50, 7
+    images = rng.random((n, 64), dtype=F32)
+    labels = rng.integers(0, 10, n).astype(np.int32)
+    order = rng.permutation(n).astype(np.int32)
+    counters = np.array([3, 11], np.int64)
+    x = np.full((b, 64), np.nan, F32)               # poisoned: every element is written
+    y = np.full(b, -1, np.int32)
+    td.gather_batch.simulate[td.blocks_for(b * 64), td.BLOCK](images, labels, order,
+                                                              counters, x, y)
+    rows = order[11:11 + b]
+    np.testing.assert_array_equal(x, images[rows])
+    np.testing.assert_array_equal(y, labels[rows])
+    assert counters.tolist() == [3, 11]             # advance_schedule moves it, not this
+
+
 def test_adam_update_matches_numpy_over_steps(rng):
     n, lr, b1, b2, eps, wd = 300, 2e-3, 0.9, 0.999, 1e-8, 1e-2
     param = rng.standard_normal(n).astype(F32)
@@ -245,9 +285,9 @@ def test_adam_update_matches_numpy_over_steps(rng):
     b1, b2 = float(F32(b1)), float(F32(b2))
     for step in range(1, 4):
         grad = rng.standard_normal(n).astype(F32)
+        hyper = np.array([lr, 1 - b1 ** step, 1 - b2 ** step], F32)
         td.adam_update.simulate[td.blocks_for(n), td.BLOCK](
-            param, grad, m, v, F32(lr), F32(b1), F32(b2), F32(eps), F32(1 - b1 ** step),
-            F32(1 - b2 ** step), F32(wd))
+            param, grad, m, v, hyper, F32(b1), F32(b2), F32(eps), F32(wd))
         g = grad + wd * ref_p
         ref_m = b1 * ref_m + (1 - b1) * g
         ref_v = b2 * ref_v + (1 - b2) * g * g
@@ -262,9 +302,9 @@ def test_adam_leaves_zero_padding_zero():
     # Gaps between parameters in the flat buffer have zero value and gradient.
     n = 64
     param, grad, m, v = (np.zeros(n, F32) for _ in range(4))
-    td.adam_update.simulate[1, td.BLOCK](param, grad, m, v, F32(1e-3), F32(0.9),
-                                         F32(0.999), F32(1e-8), F32(0.1), F32(0.001),
-                                         F32(0.0))
+    hyper = np.array([1e-3, 0.1, 0.001], F32)
+    td.adam_update.simulate[1, td.BLOCK](param, grad, m, v, hyper, F32(0.9), F32(0.999),
+                                         F32(1e-8), F32(0.0))
     assert not param.any() and not m.any() and not v.any()
 
 
@@ -273,10 +313,11 @@ def test_sgd_momentum_update_matches_numpy(rng):
     param = rng.standard_normal(n).astype(F32)
     vel = np.zeros(n, F32)
     ref_p, ref_v = param.astype(np.float64), np.zeros(n)
+    hyper = np.array([lr, np.nan, np.nan], F32)     # SGD reads the rate alone
     for _ in range(3):
         grad = rng.standard_normal(n).astype(F32)
         td.sgd_momentum_update.simulate[td.blocks_for(n), td.BLOCK](
-            param, grad, vel, F32(lr), F32(mu), F32(wd))
+            param, grad, vel, hyper, F32(mu), F32(wd))
         ref_v = mu * ref_v + grad + wd * ref_p
         ref_p = ref_p - lr * ref_v
     np.testing.assert_allclose(vel, ref_v, rtol=1e-5, atol=1e-6)
@@ -292,8 +333,12 @@ A2 = "Array[{}, 2, 'C']"
                       f"{A1.format('f32')}"),
     ("dropout_apply", f"{A1.format('f32')}, {A1.format('f32')}, f32, f32, "
                       f"{A1.format('f32')}"),
-    ("adam_update", ", ".join([A1.format("f32")] * 4 + ["f32"] * 7)),
-    ("sgd_momentum_update", ", ".join([A1.format("f32")] * 3 + ["f32"] * 3)),
+    ("adam_update", ", ".join([A1.format("f32")] * 5 + ["f32"] * 4)),
+    ("sgd_momentum_update", ", ".join([A1.format("f32")] * 4 + ["f32"] * 2)),
+    ("gather_batch", f"{A2.format('f32')}, {A1.format('i32')}, {A1.format('i32')}, "
+                     f"{A1.format('i64')}, {A2.format('f32')}, {A1.format('i32')}"),
+    ("advance_schedule", f"{A1.format('i64')}, {A1.format('f32')}, i64, f64, f64, i32, "
+                         f"f64, f64"),
 ])
 def test_kernels_compile_to_ptx(name, signature):
     from cupric.compiler.toolchain import ToolchainNotFoundError
@@ -301,7 +346,13 @@ def test_kernels_compile_to_ptx(name, signature):
         ptx = getattr(td, name).inspect_ptx(signature, arch="sm_90")
     except ToolchainNotFoundError as exc:
         pytest.skip(f"no libNVVM here: {exc}")
-    assert ".entry" in ptx and ".local" not in ptx
+    assert ".entry" in ptx
+    if name == "advance_schedule":
+        # One thread: libdevice's double cos keeps its slow-path argument reduction in
+        # local memory, and the pow and cos calls are inlined.
+        assert ".extern" not in ptx
+    else:
+        assert ".local" not in ptx
     if name == "nll_loss_grad":
         assert "atom.global.add.f32" in ptx or "red.global.add.f32" in ptx
 
@@ -382,10 +433,14 @@ def test_simulator_setting_is_a_no_gpu_notice(monkeypatch):
 
 
 class HostBuffer(np.ndarray):
-    """A NumPy array with the DeviceBuffer method the script calls (`to_numpy`)."""
+    """A NumPy array with the DeviceBuffer methods the script calls (`to_numpy`,
+    `zero`)."""
 
-    def to_numpy(self):
+    def to_numpy(self, stream=None):
         return np.array(self)
+
+    def zero(self, stream=None):
+        self[...] = 0
 
 
 def _host(a, dtype=F32):
@@ -569,7 +624,9 @@ def numpy_gpu(monkeypatch):
                             _bound_to(getattr(cublas_api, name), globals()[name]))
 
     def empty(shape, dtype=np.float64, stream=None):
-        return _host(np.full(shape, np.nan), dtype)   # poisoned: unwritten shows
+        # Poisoned: an unwritten element shows (NaN, or -1 for integers).
+        poison = np.nan if np.dtype(dtype).kind == "f" else -1
+        return _host(np.full(shape, poison), dtype)
 
     def zeros(shape, dtype=np.float64, stream=None):
         return _host(np.zeros(shape), dtype)
@@ -721,6 +778,7 @@ def test_main_runs_end_to_end_on_the_stand_ins(numpy_gpu, monkeypatch, tmp_path,
     import cupric.cublas
     import cupric.cudnn
     monkeypatch.setattr(td, "gpu_unavailable_reason", lambda: None)
+    monkeypatch.setattr(td, "training_stream", lambda: None)   # the stand-ins take none
     monkeypatch.setattr(cupric.cudnn, "is_available", lambda: True)
     monkeypatch.setattr(cupric.cublas, "is_available", lambda: True)
     plot = tmp_path / "digits.png"
@@ -786,4 +844,56 @@ def test_compare_torch(tmp_path):
     # Same network, same start, same batches: PyTorch lands in the same place.
     assert _final_accuracy(proc.stdout, "torch") >= 0.95
     assert re.search(r"^torch: .*median epoch after it [0-9.]+ ms", proc.stdout, re.M)
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _digits_or_skip():
+    pytest.importorskip("sklearn", reason="scikit-learn is not installed")
+    images, labels = td.load_digits_arrays()
+    return td.split_data(images, labels, 0.2, seed=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_replayed_graph_steps_equal_eager_steps(optimizer):
+    # Two epochs of batches of 64: every step after the first of each batch size (64,
+    # and the epoch's last, 30) is a graph replay. Deterministic cuDNN engines, the same
+    # seeds and the same dropout draws: the parameters and the optimizer state must be
+    # bitwise those of the eager run.
+    from cupric.runtime import Device
+    split = _digits_or_skip()
+    args = td.parse_args(["--epochs", "2", "--batch-size", "64", "--deterministic",
+                          "--dropout", "0.3", "--optimizer", optimizer, "--no-progress"])
+    orders = td.batch_orders(len(split.train_y), args.batch_size, args.epochs, args.seed)
+    runs = {}
+    for graph in (False, True):
+        net = td.CupricNet(args, stream=Device.current().create_stream())
+        records = td.train_cupric(net, split, orders, lambda r: None, graph=graph)
+        runs[graph] = (net.flat.to_numpy(), net.m_flat.to_numpy(), net.v_flat.to_numpy(),
+                       net.counters.to_numpy(), records)
+    eager, replayed = runs[False], runs[True]
+    steps = sum(len(batches) for batches in orders)
+    assert eager[3].tolist() == replayed[3].tolist() == [steps, len(split.train_y) * 2]
+    for a, b in zip(eager[:3], replayed[:3]):
+        assert np.isfinite(a).all()
+        assert np.array_equal(a, b), np.abs(a - b).max()
+    assert not np.array_equal(eager[0], td.CupricNet(args).flat.to_numpy())  # it trained
+    for r_eager, r_graph in zip(eager[4], replayed[4]):
+        assert r_eager.train_loss == pytest.approx(r_graph.train_loss, rel=1e-5)
+        assert r_eager.test_accuracy == r_graph.test_accuracy
+
+
+@pytest.mark.gpu
+def test_graph_run_beside_torch_graphs(tmp_path):
+    pytest.importorskip("sklearn", reason="scikit-learn is not installed")
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed")
+    pytest.importorskip("torch", reason="PyTorch is not installed")
+    plot = tmp_path / "graph.png"
+    proc = _run_script("--epochs", "20", "--graph", "--compare-torch", "--check",
+                       "--no-progress", "--plot", str(plot))
+    print(proc.stdout[-6000:])
+    print(proc.stderr[-6000:], file=sys.stderr)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _final_accuracy(proc.stdout, "cupric graph") >= 0.97
+    assert _final_accuracy(proc.stdout, "torch graph") >= 0.95
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
