@@ -1,5 +1,6 @@
 """What kernel code imports: indices, barriers, shared and local memory, atomics, warp
-operations, math, half precision, vector types, clocks and constant memory.
+operations, tensor cores (mma, ldmatrix, cp.async), math, half precision, vector types,
+clocks and constant memory.
 
 Each callable is an intrinsic whose dotted name equals its path under `cupric.device`
 (`atomic.add` is `cupric.device.atomic.add`): `@cupric.kernel` lowers it to NVVM IR by
@@ -11,7 +12,7 @@ from . import math
 from ._intrinsic import REGISTRY, OutsideKernelError
 from .atomic import atomic
 from .bits import bits
-from .const import CONSTANT_MEMORY_BYTES, ConstantArray, constant
+from .const import CONSTANT_MEMORY_BYTES, ConstantArray, constant, global_memory
 from .coop import grid_stride, grid_sync
 from .errors import KernelAssertionError, KernelError, KernelIndexError, KernelTrapError
 from .half import half
@@ -20,6 +21,7 @@ from .indices import (blockDim, blockIdx, grid, gridDim, gridsize, laneid, synct
 from .io import clock, clock64, globaltimer, trap
 from .kinds import CONVERGENT
 from .local import local
+from .mma import cp_async, mma
 from .shared import shared
 from .sync import (FULL_MASK, nanosleep, syncthreads_and, syncthreads_count, syncthreads_or,
                    syncwarp, threadfence, threadfence_block, threadfence_system)
@@ -40,6 +42,9 @@ __all__ = [
     "grid_sync", "grid_stride",
     # memory
     "shared", "local", "atomic", "constant", "ConstantArray", "CONSTANT_MEMORY_BYTES",
+    "global_memory",
+    # tensor cores and asynchronous copies (mma.py)
+    "mma", "cp_async",
     # warp, math, bits, half precision, vectors
     "warp", "math", "bits", "half", "vector", "Vector", "VECTOR_TYPES",
     "float2", "float3", "float4", "double2", "double3", "double4", "int2", "int3", "int4",

@@ -12,6 +12,9 @@ WARP_COLLECTIVES = frozenset({
     "syncwarp", "warp.activemask", "warp.shfl_idx", "warp.shfl_up", "warp.shfl_down",
     "warp.shfl_xor", "warp.any", "warp.all", "warp.ballot", "warp.match_any",
     "warp.match_all", "warp.reduce_add", "warp.reduce_min", "warp.reduce_max",
-    "warp.reduce_and", "warp.reduce_or", "warp.reduce_xor"})
+    "warp.reduce_and", "warp.reduce_or", "warp.reduce_xor",
+    # tensor cores (cupric.device.mma): the whole warp exchanges fragments
+    "mma.m16n8k16_f16", "mma.m16n8k16_bf16", "mma.m16n8k8_tf32", "mma.m16n8k32_s8",
+    "mma.m16n8k32_u8", "mma.ldmatrix", "mma.stmatrix"})
 GRID_COLLECTIVES = frozenset({"grid_sync"})
 CONVERGENT = BLOCK_COLLECTIVES | WARP_COLLECTIVES | GRID_COLLECTIVES

@@ -20,7 +20,8 @@ import numpy as np
 from .. import types as _t
 from .errors import BarrierError, DeadlockError
 
-__all__ = ["LiveSet", "BlockSync", "Aborted", "BLOCKED", "warp_compute", "barrier_result"]
+__all__ = ["LiveSet", "BlockSync", "Aborted", "BLOCKED", "warp_compute", "barrier_result",
+           "WARP_OPS"]
 
 WARP = 32
 FULL = 0xFFFFFFFF
@@ -105,8 +106,16 @@ def _lanes(mask: int) -> tuple:
     return lanes
 
 
+#: Warp collectives defined outside this module (tensor cores: _impl_mma): op ->
+#: compute(group, args) -> {lane: result}, called as the built-in ones below.
+WARP_OPS: dict = {}
+
+
 def warp_compute(op: str, group: int, args: dict) -> dict:
     """Results per lane of a warp collective; `args[lane]` are that lane's arguments."""
+    custom = WARP_OPS.get(op)
+    if custom is not None:
+        return custom(group, args)
     lanes = _lanes(group)
     if op == "syncwarp":
         return dict.fromkeys(lanes)
