@@ -235,10 +235,10 @@ def gemm(a, b, out=None, *, alpha=1.0, beta=0.0, algorithm="blocked", stream=Non
 
     Cost
     ----
-    One launch; 2*m*n*k flops on CUDA cores (no tensor cores, no TF32). On an H200,
-    8192^3 float32: 40.5 TFLOP/s, 0.79x cuBLAS FP32 (row-major operands; other strides
-    take a 2-D indexed kernel with more registers); 4096^3 float64: 15.7 TFLOP/s, 0.26x
-    cuBLAS, whose DGEMM runs on the FP64 tensor cores.
+    One launch; 2*m*n*k flops on CUDA cores (no tensor cores, no TF32), behind cuBLAS
+    (row-major operands are fastest; other strides take a 2-D indexed kernel with more
+    registers), and far behind its DGEMM, which runs on the FP64 tensor cores. Figures
+    beside cuBLAS: BENCHMARKS.md.
 
     Examples
     --------

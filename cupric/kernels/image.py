@@ -155,8 +155,8 @@ def rgba2gray(rgba, out=None, stream=None):
     if img.dtype == np.dtype("u1"):
         pixels = call.flat(img, "rgba").view(np.uint32)
         # A grid bounded per SM, not one covering the image: each thread moves only 20
-        # bytes per group, and on an H200 a covering grid gave 0.086 ms for 8192^2
-        # pixels where the bounded one had given 0.082 ms (in an earlier run).
+        # bytes per group, and a covering grid measured slower for it (benchmarks/
+        # kernels.py times the library's kernel beside its CUDA C twin).
         call.launch(rgba2gray_kernel, call.blocks(h * w, BLOCK, 4), BLOCK, pixels, flat_out)
     else:
         rows = img.reshape(h * w, 4) if h * w else img.reshape(0, 4)

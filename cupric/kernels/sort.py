@@ -326,8 +326,8 @@ def bitonic_sort(x, out=None, *, descending=False, stream=None):
     The length is padded to a power of two (at least 2048) in scratch memory; for
     2^p keys, p - 11 merge stages of up to p - 11 global passes each plus one
     shared-memory pass: O(n log^2 n) work, about (p - 11)(p - 10)/2 + p - 9 launches
-    (2^24 keys on an H200: 4.7 ms, as fast as the same network in CUDA C; `radix_sort`
-    is 5x faster). Not stable (keys only).
+    (measured beside the same network in CUDA C: BENCHMARKS.md; `radix_sort` does less
+    work). Not stable (keys only).
 
     Examples
     --------
@@ -384,8 +384,8 @@ def radix_sort(x, out=None, *, descending=False, stream=None):
     ----
     Scratch of 2 key arrays and 2 x 256 counters per 2048-key tile; 4 passes of 3
     launches (histogram, scan, scatter) plus 2 key transforms: about 12 reads and 5
-    writes of the keys, O(n) work (2^24 keys on an H200: 0.92 ms, 0.55x cupy.sort, whose
-    one-sweep radix sort moves the keys fewer times). Host cost: 14 launches; the
+    writes of the keys, O(n) work (cupy.sort's one-sweep radix sort moves the keys fewer
+    times; both measured in BENCHMARKS.md). Host cost: 14 launches; the
     scratch lives in the device's workspace up to `RADIX_WORKSPACE_KEYS` keys (reused
     from call to call, no allocation), beyond that it is allocated per call.
 
