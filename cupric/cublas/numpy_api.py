@@ -190,10 +190,9 @@ def matmul(a, b, out=None, alpha=_ONE, beta=_ZERO, *, precision=None, handle=Non
     ----
     A repeated 2-d call on cupric buffers replays its checked plan in one C call
     (`cupric.cublas._fastgemm`). Small float32 problems go to ``cublasLtMatmul`` with
-    a cached algorithm, and the call costs about 0.7 us of host time above cuBLASLt's
-    own: 6.0-6.8 us in all for a 64x64 sgemm on H200 machines, where PyTorch's
-    ``a @ b`` took 9.2-10.2 us and CuPy's 11.1-13.2 us in the same runs. Without `out`,
-    the call adds the runtime's stream-ordered allocation (about 8.5 us).
+    a cached algorithm, and the call adds little host time to cuBLASLt's own. Without
+    `out`, the call adds the runtime's stream-ordered allocation. Host costs beside
+    cuBLAS's floors, PyTorch and CuPy: BENCHMARKS.md (benchmarks/gemm.py, host_cost.py).
     Batches whose axes do not collapse to one stride per operand use
     ``cublasGemmBatched`` with pointer arrays uploaded per call.
 
