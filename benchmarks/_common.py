@@ -91,3 +91,140 @@ def paired_ratio(ours: list, theirs: list) -> dict:
         q1 = q3 = ratios[0]
     return {"median": statistics.median(ratios), "min": ratios[0], "q1": q1, "q3": q3,
             "max": ratios[-1]}
+
+
+# -- correctness before timing ----------------------------------------------------------
+
+def to_host(x):
+    """A NumPy copy of a device or host array (PyTorch, CuPy, DeviceBuffer, NumPy);
+    float16/bfloat16 PyTorch tensors come back as float32."""
+    import numpy as np
+    if hasattr(x, "detach"):  # PyTorch
+        t = x.detach()
+        if t.dtype.is_floating_point and t.element_size() < 4:
+            t = t.float()
+        return t.cpu().numpy()
+    if hasattr(x, "get") and hasattr(x, "__cuda_array_interface__"):  # CuPy
+        return x.get()
+    if hasattr(x, "to_numpy"):  # cupric DeviceBuffer
+        return x.to_numpy()
+    return np.asarray(x)
+
+
+def poison(*arrays) -> None:
+    """Fill outputs with a value no correct result has: NaN for floating point, all ones
+    (-1, or the largest unsigned value) for integers; queued on each library's current
+    stream."""
+    import numpy as np
+    for x in arrays:
+        if hasattr(x, "detach"):  # PyTorch
+            x.fill_(float("nan") if x.dtype.is_floating_point else -1)
+        elif hasattr(x, "get") and hasattr(x, "fill"):  # CuPy
+            x.fill(np.nan if x.dtype.kind in "fc" else
+                   np.iinfo(x.dtype).max if x.dtype.kind == "u" else -1)
+        elif hasattr(x, "memset"):  # DeviceBuffer: 0xFF bytes, NaN or -1 in every type
+            x.memset(0xFF, 8)
+        else:
+            raise TypeError(f"poison: cannot fill a {type(x).__name__}")
+
+
+def _synchronize() -> None:
+    """Wait for the whole device (every library's streams)."""
+    from cupric import runtime as rt
+    rt.synchronize()
+
+
+class CheckError(AssertionError):
+    """A contender gave a wrong result before timing; the benchmark must not time it."""
+
+
+def assert_correct(label: str, run, got, expected, *, outputs=(), rtol: float = 0.0,
+                   atol: float = 0.0, exact: bool = False, sample: int | None = None,
+                   seed: int = 0) -> dict:
+    """Poison `outputs`, call `run()` once, and compare `got` with `expected`.
+
+    `got` and `expected` are arrays or callables returning one (called after `run`); any
+    kind `to_host` reads. The comparison covers every element, or, with `sample`, that
+    many positions drawn with `seed` plus the first and last 4096 (for outputs too large
+    to copy to the host; the benchmark says so). Passes when every compared element
+    satisfies ``|got - expected| <= atol + rtol * |expected|`` (``exact``: equality), no
+    NaN is left where `expected` has none. Raises `CheckError` naming `label`; returns
+    the largest absolute and relative differences (for the results file).
+    """
+    import numpy as np
+    poison(*outputs)
+    _synchronize()
+    run()
+    _synchronize()
+    g = got() if callable(got) else got
+    e = expected() if callable(expected) else expected
+    if hasattr(g, "detach") and hasattr(e, "detach") and not exact:
+        return _torch_close(label, g, e, rtol, atol)
+    g, e = to_host(g), to_host(e)
+    g, e = np.asarray(g).reshape(-1), np.asarray(e).reshape(-1)
+    if g.shape != e.shape:
+        raise CheckError(f"{label}: {g.size} elements, expected {e.size}")
+    if sample is not None and g.size > sample + 8192:
+        idx = np.random.default_rng(seed).integers(0, g.size, sample)
+        idx = np.concatenate([np.arange(4096), idx, np.arange(g.size - 4096, g.size)])
+        g, e = g[idx], e[idx]
+    if exact:
+        bad = int(np.count_nonzero(g != e) - np.count_nonzero(np.isnan(g) & np.isnan(e)))
+        if bad:
+            raise CheckError(f"{label}: {bad} of {g.size} elements differ")
+        return {"compared": int(g.size), "max_abs_diff": 0.0}
+    g64, e64 = g.astype(np.float64), e.astype(np.float64)
+    diff = np.abs(g64 - e64)
+    nan = np.isnan(g64) & ~np.isnan(e64)
+    bad = nan | (diff > atol + rtol * np.abs(e64))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise CheckError(f"{label}: {int(bad.sum())} of {g.size} elements out of tolerance "
+                         f"(rtol {rtol}, atol {atol}); first at {i}: {g64[i]} vs {e64[i]}")
+    scale = float(np.abs(e64).max()) if e64.size else 0.0
+    worst = float(np.nanmax(diff)) if diff.size else 0.0
+    return {"compared": int(g.size), "max_abs_diff": worst,
+            "max_rel_diff": worst / scale if scale else worst}
+
+
+def _torch_close(label: str, got, expected, rtol: float, atol: float) -> dict:
+    """`assert_correct`'s comparison on the device, for two PyTorch tensors (every
+    element, in float64: no copy of a large output to the host)."""
+    g = got.detach().double().reshape(-1)
+    e = expected.detach().double().reshape(-1).to(g.device)
+    if g.numel() != e.numel():
+        raise CheckError(f"{label}: {g.numel()} elements, expected {e.numel()}")
+    diff = (g - e).abs()
+    bad = (g.isnan() & ~e.isnan()) | (diff > atol + rtol * e.abs())
+    count = int(bad.sum())
+    if count:
+        i = int(bad.nonzero()[0, 0])
+        raise CheckError(f"{label}: {count} of {g.numel()} elements out of tolerance "
+                         f"(rtol {rtol}, atol {atol}); first at {i}: {float(g[i])} vs "
+                         f"{float(e[i])}")
+    scale = float(e.abs().max()) if e.numel() else 0.0
+    worst = float(diff.nan_to_num(0.0).max()) if diff.numel() else 0.0
+    return {"compared": int(g.numel()), "max_abs_diff": worst,
+            "max_rel_diff": worst / scale if scale else worst}
+
+
+# -- tables for BENCHMARKS.md (rendered by tools/benchmarks_md.py) ------------------------
+
+def table(title: str, columns, rows, notes: str = "") -> dict:
+    """A table of one benchmark's figures as the results file keeps it: `columns` are
+    (heading, format) pairs (format as in `format(value, fmt)`, "" for text), `rows`
+    lists of cells (a number, a string, or None for an empty cell)."""
+    return {"title": title, "columns": [list(c) for c in columns],
+            "rows": [list(r) for r in rows], "notes": notes}
+
+
+def ratio(peer, ours):
+    """peer / ours for two times (above 1: ours faster), None when either is missing."""
+    if isinstance(peer, (int, float)) and isinstance(ours, (int, float)) and ours > 0:
+        return peer / ours
+    return None
+
+
+def error_text(exc: BaseException) -> str:
+    """An exception as one line for a results file."""
+    return f"{type(exc).__name__}: {exc}"[:400]

@@ -31,6 +31,8 @@ import time
 
 import numpy as np
 
+from _common import assert_correct, table
+
 NBYTES = 16384
 ITEMS = NBYTES // 4
 SMALL = 64
@@ -122,21 +124,26 @@ def _matmul_rows(results: dict) -> list:
     c = empty((SMALL, SMALL), np.float32)
     expect = host_a.astype(np.float64) @ host_b
     scale = np.abs(expect).max()
-    for got in (cublas.matmul(a, b), cublas.matmul(a, b, out=c)):
-        error = np.abs(got.to_numpy() - expect).max() / scale
-        assert error < 1e-5, f"cupric 64x64 matmul wrong (relative error {error:.2e})"
+    assert_correct("cupric matmul(a, b)", lambda: None, lambda: cublas.matmul(a, b), expect,
+                   rtol=1e-5, atol=1e-5 * scale)
+    assert_correct("cupric matmul(a, b, out=c)", lambda: cublas.matmul(a, b, out=c), c,
+                   expect, outputs=[c], rtol=1e-5, atol=1e-5 * scale)
     rows = [("cupric.cublas.matmul(a, b) 64x64, allocating", lambda: cublas.matmul(a, b)),
             ("cupric.cublas.matmul(a, b, out=c) 64x64", lambda: cublas.matmul(a, b, out=c))]
     results["_keep"] += [a, b, c]
     try:
         import torch
         ta, tb = torch.from_numpy(host_a).cuda(), torch.from_numpy(host_b).cuda()
+        assert_correct("torch A @ B", lambda: None, lambda: ta @ tb, expect,
+                       rtol=1e-5, atol=1e-5 * scale)
         rows.append(("torch A @ B 64x64, allocating", lambda: ta @ tb))
     except Exception as exc:
         results["torch_matmul_error"] = f"{type(exc).__name__}: {exc}"[:300]
     try:
         import cupy as cp
         ca, cb = cp.asarray(host_a), cp.asarray(host_b)
+        assert_correct("cupy A @ B", lambda: None, lambda: ca @ cb, expect,
+                       rtol=1e-5, atol=1e-5 * scale)
         rows.append(("cupy A @ B 64x64, allocating", lambda: ca @ cb))
     except Exception as exc:
         results["cupy_matmul_error"] = f"{type(exc).__name__}: {exc}"[:300]
@@ -206,6 +213,26 @@ def run(json_path: str | None = None) -> dict:
         results["compiled_path"] = (fast is not None and fast is not m._UNSET,
                                     _fastalloc.build_error())
     results.pop("_keep")
+    leaked = {k: v for k, v in results.get("pool_used_delta", {}).items() if v}
+    if leaked:
+        results["pool_error"] = f"the pool's used bytes did not come back: {leaked}"
+    results["title"] = "Device allocation: 16 KiB allocate + free"
+    results["method"] = (
+        f"Host cost of allocating a {NBYTES // 1024} KiB float32 buffer and freeing it, "
+        f"{BATCHES} batches of {PER_BATCH} pairs per row, a synchronize between batches "
+        "outside the timed region, rows interleaved, median batch, in one process; the "
+        "stream-ordered pool's used bytes must be back where they started. The 64x64 "
+        "matmuls (allocating their result) are checked against NumPy first.")
+    tables = []
+    for key, title in (("alloc_free_16KiB_us", "16 KiB allocate + free (us)"),
+                       ("matmul_64_us", "64x64 float32 matmul, host cost (us)")):
+        rows = [[name, row["us"], row["min_us"], row["continuous_us"]]
+                for name, row in (results.get(key) or {}).items()]
+        if key + "_error" in results:
+            rows.append([f"error: {results[key + '_error']}", None, None, None])
+        tables.append(table(title, [("call", ""), ("median batch", ".2f"),
+                                    ("min batch", ".2f"), ("continuous", ".2f")], rows))
+    results["tables"] = tables
     _print(results)
     if json_path:
         with open(json_path, "w") as f:

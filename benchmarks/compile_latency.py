@@ -1,7 +1,11 @@
 """Compile latency of a small kernel (saxpy) in fresh processes, beside NVRTC (CuPy
 RawKernel) and numba-cuda, and the time of `import cupric`.
 
-Each figure is the median over fresh Python processes:
+Each figure is the median over fresh Python processes. The comparison with the peers is
+of the same work: compile and load, CUDA initialized. CuPy's `RawKernel.compile()` and
+numba-cuda's `cuda.jit(sig)` both initialize CUDA and load the module into a context, so
+cupric's figure beside them (`cold_compile_load_s`) adds making the primary context
+current and loading the cubin to its compile. cupric's own figures:
 - import: `import cupric` alone;
 - cold: after `import cupric` and the kernel's module, `kern.compile(sig)` with an empty
   kernel cache (typing, codegen, libNVVM, nvJitLink/ptxas);
@@ -39,6 +43,8 @@ import sys
 import tempfile
 import textwrap
 
+from _common import ratio, table
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 KERNEL = '''
@@ -67,8 +73,14 @@ t3 = time.perf_counter()
 assert artifact.ptx and ".entry saxpy" in artifact.ptx
 assert artifact.cubin is not None
 assert cupric.__file__.startswith({source!r}), cupric.__file__
-print(json.dumps({{"import_s": t1 - t0, "compile_s": t3 - t2, "from_cache": artifact.from_cache,
-                  "pathfinder": "cuda.pathfinder" in sys.modules}}))
+pathfinder = "cuda.pathfinder" in sys.modules
+# What the peers' figures include as well: CUDA initialized, the module loaded.
+from cupric import runtime as rt
+rt.Device(0).make_current()
+function = rt.Module.from_data(artifact.cubin).get_function("saxpy")
+t4 = time.perf_counter()
+print(json.dumps({{"import_s": t1 - t0, "compile_s": t3 - t2, "load_s": t4 - t3,
+                  "from_cache": artifact.from_cache, "pathfinder": pathfinder}}))
 '''
 
 # Times the parts of a cold compile by wrapping the functions that do them (the wrappers
@@ -178,10 +190,14 @@ def _empty_kernel_cache(root: str) -> None:
     shutil.rmtree(os.path.join(root, "kernels"), ignore_errors=True)
 
 
-def run(json_path: str | None = None, runs: int = 5, phases: bool = False) -> dict:
+def run(json_path: str | None = None, runs: int = 5, phases: bool = True,
+        quick: bool = False) -> dict:
     """Measure; returns seconds (medians) and the goals' pass/fail."""
+    if quick:
+        runs, phases = 2, False
     arch = _arch()
     imports, cold, hit, cold_source, first, pathfinder = [], [], [], [], [], []
+    cold_load, hit_load = [], []
     parts: dict = {}
     with tempfile.TemporaryDirectory(prefix="cupric-compile-latency-") as work:
         source = os.path.join(work, "source")
@@ -214,6 +230,8 @@ def run(json_path: str | None = None, runs: int = 5, phases: bool = False) -> di
                 pathfinder.append(sample["pathfinder"])
                 cold.append(sample["compile_s"])
                 hit.append(again["compile_s"])
+                cold_load.append(sample["compile_s"] + sample["load_s"])
+                hit_load.append(again["compile_s"] + again["load_s"])
         # 3. A new environment: nothing remembered.
         for _ in range(runs):
             with tempfile.TemporaryDirectory(dir=work) as fresh:
@@ -226,6 +244,8 @@ def run(json_path: str | None = None, runs: int = 5, phases: bool = False) -> di
                 for name, value in _child(code, env).items():
                     parts.setdefault(name, []).append(value)
     results = {"arch": arch, "import_cupric_s": statistics.median(imports),
+               "cold_compile_load_s": statistics.median(cold_load),
+               "cache_hit_load_s": statistics.median(hit_load),
                "cold_compile_s": statistics.median(cold),
                "cache_hit_s": statistics.median(hit),
                "cold_compile_no_bytecode_s": statistics.median(cold_source),
@@ -234,20 +254,27 @@ def run(json_path: str | None = None, runs: int = 5, phases: bool = False) -> di
                "cold_imports_cuda_pathfinder": any(pathfinder)}
     for name, code, extra in (("nvrtc_cupy", CUPY_CHILD, "CUPY_CACHE_DIR"),
                               ("numba_cuda", NUMBA_CHILD, None)):
-        samples = []
+        samples, warm = [], []
         try:
-            for _ in range(max(2, runs // 2)):
+            for _ in range(runs):
                 with tempfile.TemporaryDirectory() as cache:
                     env = _env(**({extra: cache} if extra else {}))
                     samples.append(_child(code, env)["compile_s"])
-            results[f"{name}_cold_compile_s"] = statistics.median(samples)
+                    if extra:  # CuPy's kernel cache, filled by the run above
+                        warm.append(_child(code, env)["compile_s"])
+            results[f"{name}_cold_compile_load_s"] = statistics.median(samples)
+            if warm:
+                results[f"{name}_cache_hit_load_s"] = statistics.median(warm)
         except Exception as exc:  # a peer that is not installed is reported, not fatal
-            results[f"{name}_cold_compile_s"] = f"unavailable: {str(exc)[-200:]}"
+            results[f"{name}_cold_compile_load_s"] = f"unavailable: {str(exc)[-200:]}"
     if parts:
         results["cold_phases_s"] = {name: statistics.median(v) for name, v in parts.items()}
     results["goals"] = {"import<=0.150s": results["import_cupric_s"] <= 0.150,
                         "cold<=0.050s": results["cold_compile_s"] <= 0.050,
                         "hit<=0.002s": results["cache_hit_s"] <= 0.002}
+    results["title"] = "Compile latency of a small kernel"
+    results["method"] = METHOD
+    results["tables"] = _tables(results)
     _print(results)
     if json_path:
         with open(json_path, "w") as fh:
@@ -255,10 +282,50 @@ def run(json_path: str | None = None, runs: int = 5, phases: bool = False) -> di
     return results
 
 
+METHOD = (
+    "saxpy compiled in fresh processes, medians. The headline compares the same work on "
+    "every side: compile and load, CUDA initialized (cupric: `kern.compile(sig)`, then "
+    "the primary context made current and the cubin loaded; CuPy: `RawKernel.compile()`, "
+    "which compiles with NVRTC, initializes CUDA and loads the module; numba-cuda: "
+    "`cuda.jit(sig)`, which compiles, initializes CUDA and loads it). Library imports are "
+    "outside every figure. cupric's compile alone (PTX and cubin, no driver) has no peer "
+    "figure of the same work and is listed apart.")
+
+
+def _tables(r: dict) -> list:
+    def num(key):
+        v = r.get(key)
+        return v * 1e3 if isinstance(v, float) else None
+    cupy_cold, numba_cold = num("nvrtc_cupy_cold_compile_load_s"), num("numba_cuda_cold_compile_load_s")
+    ours = num("cold_compile_load_s")
+    rows = [["first compile + load (empty kernel caches)", ours, cupy_cold, numba_cold,
+             ratio(cupy_cold, ours), ratio(numba_cold, ours)],
+            ["compile + load, kernel cache warm", num("cache_hit_load_s"),
+             num("nvrtc_cupy_cache_hit_load_s"), None,
+             ratio(num("nvrtc_cupy_cache_hit_load_s"), num("cache_hit_load_s")), None]]
+    errors = "; ".join(f"{k}: {v}" for k, v in r.items() if isinstance(v, str)
+                       and v.startswith("unavailable"))
+    head = table("Compile + load, CUDA initialized (ms)",
+                 [("what", ""), ("cupric", ".1f"), ("CuPy (NVRTC)", ".1f"),
+                  ("numba-cuda", ".1f"), ("CuPy / cupric", ".2f"), ("numba / cupric", ".2f")],
+                 rows, errors)
+    rows = [["`import cupric`", num("import_cupric_s")],
+            ["compile only (PTX and cubin, no driver), empty kernel cache", num("cold_compile_s")],
+            ["compile only, cache hit in a new process", num("cache_hit_s")],
+            ["compile only, no bytecode (PYTHONDONTWRITEBYTECODE=1)",
+             num("cold_compile_no_bytecode_s")],
+            ["compile only, new environment (toolchain searched for)",
+             num("first_compile_new_environment_s")]]
+    rows += [[f"phase: {k}", v * 1e3] for k, v in (r.get("cold_phases_s") or {}).items()]
+    own = table("cupric alone (ms; no peer does the same work)", [("what", ""), ("ms", ".2f")],
+                rows)
+    return [head, own]
+
+
 def _print(results: dict) -> None:
     print(f"compile latency ({results['arch']}), medians over fresh processes")
     for key, value in results.items():
-        if key in ("arch", "goals"):
+        if key in ("arch", "goals", "tables", "method", "title"):
             continue
         if key == "cold_phases_s":
             print("  cold compile phases (medians):")

@@ -22,7 +22,7 @@ import json
 import statistics
 import time
 
-from _common import script_main
+from _common import assert_correct, script_main, table
 
 N, C, K, H, W, R = 256, 64, 64, 56, 56, 3
 WARMUP, TIMED, PER_SAMPLE = 3, 10, 4
@@ -74,6 +74,33 @@ def _row(torch, dnn, name, dtype, channels_last, autotune) -> dict:
         return dnn.conv_backward_filter(x, dy, (K, C, R, R), padding=1, out=outs[which],
                                         options=options)
 
+    # Correct before timing: each side's result, outputs poisoned, against the same pass
+    # computed in float32 without TF32 from the same operands (every element, on the
+    # device). The bound scales with the operands' largest product sum.
+    checks = {}
+    up = [t.float() for t in (x, w, dy)]
+    previous = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    fx, fw, fdy = up
+    references = {"forward": torch.nn.functional.conv2d(fx, fw, padding=1),
+                  "backward_data": conv_backward(fdy, fx, fw, None, [1, 1], [1, 1], [1, 1],
+                                                 False, [0, 0], 1, [True, False, False])[0],
+                  "backward_filter": conv_backward(fdy, fx, fw, None, [1, 1], [1, 1], [1, 1],
+                                                   False, [0, 0], 1, [False, True, False])[1]}
+    torch.backends.cudnn.allow_tf32 = previous
+    del up, fx, fw, fdy
+    tol = 5e-3 if tf32 else 2e-2
+    for which in PASSES:
+        ref = references[which]
+        scale = float(ref.abs().max())
+        for key, fn, out in (("cupric", lambda: ours(which), outs[which]),
+                             ("torch", lambda: torch_pass(which), None)):
+            box = {}
+            checks[f"{which} {key}"] = assert_correct(
+                f"conv {name} {which} {key}", lambda fn=fn, box=box: box.setdefault("r", fn()),
+                (lambda box=box: box["r"]) if out is None else out, ref,
+                outputs=[out] if out is not None else [], rtol=tol, atol=tol * scale)
+    del references
     stream = torch.cuda.current_stream()
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
@@ -102,20 +129,24 @@ def _row(torch, dnn, name, dtype, channels_last, autotune) -> dict:
         t_ours = statistics.median(samples["cupric"])
         result[which] = {"cupric_TFLOPs": FLOP / t_ours / 1e12,
                          "torch_TFLOPs": FLOP / t_torch / 1e12,
-                         "ratio": t_torch / t_ours, "max_rel_diff_vs_torch": diff}
+                         "ratio": t_torch / t_ours, "max_rel_diff_vs_torch": diff,
+                         "check_max_rel_diff": {k.split()[1]: v["max_rel_diff"]
+                                                for k, v in checks.items()
+                                                if k.startswith(which)}}
     return result
 
 
-def _rates(results: dict) -> None:
+def _rates(results: dict, quick: bool = False) -> None:
     import torch
 
     from cupric.cudnn import api as dnn
 
     rows = {}
-    for name, dtype, channels_last in (("tf32 NCHW", torch.float32, False),
-                                       ("fp16 NHWC", torch.float16, True),
-                                       ("bf16 NHWC", torch.bfloat16, True)):
-        for regime, autotune in (("heuristics", False), ("autotuned", True)):
+    configs = (("tf32 NCHW", torch.float32, False), ("fp16 NHWC", torch.float16, True),
+               ("bf16 NHWC", torch.bfloat16, True))
+    for name, dtype, channels_last in (configs[1:2] if quick else configs):
+        for regime, autotune in ((("heuristics", False),) if quick else
+                                 (("heuristics", False), ("autotuned", True))):
             key = f"{name} {regime}"
             try:
                 rows[key] = _row(torch, dnn, name, dtype, channels_last, autotune)
@@ -126,7 +157,7 @@ def _rates(results: dict) -> None:
     results["conv3x3_256x64x56x56"] = rows
 
 
-def run(json_path: str | None = None) -> dict:
+def run(json_path: str | None = None, quick: bool = False) -> dict:
     """Measure, print the table, and return (and optionally write) the results."""
     results: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     try:
@@ -137,7 +168,7 @@ def run(json_path: str | None = None) -> dict:
     except Exception as exc:  # reported in the table and JSON, never hidden
         results["setup_error"] = f"{type(exc).__name__}: {exc}"
     try:
-        _rates(results)
+        _rates(results, quick)
     except Exception as exc:
         results["rates_error"] = f"{type(exc).__name__}: {exc}"[:500]
     try:
@@ -146,6 +177,30 @@ def run(json_path: str | None = None) -> dict:
         results["cudnn_version"] = int(lib.lib.cudnnGetVersion())
     except Exception as exc:
         results["library_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    results["title"] = "Convolution through cupric.cudnn, GPU-bound"
+    results["method"] = (
+        f"ResNet-style 3x3 convolution {N}x{C}x{H}x{W}, {K} filters, padding 1, forward / "
+        "backward-data / backward-filter, TFLOP/s; the same random operands for both "
+        "libraries, each side's result checked against float32 (no TF32) before timing; "
+        f"CUDA events, {WARMUP} warm-up calls, the median of {TIMED} samples of "
+        f"{PER_SAMPLE} back-to-back calls, rows taking turns. Heuristics: cupric's default "
+        "beside `cudnn.benchmark = False`; autotuned: `PlanOptions(autotune=True)` beside "
+        "`cudnn.benchmark = True`. Per-call host cost and small layers: host_cost.py.")
+    rows = []
+    for key, row in (results.get("conv3x3_256x64x56x56") or {}).items():
+        if "error" in row:
+            rows.append([key] + [None] * 9 + [row["error"]])
+            continue
+        cells = [key]
+        for which in PASSES:
+            cells += [row[which]["cupric_TFLOPs"], row[which]["torch_TFLOPs"],
+                      row[which]["ratio"]]
+        rows.append(cells + [""])
+    cols = [("config", "")]
+    for which in ("fwd", "bwd data", "bwd filter"):
+        cols += [(f"{which} cupric", ".1f"), (f"{which} PyTorch", ".1f"),
+                 (f"{which} cupric / PyTorch", ".3f")]
+    results["tables"] = [table("TFLOP/s", cols + [("error", "")], rows)]
     _print(results)
     if json_path:
         with open(json_path, "w") as f:

@@ -28,13 +28,15 @@ import time
 
 import numpy as np
 
+from _common import assert_correct, table
+
 SIZE = 8192
 WARMUP, TIMED, PER_SAMPLE = 3, 10, 4
 SMALL = 64
 BATCHES, PER_BATCH, CONTINUOUS = 20, 500, 20000
 
 
-def _rates(results: dict) -> None:
+def _rates(results: dict, quick: bool = False) -> None:
     import torch
 
     from cupric.cublas import api as cb
@@ -43,8 +45,9 @@ def _rates(results: dict) -> None:
     handle = cb.Handle.get(stream=stream.cuda_stream)
     torch.manual_seed(1234)
     rows = {}
-    for name, dtype in (("fp32", torch.float32), ("tf32", torch.float32),
-                        ("bf16", torch.bfloat16), ("fp16", torch.float16)):
+    dtypes = (("fp32", torch.float32), ("tf32", torch.float32), ("bf16", torch.bfloat16),
+              ("fp16", torch.float16))
+    for name, dtype in (dtypes[2:3] if quick else dtypes):
         try:
             rows[name] = _rate(torch, cb, handle, stream, name, dtype)
         except Exception as exc:  # one failing precision must not hide the others
@@ -68,6 +71,15 @@ def _rate(torch, cb, handle, stream, name, dtype) -> dict:
     def run_ours():
         cb.matmul(a, b, out=c_ours, precision=precision, handle=handle)
 
+    # Correct before timing: each side's product, its output poisoned first, against the
+    # float64 product of the same operands (every element, on the device).
+    reference = a.double() @ b.double()
+    scale = float(reference.abs().max())
+    tol = {"fp32": 1e-5, "tf32": 5e-3, "bf16": 2e-2, "fp16": 1e-2}[name]
+    checks = {key: assert_correct(f"{name} {SIZE}^3 {key}", fn, out, reference, outputs=[out],
+                                  rtol=tol, atol=tol * scale)
+              for key, fn, out in (("torch", run_torch, c_torch), ("cupric", run_ours, c_ours))}
+    del reference
     samples = {"torch": [], "cupric": []}
     for fn in (run_torch, run_ours):
         for _ in range(WARMUP):
@@ -93,11 +105,12 @@ def _rate(torch, cb, handle, stream, name, dtype) -> dict:
     flop = 2.0 * SIZE ** 3
     tf_torch = flop / statistics.median(samples["torch"]) / 1e12
     tf_ours = flop / statistics.median(samples["cupric"]) / 1e12
-    # Same inputs, same precision: the results must agree (relative max difference).
+    # Same inputs, same precision: how far apart the two results are (for the record).
     diff = (c_ours.float() - c_torch.float()).abs().max().item()
     scale = c_torch.float().abs().max().item()
     return {"cupric_TFLOPs": tf_ours, "torch_TFLOPs": tf_torch, "ratio": tf_ours / tf_torch,
-            "max_rel_diff_vs_torch": diff / scale}
+            "max_rel_diff_vs_torch": diff / scale,
+            "check_max_rel_diff": {k: v["max_rel_diff"] for k, v in checks.items()}}
 
 
 # The cuBLAS entry points called from C in a loop: the floor of any caller's host cost.
@@ -243,6 +256,17 @@ def _host_cost(results: dict) -> None:
         "compiled_path": fast is not None, "compiled_error": _fastgemm.build_error(),
         "cublaslt_plans": sum(p["lt"] for p in plans), "plans": len(plans)}
 
+    # The peers too, their outputs poisoned first (the allocating ones return theirs).
+    peer_checks = (("torch A @ B", lambda: ta @ tb, None), ("torch mm(out=)",
+                   lambda: torch.mm(ta, tb, out=tc), tc),
+                   ("torch matmul(out=)", lambda: torch.matmul(ta, tb, out=tc), tc),
+                   ("cupy A @ B", lambda: ca @ cbuf, None),
+                   ("cupy matmul(out=)", lambda: cp.matmul(ca, cbuf, out=cc), cc))
+    for label, fn, out in peer_checks:
+        box = {}
+        assert_correct(f"64x64 sgemm {label}", lambda fn=fn, box=box: box.setdefault("r", fn()),
+                       lambda box=box: box["r"], expect, outputs=[out] if out is not None else [],
+                       rtol=1e-5, atol=1e-5 * scale)
     sgemm = fast_function("cublasSgemm_v2")
     keep_a, pa = host_scalar("S", 1.0, "alpha")
     keep_b, pb = host_scalar("S", 0.0, "beta")
@@ -295,7 +319,7 @@ def _host_cost(results: dict) -> None:
     del keep_plans
 
 
-def run(json_path: str | None = None, host_only: bool = False) -> dict:
+def run(json_path: str | None = None, host_only: bool = False, quick: bool = False) -> dict:
     """Measure, print the table, and return (and optionally write) the results.
 
     `host_only` skips the 8192^3 rates (the host-cost table alone takes seconds)."""
@@ -310,16 +334,55 @@ def run(json_path: str | None = None, host_only: bool = False) -> dict:
         results["setup_error"] = f"{type(exc).__name__}: {exc}"
     for part in ((_host_cost,) if host_only else (_rates, _host_cost)):
         try:
-            part(results)
+            if part is _rates:
+                part(results, quick)
+            else:
+                part(results)
         except Exception as exc:
             results[f"{part.__name__.strip('_')}_error"] = f"{type(exc).__name__}: {exc}"[:500]
     from cupric.cublas import lib
     results["cublas_library"] = lib.binding.path  # known once the library was loaded
+    results["title"] = "GEMM through cupric.cublas"
+    results["method"] = METHOD
+    results["tables"] = _tables(results)
     _print(results)
     if json_path:
         with open(json_path, "w") as f:
             json.dump(results, f, indent=1)
     return results
+
+
+METHOD = (
+    f"{SIZE}^3 products: the same random operands for both libraries, each side's result "
+    "checked against the float64 product before timing; CUDA events on one stream, the "
+    f"median of {TIMED} samples of {PER_SAMPLE} back-to-back calls after a lead-in call, "
+    "the library that goes first alternating. 64x64 float32 host cost: calls queued back to "
+    f"back in {BATCHES} batches of {PER_BATCH}, a synchronize between batches outside the "
+    "timed region, rows interleaved, median batch; every row checked against NumPy first.")
+
+
+def _tables(results: dict) -> list:
+    out = []
+    rates = results.get("gemm_8192") or {}
+    if rates:
+        rows = [[name, r.get("cupric_TFLOPs"), r.get("torch_TFLOPs"), r.get("ratio"),
+                 r.get("max_rel_diff_vs_torch"), r.get("error", "")] for name, r in rates.items()]
+        out.append(table(f"{SIZE}^3 GEMM (TFLOP/s)",
+                         [("dtype", ""), ("cupric", ".1f"), ("PyTorch", ".1f"),
+                          ("cupric / PyTorch", ".3f"), ("max rel. diff.", ".1e"),
+                          ("error", "")], rows))
+    host = results.get("sgemm_64_host_us") or {}
+    if host:
+        ours = host.get("cupric matmul(a, b, out=c)", {}).get("us")
+        rows = [[name, r["us"], r["continuous_us"],
+                 r["us"] / ours if ours and not name.startswith("cupric") else None]
+                for name, r in host.items()]
+        out.append(table("64x64 float32 matmul: host cost per call (us)",
+                         [("call", ""), ("median batch", ".2f"), ("continuous", ".2f"),
+                          ("/ cupric matmul(out=)", ".2f")], rows,
+                         "Floors: cuBLAS entry points called with no checks (from Python "
+                         "through cffi, or from C in a loop)."))
+    return out
 
 
 def _print(results: dict) -> None:

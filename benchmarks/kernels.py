@@ -29,7 +29,7 @@ import traceback
 
 import numpy as np
 
-from _common import EventTimer, paired_ratio
+from _common import EventTimer, paired_ratio, table
 
 WARMUP = 2
 REPEATS = 10
@@ -472,18 +472,6 @@ class Timer(EventTimer):
                     times.paired[name] = paired_ratio(samples["cupric"], t)
         return times
 
-    def host_us(self, fn, calls: int = 300) -> float:
-        """Host microseconds per call of `fn` on a small input (the device keeps up)."""
-        for _ in range(5):
-            fn()
-        self.stream.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        t1 = time.perf_counter()
-        self.stream.synchronize()
-        return (t1 - t0) / calls * 1e6
-
 
 def _numba(cp, stream):
     """numba.cuda and an external stream over CuPy's, or (None, reason)."""
@@ -642,11 +630,14 @@ class Suite:
                     o[i] = al * a[i] + b[i]
                     i += step
             nx, ny, nout = (cuda.as_cuda_array(v) for v in (x, y, out))
-            # One element per thread and trip: numba's kernel is faster on a bounded grid
-            # (on an H200 at 2^27: 0.44 ms, against 0.62 ms on a covering one).
+            # One element per thread and trip: numba's kernel runs on a bounded grid (at
+            # most 8 blocks per SM) and, beside it, on a grid covering the array once.
             nblocks = self.bounded_blocks(N, 1)
+            cblocks = self.covering_blocks(N, 1)
             benches["vecadd"][0]["numba_cuda"] = \
                 lambda: n_vecadd[nblocks, 256, ns](nx, ny, nout)
+            benches["vecadd"][0]["numba_cuda_covering_grid"] = \
+                lambda: n_vecadd[cblocks, 256, ns](nx, ny, nout)
             benches["saxpy"][0]["numba_cuda"] = \
                 lambda: n_saxpy[nblocks, 256, ns](alpha, nx, ny, nout)
         for name, (impls, nbytes, check) in benches.items():
@@ -959,55 +950,9 @@ class Suite:
         return {"histogram_u8_256": self._bandwidth(self.timer.compare(impls), N)}
 
 
-    # -- host cost per call --------------------------------------------------------------
-
-    def host_overhead(self) -> dict:
-        """Host microseconds per call on small inputs (4096 elements), where the device
-        finishes each launch long before the host issues the next: the cost of the
-        Python wrapper and launch path, beside a CuPy RawKernel launch and CuPy's own
-        routines."""
-        cp = self.cp
-        from cupric.kernels import elementwise as ew, histogram, reduce, scan, sort
-        from cupric.runtime import as_device_array
-        n = 4096
-        s, st = self.s, self.stream
-        x = self.rs.random_sample(n, dtype=cp.float32)
-        y = self.rs.random_sample(n, dtype=cp.float32)
-        out = cp.empty_like(x)
-        total = cp.empty((), cp.float32)
-        keys = (x * 2 ** 31).astype(cp.uint32)
-        sorted_keys = cp.empty_like(keys)
-        small = (x * 255).astype(cp.uint8)
-        counts = cp.empty(256, cp.int64)
-        blocks = self.covering_blocks(n)
-        c_vecadd = self.fn("vecadd")
-        bx, by, bout = (as_device_array(v) for v in (x, y, out))
-        host = self.timer.host_us
-        rows = {
-            "vecadd": {"cupric": host(lambda: ew.vecadd(x, y, out=out, stream=s)),
-                       "cupric_kernel_launch": host(
-                           lambda: ew.vecadd_kernel[blocks, 256, s](bx, by, bout)),
-                       "cuda_c": host(lambda: c_vecadd((blocks,), (256,),
-                                                       (x, y, out, np.int64(n)), stream=st)),
-                       "cupy": host(lambda: cp.add(x, y, out=out))},
-            "sum": {"cupric": host(lambda: reduce.sum(x, out=total, stream=s)),
-                    "cupy": host(lambda: cp.sum(x))},
-            "inclusive_scan": {"cupric": host(lambda: scan.inclusive_scan(x, out=out,
-                                                                          stream=s)),
-                               "cupy": host(lambda: cp.cumsum(x, out=out))},
-            "radix_sort": {"cupric": host(lambda: sort.radix_sort(keys, sorted_keys,
-                                                                  stream=s), calls=50),
-                           "cupy": host(lambda: cp.sort(keys), calls=50)},
-            "histogram": {"cupric": host(lambda: histogram.histogram(small, 256, (0, 256),
-                                                                     out=counts, stream=s)),
-                          "cupy": host(lambda: cp.histogram(small, 256, (0, 256)))},
-        }
-        return {name: {impl: {"host_us": us} for impl, us in row.items()}
-                for name, row in rows.items()}
-
-
 BENCHMARKS = ("elementwise", "image", "transpose", "reductions", "scans", "gemm", "sorts",
-              "histogram", "host_overhead")
+              "histogram")
+#: Host cost per call of the ready kernels, with every array kind: benchmarks/host_cost.py.
 
 
 def summarize(results: dict) -> list[dict]:
@@ -1078,11 +1023,6 @@ def print_table(results: dict) -> None:
         frac = f"{100 * row['of_copy']:5.1f}" if row.get("of_copy") else "    -"
         print(f"{row['name']:26s} {row['cupric_ms']:7.3f}ms {row.get('rate', ''):>15s} "
               f"{frac:>6s}  {peers:44s} {row['goal']}")
-    host = results.get("host_overhead")
-    if isinstance(host, dict) and "error" not in host:
-        print("host cost per call, 4096 elements (us): " + "; ".join(
-            f"{name}: " + ", ".join(f"{impl} {v['host_us']:.1f}" for impl, v in row.items())
-            for name, row in host.items()))
     for name in BENCHMARKS:
         entry = results.get(name)
         if isinstance(entry, dict) and "error" in entry:
@@ -1115,9 +1055,11 @@ def _toolchain(suite) -> dict:
     return info
 
 
-def run(json_path: str | None = None, only=None) -> dict:
+def run(json_path: str | None = None, only=None, quick: bool = False) -> dict:
     """Run the benchmarks (all, or those named in `only`); print the table; return (and
     optionally write as JSON) the results."""
+    if quick and not only:
+        only = ("elementwise", "scans", "sorts", "histogram")
     suite = Suite()
     cp = suite.cp
     results: dict = {"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
@@ -1139,6 +1081,28 @@ def run(json_path: str | None = None, only=None) -> dict:
         cp.get_default_memory_pool().free_all_blocks()
     results["toolchain"] = _toolchain(suite)
     results["summary"] = summarize(results)
+    results["title"] = "Ready kernels (cupric.kernels), device time"
+    results["method"] = (
+        "Each kernel beside the same algorithm in CUDA C (CuPy RawKernel, launched on "
+        "cupric's grid), numba-cuda and the routine users would otherwise call (CuPy, cuBLAS "
+        "through PyTorch); the same random inputs and output array, every contender's result "
+        "checked before timing. Device time only: a lead-in call, then a batch of calls "
+        "between two events; rounds with the order rotated; ratios are the median per-round "
+        "peer time / cupric time (above 1: cupric faster). numba-cuda's one-element "
+        "grid-stride kernels run on the grid faster for them (at most 8 blocks per SM). "
+        "% of copy: bandwidth over a device-to-device copy of the same run.")
+    rows = []
+    for row in results["summary"]:
+        peers = "; ".join(f"{k} {v:.2f}" for k, v in row["vs"].items())
+        rows.append([row["name"], row["cupric_ms"], row.get("rate", ""),
+                     100 * row["of_copy"] if row.get("of_copy") else None, peers, row["goal"]])
+    rows += [[name, None, "", None, "", f"error: {results[name]['error']}"]
+             for name in BENCHMARKS if isinstance(results.get(name), dict)
+             and "error" in results[name]]
+    results["tables"] = [table(
+        f"Device time (copy: {results.get('copy', {}).get('GBps', float('nan')):.0f} GB/s)",
+        [("kernel", ""), ("cupric ms", ".3f"), ("rate", ""), ("% of copy", ".1f"),
+         ("peer time / cupric time", ""), ("goal", "")], rows)]
     print_table(results)
     if json_path:
         with open(json_path, "w") as fh:

@@ -1,21 +1,24 @@
-"""Host cost of one kernel launch: cupric beside cuda.core, CuPy, PyTorch and numba-cuda.
+"""Host cost of one kernel launch: cupric beside CuPy, PyTorch, numba-cuda and cuda.core.
 
-A trivial 4-argument kernel (ptr, ptr, f32, i32) is launched 10,000 times back to back
-per row, in 20 batches of 500 with a synchronize between batches; the time of the launch
+y = a * x + y on 1024 random float32 values is launched 10,000 times back to back per
+row, in 20 batches of 500 with a synchronize between batches; the time of the launch
 loop alone, divided by the launches, is the host cost. Batches keep the driver's launch
 queue from filling (a full queue makes the host wait for the GPU, which would measure the
 GPU instead). The rows take turns batch by batch, so that drift of the machine (clocks,
 other load) hits every row alike; the median batch is reported, and beside it one
-continuous 10,000-launch run per row, the method of /work/shared/bench/peer_baseline.py.
+continuous 10,000-launch run per row. Before timing, every row launches once from the
+same y and its result is compared with NumPy's.
 
-The cupric rows also compare the ways of reaching cuLaunchKernel (compiled extension,
-compiled cffi trampoline, cuda.bindings, cffi ABI mode, ctypes) and show the floor of a
-bare call without argument packing. The `@cupric.kernel` rows launch the same computation
-written in Python (`kern[grid, block, stream]` bound once, then called) with cupric
-DeviceBuffers, CuPy arrays, PyTorch tensors and numba-cuda device arrays, each on a kernel
-object of its own (a kernel keeps one generated fast launcher, for the first signature
-it meets), and CuPy arrays seen only through `__cuda_array_interface__` (the general path
-that the per-type array adapters replace).
+The headline compares array with array: the `@cupric.kernel` form of the kernel
+(`kern[grid, block, stream]` bound once, then called) with cupric DeviceBuffers, CuPy
+arrays, PyTorch tensors and numba-cuda device arrays, each on a kernel object of its own,
+beside the peer that takes the same arrays (CuPy's RawKernel, PyTorch's one-kernel
+`add(alpha=, out=)`, a numba-cuda kernel), and CuPy arrays seen only through
+`__cuda_array_interface__` (the general path that the per-type array adapters replace).
+A second table, not comparable with the first, passes pre-typed raw pointers: cupric's
+`PreparedLaunch` through each way of reaching cuLaunchKernel (compiled extension, cffi,
+cuda.bindings, ctypes), the floor of a bare call without argument packing, and
+cuda.core's `launch`.
 
     python3 benchmarks/launch_overhead.py [--json PATH]
 """
@@ -33,6 +36,8 @@ import numpy as np
 from cupric.device import grid
 from cupric.types import Array, f32, i32
 
+from _common import assert_correct, error_text, ratio, table
+
 SOURCE = r"""
 extern "C" __global__ void axpy(const float* x, float* y, float a, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -41,6 +46,10 @@ extern "C" __global__ void axpy(const float* x, float* y, float a, int n) {
 """
 N = 1024
 GRID, BLOCK = 4, 256
+A = np.float32(0.5)
+X = np.random.default_rng(3).random(N, dtype=np.float32)
+Y0 = np.random.default_rng(4).random(N, dtype=np.float32)
+EXPECTED = A * X + Y0
 BATCHES, PER_BATCH = 20, 500
 WARMUP = 200
 MAIN_ROW = "cupric PreparedLaunch"
@@ -68,17 +77,21 @@ class _InterfaceOnly:
 
 def _measure_rows(rows: list, results: dict, batches: int, per_batch: int,
                   suffix: str = "") -> None:
-    """Time every (name, launch, synchronize) row, interleaving the rows batch by batch."""
+    """Check, then time every (name, setup) row, interleaving the rows batch by batch.
+    `setup()` gives the row's launch, synchronize, reset (y back to its start) and read
+    (y as NumPy); each row's one launch from reset must give y = A * x + y."""
     ready = []
     for name, setup in rows:
         try:
-            launch, synchronize = setup()
+            row = setup()
+            assert_correct(f"launch overhead: {name}", lambda: (row["reset"](), row["launch"]()),
+                           row["read"], EXPECTED, rtol=1e-6, atol=1e-6)
             for _ in range(WARMUP):
-                launch()
-            synchronize()
-            ready.append((name + suffix, launch, synchronize))
+                row["launch"]()
+            row["sync"]()
+            ready.append((name + suffix, row["launch"], row["sync"]))
         except Exception as exc:  # recorded in the results table, not hidden
-            results[name + suffix] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+            results[name + suffix] = {"error": error_text(exc)}
     samples: dict[str, list[float]] = {name: [] for name, _, _ in ready}
     for _ in range(batches):
         for name, launch, synchronize in ready:
@@ -120,23 +133,30 @@ def _nvrtc_cubin(arch: str) -> bytes:
 def run(json_path: str | None = None) -> dict:
     """Measure every row; returns ``{row: {"us": ..., ...}, "device": ..., ...}``."""
     import cupric.runtime as rt
-    from cupric.runtime._driver import check, driver
     from cupric.runtime.launch import launch_backends
+    from cupric.runtime.memory import to_device
 
     dev = rt.Device(0)
     dev.make_current()
-    d = driver()
-    results: dict = {"device": dev.name, "launches": BATCHES * PER_BATCH}
+    results: dict = {"title": "Kernel launch: host cost per launch", "device": dev.name,
+                     "launches": BATCHES * PER_BATCH}
     module = rt.Module.from_data(_nvrtc_cubin(dev.arch))
     fn = module.get_function("axpy")
-    x_ptr = int(check(d.cuMemAlloc(N * 4)))
-    y_ptr = int(check(d.cuMemAlloc(N * 4)))
-    check(d.cuMemsetD32(x_ptr, 0, N))
-    check(d.cuMemsetD32(y_ptr, 0, N))
+    # Raw-pointer rows share one pair of DeviceBuffers; array rows each get their own.
+    bx, by = to_device(X), to_device(Y0)
+    x_ptr, y_ptr = bx.ptr, by.ptr
     stream = dev.create_stream(non_blocking=True)
     sync = stream.synchronize
-    a, n = 2.0, N
+    a, n = float(A), N
     types = ["ptr", "ptr", "f32", "i32"]
+
+    def raw_row(launch, synchronize=sync):
+        def reset():
+            synchronize()
+            by.copy_from(Y0, stream=stream)
+            stream.synchronize()
+        return {"launch": launch, "sync": synchronize, "reset": reset,
+                "read": lambda: (synchronize(), by.to_numpy())[1]}
 
     t0 = time.perf_counter()
     default = fn.prepare(types).backend   # builds the compiled launcher on first use
@@ -150,19 +170,13 @@ def run(json_path: str | None = None) -> dict:
             launch_ = p.launch
             if numpy_scalars:
                 fa, fn_ = np.float32(a), np.int32(n)
-                return (lambda: launch_(GRID, BLOCK, stream, 0, x_ptr, y_ptr, fa, fn_)), sync
-            return (lambda: launch_(GRID, BLOCK, stream, 0, x_ptr, y_ptr, a, n)), sync
+                return raw_row(lambda: launch_(GRID, BLOCK, stream, 0, x_ptr, y_ptr, fa, fn_))
+            return raw_row(lambda: launch_(GRID, BLOCK, stream, 0, x_ptr, y_ptr, a, n))
         return setup
-
-    class Buf:  # what a DeviceBuffer exposes to the launch path
-        def __init__(self, ptr):
-            self.ptr = ptr
-
-    bx, by = Buf(x_ptr), Buf(y_ptr)
 
     def general():
         fa, fn_ = np.float32(a), np.int32(n)
-        return (lambda: fn.launch(GRID, BLOCK, bx, by, fa, fn_, stream=stream)), sync
+        return raw_row(lambda: fn.launch(GRID, BLOCK, bx, by, fa, fn_, stream=stream))
 
     def raw(backend):
         # The floor of a call path: the bare call, no packing and no Python logic.
@@ -174,12 +188,11 @@ def run(json_path: str | None = None) -> dict:
             # `argv` points into buffers that `p` owns: the closures keep `p` alive, or the
             # kernel would read freed (and reused) argument memory.
             if backend == "bindings":
-                (err,) = call(f, GRID, 1, 1, BLOCK, 1, 1, 0, s, argv, 0)
-                return (lambda p=p: call(f, GRID, 1, 1, BLOCK, 1, 1, 0, s, argv, 0)), sync
+                return raw_row(lambda p=p: call(f, GRID, 1, 1, BLOCK, 1, 1, 0, s, argv, 0))
             err = call(f, GRID, 1, 1, BLOCK, 1, 1, 0, s, argv, null)
             if err:
                 raise RuntimeError(f"raw launch failed with CUresult {err}")
-            return (lambda p=p: call(f, GRID, 1, 1, BLOCK, 1, 1, 0, s, argv, null)), sync
+            return raw_row(lambda p=p: call(f, GRID, 1, 1, BLOCK, 1, 1, 0, s, argv, null))
         return setup
 
     def cuda_core():
@@ -191,61 +204,7 @@ def run(json_path: str | None = None) -> dict:
         ker = prog.compile("cubin", name_expressions=("axpy",)).get_kernel("axpy")
         cfg = LaunchConfig(grid=GRID, block=BLOCK)
         fa, fn_ = np.float32(a), np.int32(n)
-        return (lambda: launch(s, cfg, ker, x_ptr, y_ptr, fa, fn_)), s.sync
-
-    def cupy_raw():
-        import cupy as cp
-        k = cp.RawKernel(SOURCE, "axpy")
-        xs = cp.zeros(N, dtype=cp.float32)
-        ys = cp.zeros(N, dtype=cp.float32)
-        s = cp.cuda.Stream(non_blocking=True)
-        args = (xs, ys, np.float32(a), np.int32(n))
-        return (lambda: k((GRID,), (BLOCK,), args, stream=s)), s.synchronize
-
-    def torch_add():
-        import torch
-        t_a = torch.ones(4, device="cuda")
-        t_b = torch.ones(4, device="cuda")
-        out = torch.empty(4, device="cuda")
-        add = torch.add
-        return (lambda: add(t_a, t_b, out=out)), torch.cuda.synchronize
-
-    def numba_cuda():
-        if not hasattr(np, "row_stack"):  # numba-cuda 0.30.4 still calls it; NumPy 2.5 dropped it
-            np.row_stack = np.vstack
-        from numba import cuda
-
-        @cuda.jit
-        def axpy(x, y, a_, n_):
-            i = cuda.grid(1)
-            if i < n_:
-                y[i] = a_ * x[i] + y[i]
-
-        xs = cuda.device_array(N, dtype=np.float32)
-        ys = cuda.device_array(N, dtype=np.float32)
-        fa, fn_ = np.float32(a), np.int32(n)
-        configured = axpy[GRID, BLOCK]
-        return (lambda: configured(xs, ys, fa, fn_)), cuda.synchronize
-
-    fast_paths = results["kernel_fast_path"] = {}
-
-    def python_kernel(label, make_arrays):
-        # A @cupric.kernel of its own per row, bound to the stream once and called.
-        def setup():
-            import cupric
-            kern = cupric.kernel(_axpy)
-            xs, ys = make_arrays()
-            fa, fn_ = np.float32(a), np.int32(n)
-            launch_ = kern[GRID, BLOCK, stream]
-            launch_(xs, ys, fa, fn_)
-            stream.synchronize()
-            fast_paths[label] = kern._fast is not None  # the generated launcher took it
-            return (lambda: launch_(xs, ys, fa, fn_)), sync
-        return label, setup
-
-    def buffers():
-        from cupric.runtime.memory import zeros
-        return zeros(N, np.float32), zeros(N, np.float32)
+        return raw_row(lambda: launch(s, cfg, ker, x_ptr, y_ptr, fa, fn_), s.sync)
 
     cupy_stream = []
 
@@ -258,39 +217,120 @@ def run(json_path: str | None = None) -> dict:
         if not cupy_stream:
             cupy_stream.append(cp.cuda.ExternalStream(stream.ptr))
             cupy_stream[0].use()
-        return cp.zeros(N, dtype=cp.float32), cp.zeros(N, dtype=cp.float32)
+        xs, ys = cp.asarray(X), cp.asarray(Y0)
 
-    def cupy_interface_only():
-        xs, ys = cupy_arrays()
-        return _InterfaceOnly(xs), _InterfaceOnly(ys)
+        def reset():
+            stream.synchronize()
+            ys.set(Y0)
+            cp.cuda.Device().synchronize()
+        return xs, ys, reset, ys.get
 
-    def torch_tensors():
+    def cupy_raw():
+        import cupy as cp
+        k = cp.RawKernel(SOURCE, "axpy")
+        xs, ys, reset, read = cupy_arrays()
+        s = cp.cuda.ExternalStream(stream.ptr)
+        args = (xs, ys, np.float32(a), np.int32(n))
+        return {"launch": lambda: k((GRID,), (BLOCK,), args, stream=s), "sync": sync,
+                "reset": reset, "read": read}
+
+    def torch_arrays():
         import torch
-        return torch.zeros(N, device="cuda"), torch.zeros(N, device="cuda")
+        xs = torch.from_numpy(X).cuda()
+        ys = torch.from_numpy(Y0).cuda()
 
-    def numba_arrays():
-        if not hasattr(np, "row_stack"):  # numba-cuda 0.30.4 still calls it
+        def reset():
+            torch.cuda.synchronize()
+            ys.copy_(torch.from_numpy(Y0))
+            torch.cuda.synchronize()
+        return xs, ys, reset, lambda: ys.cpu().numpy()
+
+    def torch_add():
+        import torch
+        xs, ys, reset, read = torch_arrays()
+        add, fa = torch.add, a
+        return {"launch": lambda: add(ys, xs, alpha=fa, out=ys),
+                "sync": torch.cuda.synchronize, "reset": reset, "read": read}
+
+    def numba_cuda_arrays():
+        if not hasattr(np, "row_stack"):  # numba-cuda 0.30.4 still calls it; NumPy 2.5 dropped it
             np.row_stack = np.vstack
         from numba import cuda
-        return (cuda.to_device(np.zeros(N, np.float32)),
-                cuda.to_device(np.zeros(N, np.float32)))
+        xs, ys = cuda.to_device(X), cuda.to_device(Y0)
 
-    rows = [(MAIN_ROW, prepared(None)),
-            (f"{MAIN_ROW} (NumPy scalars)", prepared(None, True)),
-            ("cupric Function.launch (inferred types)", general)]
-    rows += [(f"{MAIN_ROW} via {b}", prepared(b))
-             for b in ("c", "api", "bindings", "cffi", "ctypes") if b != default]
-    rows += [(f"floor: bare cuLaunchKernel via {b}", raw(b)) for b in ("api", "bindings", "cffi")]
-    rows += [("cuda.core launch", cuda_core), ("CuPy RawKernel", cupy_raw),
-             ("PyTorch torch.add(out=), 4 elements", torch_add),
-             ("numba-cuda (device arrays)", numba_cuda)]
-    rows += [python_kernel("@cupric.kernel, DeviceBuffers", buffers),
-             python_kernel("@cupric.kernel, CuPy arrays", cupy_arrays),
-             python_kernel("@cupric.kernel, PyTorch tensors", torch_tensors),
-             python_kernel("@cupric.kernel, numba-cuda device arrays", numba_arrays),
-             python_kernel("@cupric.kernel, CuPy arrays through __cuda_array_interface__ "
-                           "only", cupy_interface_only)]
-    _measure_rows(rows, results, BATCHES, PER_BATCH)
+        def reset():
+            cuda.synchronize()
+            ys.copy_to_device(Y0)
+            cuda.synchronize()
+        return xs, ys, reset, ys.copy_to_host
+
+    def numba_cuda():
+        from numba import cuda
+        xs, ys, reset, read = numba_cuda_arrays()
+
+        @cuda.jit
+        def axpy(x, y, a_, n_):
+            i = cuda.grid(1)
+            if i < n_:
+                y[i] = a_ * x[i] + y[i]
+
+        fa, fn_ = np.float32(a), np.int32(n)
+        configured = axpy[GRID, BLOCK]
+        return {"launch": lambda: configured(xs, ys, fa, fn_), "sync": cuda.synchronize,
+                "reset": reset, "read": read}
+
+    fast_paths = results["kernel_fast_path"] = {}
+
+    def python_kernel(label, make_arrays):
+        # A @cupric.kernel of its own per row, bound to the stream once and called.
+        def setup():
+            import cupric
+            kern = cupric.kernel(_axpy)
+            xs, ys, reset, read = make_arrays()
+            fa, fn_ = np.float32(a), np.int32(n)
+            launch_ = kern[GRID, BLOCK, stream]
+            reset()
+            launch_(xs, ys, fa, fn_)
+            stream.synchronize()
+            fast_paths[label] = kern._fast is not None  # the generated launcher took it
+            return {"launch": lambda: launch_(xs, ys, fa, fn_), "sync": sync, "reset": reset,
+                    "read": lambda: (sync(), read())[1]}
+        return label, setup
+
+    def buffers():
+        xs, ys = to_device(X), to_device(Y0)
+
+        def reset():
+            stream.synchronize()
+            ys.copy_from(Y0)
+            rt.synchronize()
+        return xs, ys, reset, ys.to_numpy
+
+    def cupy_interface_only():
+        xs, ys, reset, read = cupy_arrays()
+        return _InterfaceOnly(xs), _InterfaceOnly(ys), reset, read
+
+    # Array against array: each cupric row beside the peer that takes the same arrays.
+    array_rows = [python_kernel(ROW_BUFFERS, buffers),
+                  python_kernel(ROW_CUPY, cupy_arrays),
+                  ("CuPy RawKernel, CuPy arrays", cupy_raw),
+                  python_kernel(ROW_TORCH, torch_arrays),
+                  ("PyTorch add(alpha=, out=), one kernel", torch_add),
+                  python_kernel(ROW_NUMBA, numba_cuda_arrays),
+                  ("numba-cuda kernel, its device arrays", numba_cuda),
+                  python_kernel(ROW_CAI, cupy_interface_only)]
+    # Pre-typed raw pointers: no array argument to read; not comparable with the above.
+    pointer_rows = [(MAIN_ROW, prepared(None)),
+                    (f"{MAIN_ROW} (NumPy scalars)", prepared(None, True)),
+                    ("cupric Function.launch (types inferred per call)", general)]
+    pointer_rows += [(f"{MAIN_ROW} via {b}", prepared(b))
+                     for b in ("c", "api", "bindings", "cffi", "ctypes") if b != default]
+    pointer_rows += [(f"floor: bare cuLaunchKernel via {b}", raw(b))
+                     for b in ("api", "bindings", "cffi")]
+    pointer_rows += [("cuda.core launch", cuda_core)]
+    results["array_rows"] = [name for name, _ in array_rows]
+    results["pointer_rows"] = [name for name, _ in pointer_rows]
+    _measure_rows(array_rows + pointer_rows, results, BATCHES, PER_BATCH)
     # Smaller batches: if these agree with the rows above, the queue never filled.
     _measure_rows([(MAIN_ROW, prepared(None)), ("cuda.core launch", cuda_core)], results,
                   200, 50, suffix=", batches of 50")
@@ -299,8 +339,8 @@ def run(json_path: str | None = None) -> dict:
     if cupy_stream:
         import cupy as cp
         cp.cuda.Stream.null.use()
-    check(d.cuMemFree(x_ptr))
-    check(d.cuMemFree(y_ptr))
+    results["tables"] = _tables(results)
+    results["method"] = METHOD
     _print_table(results)
     if json_path:
         with open(json_path, "w") as fh:
@@ -308,28 +348,69 @@ def run(json_path: str | None = None) -> dict:
     return results
 
 
+#: Each cupric array row and the peer row that takes the same arrays.
+PEER_OF = {}
+ROW_BUFFERS = "@cupric.kernel, DeviceBuffers"
+ROW_CUPY = "@cupric.kernel, CuPy arrays"
+ROW_TORCH = "@cupric.kernel, PyTorch tensors"
+ROW_NUMBA = "@cupric.kernel, numba-cuda device arrays"
+ROW_CAI = "@cupric.kernel, CuPy arrays through __cuda_array_interface__ only"
+PEER_OF.update({ROW_BUFFERS: "CuPy RawKernel, CuPy arrays",
+                ROW_CUPY: "CuPy RawKernel, CuPy arrays",
+                ROW_CAI: "CuPy RawKernel, CuPy arrays",
+                ROW_TORCH: "PyTorch add(alpha=, out=), one kernel",
+                ROW_NUMBA: "numba-cuda kernel, its device arrays"})
+METHOD = ("y = a * x + y on 1024 random float32 values (x, y, a, n), launched back to back: "
+          f"{BATCHES} batches of {PER_BATCH} launches per row, a synchronize between batches "
+          "outside the timed region, rows interleaved batch by batch, median batch. Every "
+          "row's one launch from the same y is checked against NumPy first. The first table "
+          "passes arrays on both sides (each cupric row beside the peer taking the same "
+          "arrays; the PyTorch peer is a whole `add` op, one kernel); the second passes "
+          "pre-typed raw pointers, which no array user writes, and is not the headline.")
+
+
+def _tables(results: dict) -> list:
+    def us(name):
+        row = results.get(name, {})
+        return row.get("us")
+
+    def note(name):
+        row = results.get(name, {})
+        return row.get("error", "")
+    rows = []
+    for name in results["array_rows"]:
+        peer = PEER_OF.get(name)
+        rows.append([name, us(name), peer or "", us(peer) if peer else None,
+                     ratio(us(peer), us(name)) if peer else None, note(name)])
+    arrays = table("Array arguments (us per launch)",
+                   [("launch", ""), ("us", ".2f"), ("peer with the same arrays", ""),
+                    ("peer us", ".2f"), ("peer / cupric", ".2f"), ("error", "")], rows)
+    rows = [[name, us(name), results.get(name, {}).get("continuous_us"), note(name)]
+            for name in results["pointer_rows"]]
+    rows += [[name, results[name].get("us"), results[name].get("continuous_us"),
+              note(name)] for name in results if name.endswith(", batches of 50")]
+    pointers = table("Pre-typed raw pointers (us per launch; not array against array)",
+                     [("launch", ""), ("us", ".2f"), ("continuous", ".2f"), ("error", "")],
+                     rows, f"cupric's default launch backend: {results.get('default_backend')}.")
+    return [arrays, pointers]
+
+
 def _print_table(results: dict) -> None:
-    base = results.get(MAIN_ROW, {}).get("us")
     print(f"launch overhead on {results['device']}: median of {BATCHES} batches of "
-          f"{PER_BATCH} launches per row, rows interleaved; cupric default backend "
-          f"{results.get('default_backend')!r}")
-    print(f"{'':66s} {'us/launch':>10s} {'continuous':>11s} {'vs cupric':>10s}")
-    for name, row in results.items():
-        if not isinstance(row, dict) or not ("us" in row or "error" in row):
-            continue
-        if "error" in row:
-            print(f"{name:66s} error: {row['error']}")
-            continue
-        ratio = f"{row['us'] / base:9.2f}x" if base else ""
-        print(f"{name:66s} {row['us']:10.2f} {row['continuous_us']:11.2f} {ratio:>10s}")
+          f"{PER_BATCH} launches per row, rows interleaved")
+    for t in results["tables"]:
+        print(t["title"])
+        for row in t["rows"]:
+            print("  " + " | ".join(f"{c:.2f}" if isinstance(c, float) else str(c)
+                                    for c in row))
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="write the results to this file")
     args = parser.parse_args(argv)
-    run(args.json)
-    return 0
+    results = run(args.json)
+    return 1 if any(isinstance(v, dict) and "error" in v for v in results.values()) else 0
 
 
 if __name__ == "__main__":

@@ -1,11 +1,21 @@
-"""Run every benchmark on a GPU and print one table last.
+"""Run every benchmark on a GPU and keep the run as one JSON file.
 
-Each benchmark module exposes `run(json_path=None) -> dict` measuring cupric beside its
-peers in the same process run. Each module runs in a process of its own, so a fault that
-poisons the CUDA context in one cannot take the others down; a benchmark that fails is
-reported with its error and makes the exit status non-zero, and the others still run.
+Each benchmark module exposes `run(json_path=None) -> dict` (and, where it has one, a
+`quick` keyword) measuring cupric beside its peers in the same process; each module runs
+in a process of its own, so a fault that poisons the CUDA context in one cannot take the
+others down. A benchmark that fails, or outlives its time limit, is recorded with its
+error and the others go on; the exit status says whether any failed.
 
-    python3 benchmarks/run_all.py [--json PATH] [--only NAME[,NAME...]]
+The run is written to `benchmarks/results/<date>-<device>-<commit>.json` (or
+`--results-dir`): the machine (device, driver, CUDA), the code (git commit and whether
+the tree had uncommitted changes), the library versions, and every benchmark's figures
+with its peers' and the tables that `tools/benchmarks_md.py` renders into BENCHMARKS.md.
+
+    python3 benchmarks/run_all.py [--only NAME[,NAME...]] [--quick] [--results-dir DIR]
+                                  [--json PATH] [--timeout SECONDS]
+
+Where the tree is not a git checkout (a copy sent to a GPU machine), the commit comes
+from CUPRIC_COMMIT and the dirty flag from CUPRIC_DIRTY (1/0).
 """
 
 from __future__ import annotations
@@ -13,62 +23,175 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import time
 
-BENCHMARKS = ["launch_overhead", "bandwidth", "alloc", "compile_latency", "saxpy", "kernels",
-              "rng", "gemm", "conv", "path_tracer"]
+BENCHMARKS = ["launch_overhead", "host_cost", "bandwidth", "alloc", "compile_latency",
+              "saxpy", "kernels", "rng", "gemm", "conv", "path_tracer"]
+#: Seconds a benchmark may run before it is stopped and recorded as failed.
+TIMEOUT = {"host_cost": 300, "kernels": 240, "path_tracer": 240}
+DEFAULT_TIMEOUT = 180
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+_CHILD = """
+import inspect, json, sys
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+import {name} as b
+kwargs = {{"quick": True}} if sys.argv[4] == "1" and "quick" in inspect.signature(b.run).parameters else {{}}
+r = b.run(**kwargs)
+json.dump(r, open(sys.argv[3], "w"), default=str)
+"""
+
+_ENVIRONMENT = """
+import json, platform, sys
+info = {"python": platform.python_version()}
+for name in ("torch", "cupy", "numba_cuda", "cuda.bindings", "numpy", "cudnn"):
+    try:
+        module = __import__(name, fromlist=["_"])
+        info[name] = getattr(module, "__version__", "?")
+    except Exception as exc:
+        info[name] = None
+try:
+    import torch
+    info["torch_cuda"] = torch.version.cuda
+    info["torch_cudnn"] = torch.backends.cudnn.version()
+except Exception:
+    pass
+try:
+    from cupric import runtime as rt
+    dev = rt.Device(0)
+    info["device"] = dev.name
+    info["arch"] = dev.arch
+    major, minor = rt.driver_version()
+    info["cuda_driver_api"] = f"{major}.{minor}"
+except Exception as exc:
+    info["device_error"] = f"{type(exc).__name__}: {exc}"[:300]
+print(json.dumps(info))
+"""
 
 
-def _flatten(prefix: str, value, out: dict) -> None:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            _flatten(f"{prefix}.{key}" if prefix else str(key), item, out)
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                             timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def environment() -> dict:
+    """Where and what ran: date, machine, driver, CUDA, code, library versions."""
+    meta: dict = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    commit = _git("rev-parse", "HEAD")
+    if commit is not None:
+        status = _git("status", "--porcelain", "--untracked-files=no")
+        meta["commit"], meta["dirty"] = commit, bool(status)
     else:
-        out[prefix] = value
+        meta["commit"] = os.environ.get("CUPRIC_COMMIT", "unknown")
+        dirty = os.environ.get("CUPRIC_DIRTY")
+        meta["dirty"] = None if dirty is None else dirty == "1"
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                              "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=60)
+        first = smi.stdout.strip().splitlines()[0].split(", ")
+        meta["device"], meta["driver"], meta["memory"] = first[0], first[1], first[2]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        meta["driver"] = None
+    try:
+        child = subprocess.run([sys.executable, "-c", _ENVIRONMENT], capture_output=True,
+                               text=True, timeout=120, env=_child_env())
+        meta.update(json.loads(child.stdout.strip().splitlines()[-1]))
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
+        meta["versions_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    meta["host"] = {"cpus": os.cpu_count(), "platform": sys.platform}
+    return meta
+
+
+def _child_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def result_name(meta: dict) -> str:
+    """`<date>-<device>-<commit>.json`, e.g. 2026-11-25T0130-nvidia-h100-80gb-hbm3-6894857."""
+    date = meta["date"][:16].replace(":", "")
+    device = re.sub(r"[^a-z0-9]+", "-", str(meta.get("device", "unknown")).lower()).strip("-")
+    commit = str(meta.get("commit", "unknown"))[:7] + ("-dirty" if meta.get("dirty") else "")
+    return f"{date}-{device}-{commit}.json"
+
+
+def run_one(name: str, quick: bool, timeout: float) -> dict:
+    """One benchmark in a process of its own: its results, or {"error": ...}."""
+    path = os.path.join(HERE, f"{name}.py")
+    if not os.path.exists(path):
+        return {"error": f"no benchmark named {name!r}"}
+    with tempfile.TemporaryDirectory() as tmp:
+        result_file = os.path.join(tmp, "result.json")
+        try:
+            proc = subprocess.run([sys.executable, "-c", _CHILD.format(name=name), HERE, ROOT,
+                                   result_file, "1" if quick else "0"], timeout=timeout,
+                                  env=_child_env())
+        except subprocess.TimeoutExpired:
+            return {"error": f"stopped after its time limit of {timeout:.0f} s"}
+        if proc.returncode != 0:
+            return {"error": f"exit status {proc.returncode} (the traceback is in the log)"}
+        try:
+            with open(result_file) as fh:
+                return json.load(fh)
+        except (OSError, ValueError) as exc:
+            return {"error": f"no readable results: {exc}"}
+
+
+def failures(result: dict) -> list[str]:
+    """The errors a benchmark's results record (top level, or in a table's row group)."""
+    found = [f"{k}: {v}" for k, v in result.items() if k.endswith("error") and v]
+    for key, value in result.items():
+        if isinstance(value, dict) and value.get("error"):
+            found.append(f"{key}: {value['error']}")
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", help="write all results to this file")
     parser.add_argument("--only", help="comma-separated benchmark names")
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer repeats and cases where a benchmark offers it")
+    parser.add_argument("--results-dir", default=os.path.join(HERE, "results"),
+                        help="folder of the run's JSON file (default benchmarks/results)")
+    parser.add_argument("--json", help="also write the run to this file")
+    parser.add_argument("--timeout", type=float, help="seconds per benchmark")
     args = parser.parse_args(argv)
-    here = os.path.dirname(os.path.abspath(__file__))
     names = args.only.split(",") if args.only else BENCHMARKS
-    results: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    run: dict = {"meta": environment(), "benchmarks": {}, "seconds": {}}
+    run["meta"]["quick"] = args.quick
+    run["meta"]["command"] = "python3 benchmarks/run_all.py " + " ".join(
+        sys.argv[1:] if argv is None else argv)
+    print(json.dumps(run["meta"], indent=1), flush=True)
     failed = []
     for name in names:
-        path = os.path.join(here, f"{name}.py")
-        if not os.path.exists(path):
-            results[name] = {"skipped": "benchmark not written yet"}
-            continue
         print(f"=== {name}", flush=True)
         started = time.perf_counter()
-        with tempfile.TemporaryDirectory() as tmp:
-            result_file = os.path.join(tmp, "result.json")
-            code = ("import json, sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]; "
-                    f"import {name} as b; r = b.run(); "
-                    "json.dump(r, open(sys.argv[3], 'w'), default=str)")
-            proc = subprocess.run([sys.executable, "-c", code, here, os.path.dirname(here),
-                                   result_file])
-            if proc.returncode == 0 and os.path.exists(result_file):
-                with open(result_file) as fh:
-                    results[name] = json.load(fh)
-            else:
-                results[name] = {"error": f"exit status {proc.returncode}"}
-                failed.append(name)
-        print(f"=== {name} took {time.perf_counter() - started:.1f} s", flush=True)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(results, fh, indent=1, default=str)
-    flat: dict = {}
-    _flatten("", results, flat)
-    print("\n--- summary ---")
-    for key, value in flat.items():
-        shown = f"{value:.4g}" if isinstance(value, float) else value
-        print(f"{key:60s} {shown}")
+        result = run_one(name, args.quick, args.timeout or TIMEOUT.get(name, DEFAULT_TIMEOUT))
+        run["seconds"][name] = round(time.perf_counter() - started, 1)
+        run["benchmarks"][name] = result
+        errors = failures(result)
+        if errors:
+            failed.append(name)
+            print("\n".join(f"{name} ERROR {e}" for e in errors), flush=True)
+        print(f"=== {name} took {run['seconds'][name]:.1f} s", flush=True)
+    os.makedirs(args.results_dir, exist_ok=True)
+    path = os.path.join(args.results_dir, result_name(run["meta"]))
+    for target in [path] + ([args.json] if args.json else []):
+        with open(target, "w") as fh:
+            json.dump(run, fh, indent=1, default=str)
+            fh.write("\n")
+    print(f"\nwrote {path}")
     if failed:
         print(f"FAILED: {', '.join(failed)}")
     return 1 if failed else 0

@@ -43,7 +43,15 @@ if [ "${TESTS:-1}" = 1 ]; then
 fi
 [ -n "$(ls "$logs")" ] && for f in "$logs"/*.log; do echo "=== $f"; cat "$f"; done > "$out/gpu_tests.log"
 if [ "${BENCH:-0}" = 1 ]; then
-  python3 benchmarks/run_all.py --json "$out/bench.json" 2>&1 | tee "$out/bench.log" | tail -80
+  # The run's JSON (<date>-<device>-<commit>.json) lands in $out/results: commit it under
+  # benchmarks/results/ and regenerate BENCHMARKS.md (python3 tools/benchmarks_md.py).
+  # BENCH_ONLY=a,b picks benchmarks, BENCH_QUICK=1 their short form; a copy sent here has
+  # no .git, so pass CUPRIC_COMMIT (and CUPRIC_DIRTY=1 when the tree had changes).
+  bench=(--results-dir "$out/results")
+  [ -n "${BENCH_ONLY:-}" ] && bench+=(--only "$BENCH_ONLY")
+  [ "${BENCH_QUICK:-0}" = 1 ] && bench+=(--quick)
+  python3 benchmarks/run_all.py "${bench[@]}" > "$out/bench.log" 2>&1 || status=1
+  grep -E "^(=== |FAILED|wrote )| ERROR " "$out/bench.log" | tail -60
 fi
 if [ ${#summary[@]} -gt 0 ]; then
   echo "--- GPU lane ---"

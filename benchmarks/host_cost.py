@@ -1,0 +1,809 @@
+"""What a call costs the caller: cupric's library calls and kernels beside PyTorch and CuPy,
+with PyTorch tensors, CuPy arrays and cupric DeviceBuffers, in one process.
+
+Three figures per contender, all on the legacy default stream (PyTorch's, CuPy's and
+cupric's default), microseconds:
+
+* ``latency``: one call between two events, the GPU idle before it (a synchronize, the
+  start event, the call, the end event): what a user waiting on each call sees, the
+  host's work before the first kernel included;
+* ``host``: back-to-back host cost, batches of calls queued with no synchronize inside
+  (a synchronize between batches, outside the timed region; batches small enough that
+  the launch queue never fills), median batch;
+* ``b2b``: device time per call of a batch of back-to-back calls after a lead-in call
+  (two events around the batch): the throughput once the host keeps ahead, or the host's
+  pace where it does not.
+
+cupric takes the same memory in each of its three kinds: the CuPy arrays and
+DeviceBuffers are DLPack views of the PyTorch tensors, so every contender reads the same
+random inputs and writes the same output. Every contender's result is checked before it
+is timed (outputs poisoned first; references computed in float64 or float32 by PyTorch).
+Rows where a kind cannot carry the data (bfloat16 in CuPy) say so.
+
+Then the ResNet-50 convolution layers (forward, batch 32 and 64, float16 and bfloat16
+NHWC and float32 NCHW, cuDNN heuristics and autotuned on both sides): one call between
+events each, the ratio PyTorch time / cupric time per layer, its geometric mean per
+configuration and the worst layer. And fresh processes: `import`, the first kernel
+launch with the kernel cache warm and empty beside CuPy's RawKernel (its cache warm and
+empty) and PyTorch's first operation, and the first cuDNN convolution beside PyTorch's.
+
+    python3 benchmarks/host_cost.py [--json PATH] [--quick]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from cupric.device import grid
+from cupric.types import Array, f32, i32
+
+from _common import CheckError, assert_correct, error_text, ratio, table
+
+KINDS = ("torch", "cupy", "buffer")
+KIND_LABEL = {"torch": "PyTorch tensors", "cupy": "CuPy arrays", "buffer": "DeviceBuffers"}
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Timing:
+    """The three figures of the module docstring, contenders interleaved round by round."""
+
+    def __init__(self, torch, quick: bool) -> None:
+        self.torch = torch
+        self.samples = 7 if quick else 25
+        self.batches = 3 if quick else 9
+        self.per_batch = 50 if quick else 100
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.end = torch.cuda.Event(enable_timing=True)
+
+    def latency(self, fn) -> float:
+        sync = self.torch.cuda.synchronize
+        sync()
+        self.start.record()
+        fn()
+        self.end.record()
+        self.end.synchronize()
+        return self.start.elapsed_time(self.end) * 1e3
+
+    def host(self, fn, calls: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        t1 = time.perf_counter()
+        self.torch.cuda.synchronize()
+        return (t1 - t0) / calls * 1e6
+
+    def b2b(self, fn, calls: int) -> float:
+        fn()
+        self.start.record()
+        for _ in range(calls):
+            fn()
+        self.end.record()
+        self.end.synchronize()
+        return self.start.elapsed_time(self.end) * 1e3 / calls
+
+    def measure(self, contenders: dict, per_batch: int | None = None) -> dict:
+        """{name: {"latency": us, "host": us, "b2b": us}} for callables `contenders`."""
+        per_batch = per_batch or self.per_batch
+        for fn in contenders.values():
+            for _ in range(3):
+                fn()
+        self.torch.cuda.synchronize()
+        names = list(contenders)
+        lat = {n: [] for n in names}
+        host = {n: [] for n in names}
+        b2b = {n: [] for n in names}
+        for r in range(self.samples):
+            k = r % len(names)
+            for n in names[k:] + names[:k]:
+                lat[n].append(self.latency(contenders[n]))
+        for r in range(self.batches):
+            k = r % len(names)
+            for n in names[k:] + names[:k]:
+                host[n].append(self.host(contenders[n], per_batch))
+                b2b[n].append(self.b2b(contenders[n], per_batch))
+        return {n: {"latency": statistics.median(lat[n]), "host": statistics.median(host[n]),
+                    "b2b": statistics.median(b2b[n])} for n in names}
+
+
+def _views(t, kinds=KINDS) -> dict:
+    """The tensor `t` as each kind (a DLPack view, same memory), or the reason it cannot."""
+    import cupy as cp
+
+    from cupric import runtime as rt
+    out = {}
+    for kind in kinds:
+        try:
+            out[kind] = t if kind == "torch" else (
+                cp.from_dlpack(t) if kind == "cupy" else rt.from_dlpack(t))
+        except Exception as exc:  # a kind that cannot carry this dtype: reported per row
+            out[kind] = exc
+    return out
+
+
+class Op:
+    """One operation at one size: its inputs (PyTorch tensors), cupric's call given the
+    arguments in one kind, the peers' calls, the output and the reference."""
+
+    def __init__(self, name: str, size: str, tensors: dict, ours, peers: dict, out: str,
+                 reference, tol: tuple, kinds=KINDS) -> None:
+        self.name, self.size, self.tensors, self.ours = name, size, tensors, ours
+        self.peers, self.out, self.reference, self.tol = peers, out, reference, tol
+        self.kinds = kinds
+        #: Called before each check instead of poisoning the output, for operations
+        #: that update their output in place (y = a*x + y).
+        self.reset = None
+
+
+def _contenders(op: Op, results: dict) -> dict:
+    """Checked callables of `op`: cupric with each kind, then the peers. A contender that
+    fails its check or cannot run is recorded in `results` and left out of the timing."""
+    torch_out = op.tensors[op.out]
+    views = {name: _views(t, op.kinds) for name, t in op.tensors.items()}
+    expected = op.reference()
+    rtol, atol = op.tol
+    ready = {}
+    candidates = []
+    for kind in op.kinds:
+        bad = [v[kind] for v in views.values() if isinstance(v[kind], Exception)]
+        if bad:
+            results[f"cupric, {KIND_LABEL[kind]}"] = {"unsupported": error_text(bad[0])}
+            continue
+        args = {name: v[kind] for name, v in views.items()}
+        candidates.append((f"cupric, {KIND_LABEL[kind]}", op.ours(args)))
+    candidates += list(op.peers.items())
+    for label, fn in candidates:
+        box = {}
+
+        def run(fn=fn, box=box):
+            if op.reset is not None:
+                op.reset()
+            box["r"] = fn()
+
+        def got(box=box, ours=label.startswith("cupric")):
+            # cupric writes the given output; a peer that allocates returns its result.
+            r = box["r"]
+            return torch_out if ours or not hasattr(r, "shape") else r
+        try:
+            check = assert_correct(f"{op.name} {op.size}: {label}", run, got, expected,
+                                   outputs=[] if op.reset is not None else [torch_out],
+                                   rtol=rtol, atol=atol)
+            ready[label] = fn
+            results[label] = {"check": check}
+        except CheckError as exc:
+            results[label] = {"error": str(exc)[:400]}
+        except Exception as exc:  # a contender that cannot run: recorded, others go on
+            results[label] = {"error": error_text(exc)}
+    return ready
+
+
+# -- the operations ----------------------------------------------------------------------
+
+def _randn(torch, shape, dtype, channels_last=False, scale=1.0):
+    t = torch.randn(shape, device="cuda", dtype=torch.float32) * scale
+    t = t.to(dtype)
+    return t.contiguous(memory_format=torch.channels_last) if channels_last else t
+
+
+def _conv_ops(torch, F, dnn, size: str, n, c, k, hw, dtype) -> list:
+    nhwc = dtype != torch.float32
+    x = _randn(torch, (n, c, hw, hw), dtype, nhwc)
+    w = _randn(torch, (k, c, 3, 3), dtype, nhwc, 0.05)
+    b = _randn(torch, (k,), dtype)
+    dy = _randn(torch, (n, k, hw, hw), dtype, nhwc)
+    y = torch.empty_like(dy)
+    dx = torch.empty_like(x)
+    dw = torch.empty_like(w)
+    f64 = lambda t: t.double()  # noqa: E731
+    tol = (2e-2, 2e-2) if nhwc else (1e-3, 1e-3)
+    bwd = torch.ops.aten.convolution_backward
+    tag = f"{size}: {n}x{c}x{hw}x{hw}, {k} filters 3x3, {str(dtype)[6:]} {'NHWC' if nhwc else 'NCHW'}"
+
+    def tgrad(which, dy_, x_, w_):
+        mask = [which == "data", which == "filter", False]
+        g = bwd(dy_, x_, w_, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, mask)
+        return g[0] if which == "data" else g[1]
+
+    return [
+        Op("conv forward", tag, {"x": x, "w": w, "y": y},
+           lambda a: lambda: dnn.conv_forward(a["x"], a["w"], padding=1, out=a["y"]),
+           {"PyTorch conv2d": lambda: F.conv2d(x, w, padding=1)}, "y",
+           lambda: F.conv2d(f64(x), f64(w), padding=1), tol),
+        Op("conv backward data", tag, {"dy": dy, "w": w, "dx": dx},
+           lambda a: lambda: dnn.conv_backward_data(a["dy"], a["w"], tuple(x.shape), padding=1,
+                                                    out=a["dx"]),
+           {"PyTorch convolution_backward": lambda: tgrad("data", dy, x, w)}, "dx",
+           lambda: tgrad("data", f64(dy), f64(x), f64(w)), tol),
+        Op("conv backward filter", tag, {"x": x, "dy": dy, "dw": dw},
+           lambda a: lambda: dnn.conv_backward_filter(a["x"], a["dy"], tuple(w.shape), padding=1,
+                                                      out=a["dw"]),
+           {"PyTorch convolution_backward": lambda: tgrad("filter", dy, x, w)}, "dw",
+           lambda: tgrad("filter", f64(dy), f64(x), f64(w)),
+           (tol[0] * 5, tol[1] * 5 * math.sqrt(n * hw * hw / 64))),
+        Op("conv + bias + ReLU", tag, {"x": x, "w": w, "b": b, "y": y},
+           lambda a: lambda: dnn.conv_bias_activation(a["x"], a["w"], a["b"], "relu", padding=1,
+                                                      out=a["y"]),
+           {"PyTorch relu(conv2d(bias))": lambda: F.relu(F.conv2d(x, w, b, padding=1))}, "y",
+           lambda: F.relu(F.conv2d(f64(x), f64(w), f64(b), padding=1)), tol),
+    ]
+
+
+def _library_ops(torch, cp, quick: bool) -> list:
+    import torch.nn.functional as F
+
+    import cupric.cublas as cublas
+    import cupric.cudnn as dnn
+    ops = []
+    layers = [("small", 8, 64, 64, 14, torch.float16)]
+    if not quick:
+        layers += [("large", 64, 64, 64, 56, torch.float16), ("small", 8, 64, 64, 14, torch.float32)]
+    for size, n, c, k, hw, dtype in layers:
+        ops += _conv_ops(torch, F, dnn, size, n, c, k, hw, dtype)
+
+    for size, m, dtype in ((("small", 64, torch.float32),) if quick else
+                           (("small", 64, torch.float32), ("large", 4096, torch.bfloat16))):
+        a, b = _randn(torch, (m, m), dtype), _randn(torch, (m, m), dtype)
+        c_ = torch.empty(m, m, device="cuda", dtype=dtype)
+        ca, cb_, cc = (cp.from_dlpack(t) for t in (a, b, c_)) if dtype != torch.bfloat16 else (
+            None, None, None)
+        peers = {"PyTorch matmul(out=)": lambda a=a, b=b, c_=c_: torch.matmul(a, b, out=c_)}
+        if ca is not None:
+            peers["CuPy matmul(out=)"] = lambda ca=ca, cb_=cb_, cc=cc: cp.matmul(ca, cb_, out=cc)
+        tol = (1e-4, 1e-4) if dtype == torch.float32 else (2e-2, 2e-2 * math.sqrt(m / 64))
+        ops.append(Op("matmul", f"{size}: {m}x{m} {str(dtype)[6:]}", {"a": a, "b": b, "c": c_},
+                      lambda v: lambda: cublas.matmul(v["a"], v["b"], out=v["c"]), peers, "c",
+                      lambda a=a, b=b: a.double() @ b.double(), tol))
+
+    for size, n, c, hw in ((("small", 8, 64, 14),) if quick else
+                           (("small", 8, 64, 14), ("large", 32, 64, 56))):
+        x = _randn(torch, (n, c, hw, hw), torch.float16, True)
+        gamma, beta = _randn(torch, (c,), torch.float32), _randn(torch, (c,), torch.float32)
+        rm, rv = torch.zeros(c, device="cuda"), torch.ones(c, device="cuda")
+        y = torch.empty_like(x)
+        tag = f"{size}: {n}x{c}x{hw}x{hw} float16 NHWC"
+        ops.append(Op("batch norm training forward", tag,
+                      {"x": x, "g": gamma, "b": beta, "rm": rm, "rv": rv, "y": y},
+                      lambda v: lambda: dnn.batch_norm_training(v["x"], v["g"], v["b"], v["rm"],
+                                                                v["rv"], out=v["y"]),
+                      {"PyTorch batch_norm(training=True)": lambda x=x, g=gamma, b=beta, rm=rm,
+                       rv=rv: F.batch_norm(x, rm, rv, g, b, training=True)}, "y",
+                      lambda x=x, g=gamma, b=beta: F.batch_norm(
+                          x.double(), None, None, g.double(), b.double(), training=True),
+                      (2e-2, 2e-2)))
+        dy = _randn(torch, (n, c, hw, hw), torch.float16, True)
+        mean = x.float().mean(dim=(0, 2, 3))
+        inv = 1.0 / torch.sqrt(x.float().var(dim=(0, 2, 3), unbiased=False) + 1e-5)
+        dx = torch.empty_like(x)
+        nbb = torch.ops.aten.native_batch_norm_backward
+
+        def reference(x=x, dy=dy, g=gamma, mean=mean, inv=inv):
+            return nbb(dy.double(), x.double(), g.double(), None, None, mean.double(),
+                       inv.double(), True, 1e-5, [True, False, False])[0]
+        ops.append(Op("batch norm training backward", tag,
+                      {"x": x, "dy": dy, "g": gamma, "mean": mean, "inv": inv, "dx": dx},
+                      lambda v: lambda: dnn.batch_norm_backward(v["dy"], v["x"], v["g"], v["mean"],
+                                                                v["inv"], out=v["dx"]),
+                      {"PyTorch native_batch_norm_backward": lambda x=x, dy=dy, g=gamma, m=mean,
+                       i=inv: nbb(dy, x, g, None, None, m, i, True, 1e-5,
+                                  [True, True, True])[0]}, "dx", reference, (3e-2, 3e-2)))
+
+    for size, n, c, hw in ((("small", 8, 64, 28),) if quick else
+                           (("small", 8, 64, 28), ("large", 32, 64, 112))):
+        x = _randn(torch, (n, c, hw, hw), torch.float16, True)
+        y = torch.empty((n, c, hw // 2, hw // 2), device="cuda", dtype=torch.float16).contiguous(
+            memory_format=torch.channels_last)
+        ops.append(Op("max pool 3x3 stride 2", f"{size}: {n}x{c}x{hw}x{hw} float16 NHWC",
+                      {"x": x, "y": y},
+                      lambda v: lambda: dnn.max_pool2d(v["x"], 3, 2, 1, out=v["y"]),
+                      {"PyTorch max_pool2d": lambda x=x: F.max_pool2d(x, 3, 2, 1)}, "y",
+                      lambda x=x: F.max_pool2d(x.double(), 3, 2, 1), (0, 0)))
+
+    for size, rows, cols in ((("small", 64, 1000),) if quick else
+                             (("small", 64, 1000), ("large", 4096, 4096))):
+        x = _randn(torch, (rows, cols), torch.float32)
+        y = torch.empty_like(x)
+        ops.append(Op("softmax", f"{size}: {rows}x{cols} float32", {"x": x, "y": y},
+                      lambda v: lambda: dnn.softmax(v["x"], -1, out=v["y"]),
+                      {"PyTorch softmax": lambda x=x: torch.softmax(x, -1)}, "y",
+                      lambda x=x: torch.softmax(x.double(), -1), (1e-5, 1e-7)))
+    return ops
+
+
+_AXPY_C = r"""
+extern "C" __global__ void axpy(const float* x, float* y, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+"""
+
+
+def _axpy(x: Array[f32, 1, "C"], y: Array[f32, 1, "C"], a: f32, n: i32):
+    """y = a * x + y, one element per thread (the C kernel above)."""
+    i = grid(1)
+    if i < n:
+        y[i] = a * x[i] + y[i]
+
+
+def _kernel_ops(torch, cp, quick: bool) -> list:
+    """A kernel launch, a gpu_rand fill, and the ready kernels."""
+    import cupric
+    import cupric.kernels as K
+    from cupric.gpu_rand import Generator
+    ops = []
+    sizes = (("small", 1 << 12),) if quick else (("small", 1 << 12), ("large", 1 << 24))
+
+    # A kernel launch: y = a*x + y. Every contender runs the kernel exactly once per call,
+    # so the outputs grow; the check runs one call on fresh y.
+    n = 1 << 12
+    x = torch.rand(n, device="cuda")
+    y0 = torch.rand(n, device="cuda")
+    y = y0.clone()
+    a = np.float32(0.5)
+    raw = cp.RawKernel(_AXPY_C, "axpy")
+
+    def launch_for(v):
+        # A kernel object per kind (each keeps its own fast launcher), bound once.
+        kern = cupric.kernel(_axpy)
+        bound = kern[(n + 255) // 256, 256]
+        xs, ys, nn = v["x"], v["y"], np.int32(n)
+        return lambda: bound(xs, ys, a, nn)
+
+    cx, cy = cp.from_dlpack(x), cp.from_dlpack(y)
+    launch = Op("kernel launch (axpy)", f"{n} float32", {"x": x, "y": y}, launch_for,
+                {"CuPy RawKernel": lambda: raw(((n + 255) // 256,), (256,),
+                                               (cx, cy, a, np.int32(n))),
+                 "PyTorch add_(alpha=), one kernel": lambda: y.add_(x, alpha=0.5)}, "y",
+                lambda: (y0.double() + 0.5 * x.double()), (1e-6, 1e-6))
+    launch.reset = lambda: y.copy_(y0)  # the check's call starts from y0
+    ops.append(launch)
+
+    for size, n in sizes:
+        out = torch.empty(n, device="cuda")
+        gen = Generator(1234)
+        cgen = cp.random.default_rng(1234)
+        cout = cp.from_dlpack(out)
+        ops.append(Op("gpu_rand uniform fill", f"{size}: {n} float32", {"out": out},
+                      lambda v, gen=gen: lambda: gen.random(dtype=np.float32, out=v["out"]),
+                      {"PyTorch uniform_": lambda out=out: out.uniform_(),
+                       "CuPy Generator.random(out=)": lambda cgen=cgen, cout=cout:
+                       cgen.random(dtype=cp.float32, out=cout)}, "out",
+                      None, (0, 0)))
+
+        x = torch.rand(n, device="cuda")
+        y = torch.rand(n, device="cuda")
+        o = torch.empty(n, device="cuda")
+        cx, cy, co = (cp.from_dlpack(t) for t in (x, y, o))
+        saxpy_cp = cp.ElementwiseKernel("float32 a, float32 x, float32 y", "float32 o",
+                                        "o = a * x + y", "bench_saxpy")
+        ops.append(Op("vecadd", f"{size}: {n} float32", {"x": x, "y": y, "o": o},
+                      lambda v: lambda: K.vecadd(v["x"], v["y"], out=v["o"]),
+                      {"PyTorch add(out=)": lambda x=x, y=y, o=o: torch.add(x, y, out=o),
+                       "CuPy add(out=)": lambda cx=cx, cy=cy, co=co: cp.add(cx, cy, out=co)},
+                      "o", lambda x=x, y=y: x.double() + y.double(), (1e-7, 0)))
+        ops.append(Op("saxpy", f"{size}: {n} float32", {"x": x, "y": y, "o": o},
+                      lambda v: lambda: K.saxpy(a, v["x"], v["y"], out=v["o"]),
+                      {"PyTorch add(alpha=, out=)": lambda x=x, y=y, o=o:
+                       torch.add(y, x, alpha=0.5, out=o),
+                       "CuPy ElementwiseKernel": lambda cx=cx, cy=cy, co=co:
+                       saxpy_cp(a, cx, cy, co)},
+                      "o", lambda x=x, y=y: 0.5 * x.double() + y.double(), (1e-6, 1e-7)))
+        total = torch.empty((), device="cuda")
+        ctotal = cp.from_dlpack(total)
+        ops.append(Op("sum", f"{size}: {n} float32", {"x": x, "total": total},
+                      lambda v: lambda: K.sum(v["x"], out=v["total"]),
+                      {"PyTorch sum(out=)": lambda x=x, t=total: torch.sum(x, 0, out=t),
+                       "CuPy sum(out=)": lambda cx=cx, t=ctotal: cp.sum(cx, out=t)},
+                      "total", lambda x=x: x.double().sum(), (1e-5, 0)))
+        ops.append(Op("cumsum", f"{size}: {n} float32", {"x": x, "o": o},
+                      lambda v: lambda: K.inclusive_scan(v["x"], out=v["o"]),
+                      {"PyTorch cumsum(out=)": lambda x=x, o=o: torch.cumsum(x, 0, out=o),
+                       "CuPy cumsum(out=)": lambda cx=cx, co=co: cp.cumsum(cx, out=co)},
+                      "o", lambda x=x: torch.cumsum(x.double(), 0), (1e-4, 1e-3)))
+        ops.append(Op("sort (float32 keys)", f"{size}: {n} float32", {"x": x, "o": o},
+                      lambda v: lambda: K.radix_sort(v["x"], v["o"]),
+                      {"PyTorch sort (values and indices)": lambda x=x: torch.sort(x)[0],
+                       "CuPy sort": lambda cx=cx: cp.sort(cx)},
+                      "o", lambda x=x: torch.sort(x)[0], (0, 0)))
+        scaled = x * 256
+        counts = torch.empty(256, device="cuda", dtype=torch.int64)
+        cs = cp.from_dlpack(scaled)
+        ops.append(Op("histogram, 256 bins", f"{size}: {n} float32",
+                      {"x": scaled, "counts": counts},
+                      lambda v: lambda: K.histogram(v["x"], 256, (0, 256), out=v["counts"]),
+                      {"PyTorch histc": lambda s=scaled: torch.histc(s, 256, 0, 256),
+                       "CuPy histogram": lambda cs=cs: cp.histogram(cs, 256, (0, 256))[0]},
+                      "counts", lambda s=scaled: torch.histc(s.double(), 256, 0, 256), (0, 0)))
+        side = int(math.isqrt(n))
+        m = x.view(side, side)
+        t = torch.empty(side, side, device="cuda")
+        cm, ct = cp.from_dlpack(m), cp.from_dlpack(t)
+        ops.append(Op("transpose", f"{size}: {side}x{side} float32", {"m": m, "t": t},
+                      lambda v: lambda: K.transpose(v["m"], out=v["t"]),
+                      {"PyTorch copy_(a.t())": lambda m=m, t=t: t.copy_(m.t()),
+                       "CuPy copyto(out, a.T)": lambda cm=cm, ct=ct: cp.copyto(ct, cm.T)},
+                      "t", lambda m=m: m.t(), (0, 0)))
+    return ops
+
+
+def _check_uniform(name: str, out) -> dict:
+    """A fill has no reference; every value must be in [0, 1) (the poison, NaN, is not)
+    with the moments of a uniform distribution."""
+    v = out.double()
+    lo, hi = float(v.min()), float(v.max())
+    mean, var = float(v.mean()), float(v.var())
+    tol = 6.0 / math.sqrt(v.numel())
+    if not (lo >= 0.0 and hi < 1.0 and abs(mean - 0.5) < tol and abs(var - 1 / 12) < tol):
+        raise CheckError(f"{name}: not uniform in [0, 1): min {lo}, max {hi}, mean {mean}, "
+                         f"variance {var}")
+    return {"compared": int(v.numel()), "mean": mean, "variance": var}
+
+
+def _measure_op(timing: Timing, op: Op) -> dict:
+    results: dict = {}
+    if op.reference is None:  # a random fill: checked by its distribution
+        torch = timing.torch
+        out = op.tensors[op.out]
+        views = _views(out, op.kinds)
+        ready = {}
+        for kind in op.kinds:
+            label = f"cupric, {KIND_LABEL[kind]}"
+            if isinstance(views[kind], Exception):
+                results[label] = {"unsupported": error_text(views[kind])}
+                continue
+            ready[label] = op.ours({op.out: views[kind]})
+        ready.update(op.peers)
+        for label, fn in list(ready.items()):
+            try:
+                out.fill_(float("nan"))
+                torch.cuda.synchronize()
+                fn()
+                torch.cuda.synchronize()
+                results[label] = {"check": _check_uniform(f"{op.name} {op.size}: {label}", out)}
+            except Exception as exc:
+                results[label] = {"error": error_text(exc)}
+                del ready[label]
+    else:
+        ready = _contenders(op, results)
+    if ready:
+        for label, figures in timing.measure(ready).items():
+            results[label].update(figures)
+    return results
+
+
+# -- ResNet-50 layers ----------------------------------------------------------------------
+
+#: (name, input H=W, C, K, kernel, stride) of every distinct convolution of ResNet-50.
+RESNET50 = (
+    ("conv1 7x7/2", 224, 3, 64, 7, 2),
+    ("l1 1x1 64-64", 56, 64, 64, 1, 1), ("l1 3x3 64-64", 56, 64, 64, 3, 1),
+    ("l1 1x1 64-256", 56, 64, 256, 1, 1), ("l1 1x1 256-64", 56, 256, 64, 1, 1),
+    ("l2 1x1 256-128", 56, 256, 128, 1, 1), ("l2 3x3/2 128-128", 56, 128, 128, 3, 2),
+    ("l2 1x1 128-512", 28, 128, 512, 1, 1), ("l2 1x1/2 256-512", 56, 256, 512, 1, 2),
+    ("l2 1x1 512-128", 28, 512, 128, 1, 1), ("l2 3x3 128-128", 28, 128, 128, 3, 1),
+    ("l3 1x1 512-256", 28, 512, 256, 1, 1), ("l3 3x3/2 256-256", 28, 256, 256, 3, 2),
+    ("l3 1x1 256-1024", 14, 256, 1024, 1, 1), ("l3 1x1/2 512-1024", 28, 512, 1024, 1, 2),
+    ("l3 1x1 1024-256", 14, 1024, 256, 1, 1), ("l3 3x3 256-256", 14, 256, 256, 3, 1),
+    ("l4 1x1 1024-512", 14, 1024, 512, 1, 1), ("l4 3x3/2 512-512", 14, 512, 512, 3, 2),
+    ("l4 1x1 512-2048", 7, 512, 2048, 1, 1), ("l4 1x1/2 1024-2048", 14, 1024, 2048, 1, 2),
+    ("l4 1x1 2048-512", 7, 2048, 512, 1, 1), ("l4 3x3 512-512", 7, 512, 512, 3, 1),
+)
+
+
+def _resnet(torch, quick: bool) -> dict:
+    import torch.nn.functional as F
+
+    import cupric.cudnn as dnn
+    timing = Timing(torch, quick)
+    samples = 5 if quick else 11
+    configs = []
+    for batch in ((32,) if quick else (32, 64)):
+        for dtype, nhwc in ((torch.float16, True),) + (() if quick else (
+                (torch.bfloat16, True), (torch.float32, False))):
+            for autotune in ((False,) if quick else (False, True)):
+                configs.append((batch, dtype, nhwc, autotune))
+    layers = RESNET50[::4] if quick else RESNET50
+    out: dict = {}
+    for batch, dtype, nhwc, autotune in configs:
+        key = (f"batch {batch}, {str(dtype)[6:]} {'NHWC' if nhwc else 'NCHW'}, "
+               f"{'autotuned' if autotune else 'heuristics'}")
+        rows = {}
+        options = dnn.PlanOptions(autotune=autotune, allow_tf32=False)
+        torch.backends.cudnn.benchmark = autotune
+        torch.backends.cudnn.allow_tf32 = False
+        for name, hw, c, k, r, stride in layers:
+            try:
+                x = _randn(torch, (batch, c, hw, hw), dtype, nhwc)
+                w = _randn(torch, (k, c, r, r), dtype, nhwc, 1.0 / math.sqrt(c * r * r))
+                pad = r // 2
+                ho = (hw + 2 * pad - r) // stride + 1
+                y = torch.empty((batch, k, ho, ho), device="cuda", dtype=dtype)
+                if nhwc:
+                    y = y.contiguous(memory_format=torch.channels_last)
+
+                def ours(x=x, w=w, y=y, pad=pad, stride=stride):
+                    return dnn.conv_forward(x, w, padding=pad, stride=stride, out=y,
+                                            options=options)
+
+                def theirs(x=x, w=w, pad=pad, stride=stride):
+                    return F.conv2d(x, w, padding=pad, stride=stride)
+                for _ in range(2):  # plans built (and tuned) outside the timing
+                    ours()
+                    theirs()
+                expected = theirs()
+                tol = 1e-3 if dtype == torch.float32 else 3e-2
+                check = assert_correct(f"resnet {key} {name}", ours, y, expected, outputs=[y],
+                                       rtol=tol, atol=tol)
+                t_ours, t_torch = [], []
+                for i in range(samples):
+                    pair = ((t_ours, ours), (t_torch, theirs))
+                    for sink, fn in (pair if i % 2 == 0 else pair[::-1]):
+                        sink.append(timing.latency(fn))
+                rows[name] = {"cupric_us": statistics.median(t_ours),
+                              "torch_us": statistics.median(t_torch),
+                              "max_abs_diff": check["max_abs_diff"]}
+                rows[name]["ratio"] = rows[name]["torch_us"] / rows[name]["cupric_us"]
+                del x, w, y
+            except Exception as exc:  # recorded per layer; the others go on
+                rows[name] = {"error": error_text(exc)}
+        ratios = [r["ratio"] for r in rows.values() if "ratio" in r]
+        summary = {"layers": rows}
+        if ratios:
+            worst = min((r["ratio"], n) for n, r in rows.items() if "ratio" in r)
+            summary.update(geomean=math.exp(sum(map(math.log, ratios)) / len(ratios)),
+                           worst=worst[0], worst_layer=worst[1], measured=len(ratios))
+        out[key] = summary
+        torch.cuda.empty_cache()
+    torch.backends.cudnn.benchmark = False
+    return out
+
+
+# -- fresh processes -------------------------------------------------------------------------
+
+_FRESH = {
+    "cupric kernel": """
+import time; t0 = time.perf_counter()
+import numpy as np, cupric
+from cupric import runtime as rt
+from cupric.device import grid
+from cupric.types import Array, f32
+t1 = time.perf_counter()
+@cupric.kernel
+def scale(x: Array[f32, 1, "C"], y: Array[f32, 1, "C"]):
+    i = grid(1)
+    if i < len(x):
+        y[i] = 2.0 * x[i]
+x = rt.to_device(np.arange(1 << 20, dtype=np.float32)); y = rt.empty(1 << 20, np.float32)
+scale[(1 << 20) // 256, 256](x, y)
+rt.synchronize()
+t2 = time.perf_counter()
+assert (y.to_numpy() == 2 * np.arange(1 << 20, dtype=np.float32)).all()
+""",
+    "CuPy RawKernel": """
+import time; t0 = time.perf_counter()
+import numpy as np, cupy as cp
+t1 = time.perf_counter()
+k = cp.RawKernel(r'''extern "C" __global__ void scale(const float* x, float* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 2.0f * x[i]; }''', "scale")
+x = cp.asarray(np.arange(1 << 20, dtype=np.float32)); y = cp.empty(1 << 20, cp.float32)
+k(((1 << 20) // 256,), (256,), (x, y, np.int32(1 << 20)))
+cp.cuda.Device().synchronize()
+t2 = time.perf_counter()
+assert (y.get() == 2 * np.arange(1 << 20, dtype=np.float32)).all()
+""",
+    "PyTorch mul": """
+import time; t0 = time.perf_counter()
+import numpy as np, torch
+t1 = time.perf_counter()
+x = torch.from_numpy(np.arange(1 << 20, dtype=np.float32)).cuda(); y = torch.empty_like(x)
+torch.mul(x, 2.0, out=y)
+torch.cuda.synchronize()
+t2 = time.perf_counter()
+assert (y.cpu().numpy() == 2 * np.arange(1 << 20, dtype=np.float32)).all()
+""",
+    "cupric.cudnn conv2d": """
+import time; t0 = time.perf_counter()
+import torch, cupric.cudnn as dnn
+t1 = time.perf_counter()
+x = torch.randn(8, 64, 14, 14, device="cuda", dtype=torch.float16).contiguous(memory_format=torch.channels_last)
+w = (0.05 * torch.randn(64, 64, 3, 3, device="cuda", dtype=torch.float16)).contiguous(memory_format=torch.channels_last)
+y = dnn.conv2d(x, w, padding=1)
+torch.cuda.synchronize()
+t2 = time.perf_counter()
+ref = torch.nn.functional.conv2d(x.float(), w.float(), padding=1)
+assert (torch.as_tensor(y, device="cuda").float() - ref).abs().max().item() < 5e-2
+""",
+    "PyTorch conv2d": """
+import time; t0 = time.perf_counter()
+import torch
+t1 = time.perf_counter()
+x = torch.randn(8, 64, 14, 14, device="cuda", dtype=torch.float16).contiguous(memory_format=torch.channels_last)
+w = (0.05 * torch.randn(64, 64, 3, 3, device="cuda", dtype=torch.float16)).contiguous(memory_format=torch.channels_last)
+y = torch.nn.functional.conv2d(x, w, padding=1)
+torch.cuda.synchronize()
+t2 = time.perf_counter()
+ref = torch.nn.functional.conv2d(x.float(), w.float(), padding=1)
+assert (y.float() - ref).abs().max().item() < 5e-2
+""",
+}
+_FRESH_TAIL = "\nimport json; print(json.dumps({'import_s': t1 - t0, 'first_s': t2 - t1}))\n"
+
+
+def _fresh(quick: bool) -> dict:
+    """Each script in new processes: import time, and the time from the import to the
+    first result on the device (CUDA initialization, compile or cache read, load, launch,
+    synchronize). "warm": a cache a previous process filled; "empty": a new cache folder
+    (cupric: CUPRIC_CACHE_DIR, which also holds where the toolchain was found; CuPy:
+    CUPY_CACHE_DIR; both: CUDA_CACHE_PATH)."""
+    runs = 1 if quick else 3
+    out: dict = {}
+    with tempfile.TemporaryDirectory(prefix="cupric-host-cost-") as work:
+        def child(script: str, cache: str) -> dict:
+            env = dict(os.environ)
+            env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+            env.update(CUPRIC_CACHE_DIR=os.path.join(cache, "cupric"),
+                       CUPY_CACHE_DIR=os.path.join(cache, "cupy"),
+                       CUDA_CACHE_PATH=os.path.join(cache, "nv"))
+            proc = subprocess.run([sys.executable, "-c", script + _FRESH_TAIL],
+                                  capture_output=True, text=True, timeout=180, env=env,
+                                  cwd=work)
+            if proc.returncode != 0:
+                raise RuntimeError(proc.stderr.strip()[-400:])
+            return json.loads(proc.stdout.strip().splitlines()[-1])
+
+        for name, script in _FRESH.items():
+            try:
+                cached = name in ("cupric kernel", "CuPy RawKernel", "cupric.cudnn conv2d")
+                empty, warm = [], []
+                for i in range(runs):
+                    cache = os.path.join(work, f"{name.replace(' ', '_')}-{i}")
+                    empty.append(child(script, cache))
+                    if cached:
+                        warm.append(child(script, cache))
+                row = {"import_ms": 1e3 * statistics.median(s["import_s"] for s in empty + warm),
+                       "first_empty_cache_ms": 1e3 * statistics.median(s["first_s"] for s in empty)}
+                if warm:
+                    row["first_warm_cache_ms"] = 1e3 * statistics.median(s["first_s"] for s in warm)
+                out[name] = row
+            except Exception as exc:  # recorded; the other scripts go on
+                out[name] = {"error": error_text(exc)}
+    return out
+
+
+# -- the run -----------------------------------------------------------------------------------
+
+def _frontend() -> str:
+    """Whether the cudnn-frontend Python package is importable here."""
+    try:
+        import cudnn  # noqa: F401
+        return f"importable ({getattr(cudnn, '__version__', '?')}); not yet measured"
+    except Exception as exc:
+        return f"not importable ({type(exc).__name__})"
+
+
+def run(json_path: str | None = None, quick: bool = False) -> dict:
+    """Measure everything in this process (and the fresh ones); return the results."""
+    import cupy as cp
+    import torch
+    results: dict = {"title": "Host cost per call, from any array kind", "quick": quick,
+                     "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                     "cupy": cp.__version__, "cudnn_frontend": _frontend()}
+    torch.manual_seed(0)
+    timing = Timing(torch, quick)
+    ops: dict = {}
+    for build in (_library_ops, _kernel_ops):
+        try:
+            built = build(torch, cp, quick)
+        except Exception as exc:
+            results[f"{build.__name__.strip('_')}_error"] = error_text(exc)
+            continue
+        for op in built:
+            key = f"{op.name} | {op.size}"
+            try:
+                ops[key] = _measure_op(timing, op)
+            except Exception as exc:  # recorded per operation; the others go on
+                ops[key] = {"error": error_text(exc)}
+            print(f"{key}: " + ", ".join(
+                f"{k} {v['latency']:.1f}/{v['host']:.1f}/{v['b2b']:.1f}" if "latency" in v
+                else f"{k} {v}" for k, v in ops[key].items()), flush=True)
+    results["ops"] = ops
+    for name, part in (("resnet50", lambda: _resnet(torch, quick)),
+                       ("fresh_process", lambda: _fresh(quick))):
+        try:
+            results[name] = part()
+        except Exception as exc:
+            results[f"{name}_error"] = error_text(exc)
+    results["method"] = __doc__.split("\n\n")[1].replace("\n", " ")
+    results["tables"] = tables(results)
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump(results, fh, indent=1)
+    return results
+
+
+def tables(results: dict) -> list:
+    out = []
+    rows = []
+    for key, contenders in results.get("ops", {}).items():
+        op, size = key.split(" | ")
+        if "error" in contenders and not isinstance(contenders["error"], dict):
+            rows.append([op, size, "", None, None, None, None, contenders["error"]])
+            continue
+        peers = {k: v for k, v in contenders.items() if not k.startswith("cupric")}
+        best_peer = min((v["latency"], k) for k, v in peers.items() if "latency" in v) \
+            if any("latency" in v for v in peers.values()) else None
+        for label, v in contenders.items():
+            if "latency" in v:
+                vs = ratio(best_peer[0], v["latency"]) if best_peer and label.startswith(
+                    "cupric") else None
+                rows.append([op, size, label, v["latency"], v["host"], v["b2b"], vs, ""])
+            else:
+                rows.append([op, size, label, None, None, None, None,
+                             v.get("error") or v.get("unsupported") or ""])
+    out.append(table(
+        "Per call: latency (one call, GPU idle before) / host cost (back to back) / "
+        "device time back to back, us",
+        [("operation", ""), ("size", ""), ("contender", ""), ("latency", ".1f"),
+         ("host", ".1f"), ("b2b", ".1f"), ("fastest peer / cupric, latency", ".2f"),
+         ("note", "")], rows,
+        "A ratio above 1: cupric's latency is below the fastest peer's of that operation. "
+        "PyTorch's batch norm, softmax, sort and histogram, and CuPy's sort and histogram "
+        "allocate their results; cupric's calls write the given output."))
+    rn = results.get("resnet50") or {}
+    if rn:
+        rows = []
+        for key, summary in rn.items():
+            rows.append([key, summary.get("geomean"), summary.get("worst"),
+                         summary.get("worst_layer"), summary.get("measured"),
+                         "; ".join(f"{n}: {r['error']}" for n, r in summary["layers"].items()
+                                   if "error" in r)[:300]])
+        out.append(table("ResNet-50 convolutions (forward): PyTorch time / cupric time, one "
+                         "call between events",
+                         [("configuration", ""), ("geometric mean", ".3f"), ("worst", ".3f"),
+                          ("worst layer", ""), ("layers", "d"), ("errors", "")], rows))
+        first = next(iter(rn.values()))["layers"]
+        rows = [[name] + [rn[k]["layers"].get(name, {}).get("ratio") for k in rn]
+                for name in first]
+        out.append(table("ResNet-50 convolutions, per layer (PyTorch time / cupric time)",
+                         [("layer", "")] + [(k, ".2f") for k in rn], rows))
+    fresh = results.get("fresh_process") or {}
+    if fresh:
+        rows = [[name, v.get("import_ms"), v.get("first_warm_cache_ms"),
+                 v.get("first_empty_cache_ms"), v.get("error", "")] for name, v in fresh.items()]
+        out.append(table("Fresh process (ms): import, then the first result on the device",
+                         [("script", ""), ("import", ".0f"), ("first, warm cache", ".0f"),
+                          ("first, empty cache", ".0f"), ("error", "")], rows,
+                         "First = CUDA initialization, compile or cache read, load, launch, "
+                         "synchronize. PyTorch keeps no kernel cache of its own here."))
+    return out
+
+
+def main(argv=None) -> int:
+    import argparse
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", help="write the results to this file")
+    parser.add_argument("--quick", action="store_true", help="fewer sizes and samples")
+    args = parser.parse_args(argv)
+    results = run(args.json, quick=args.quick)
+    for t in results["tables"]:
+        print(t["title"])
+        for row in t["rows"]:
+            print("  " + " | ".join(f"{c:.3g}" if isinstance(c, float) else str(c)
+                                    for c in row))
+    failed = [k for k in results if k.endswith("error")] + [
+        f"{op}: {label}" for op, rows in results.get("ops", {}).items()
+        for label, row in (rows.items() if isinstance(rows, dict) else ())
+        if isinstance(row, dict) and "error" in row]
+    print("\n".join(f"FAILED {f}" for f in failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
