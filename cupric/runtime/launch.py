@@ -19,6 +19,7 @@ import os
 import struct
 import threading
 import weakref
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from .stream import as_stream_handle
 
 __all__ = ["PreparedLaunch", "LaunchConfig", "KernelArgumentError", "PARAM_TYPES",
            "param_layout", "infer_param", "validate_launch", "dim3", "make_prepared",
+           "LaunchConfigError", "DeviceLimits", "SM90_LIMITS", "check_config",
            "build_launcher", "launch_backends"]
 
 
@@ -103,25 +105,103 @@ def param_layout(param_types) -> tuple[tuple, str, list[int], int]:
     return types, "".join(fmt), offsets, max(offset, 8)
 
 
+class LaunchConfigError(LaunchError, ValueError):
+    """A launch configuration that no launch can have, or one over the device's limits
+    (grid, block, threads per block, shared memory): refused before anything runs, on a
+    GPU and on the simulator alike. Also a `ValueError`."""
+
+
+@dataclass(frozen=True)
+class DeviceLimits:
+    """The launch limits of a device, as `cuDeviceGetAttribute` reports them.
+
+    `SM90_LIMITS` holds an sm_90 device's (H100, H200): the simulator checks launches
+    against it, so that a configuration it accepts also launches on such a GPU.
+    """
+
+    max_threads_per_block: int = 1024
+    max_block_dims: tuple = (1024, 1024, 64)
+    max_grid_dims: tuple = (2**31 - 1, 65535, 65535)
+    #: Static plus dynamic shared memory of a block without opting in.
+    max_shared_memory_per_block: int = 48 * 1024
+    #: ... after raising a function's `max_dynamic_shared_size_bytes`.
+    max_shared_memory_per_block_optin: int = 227 * 1024
+
+
+SM90_LIMITS = DeviceLimits()
+
+
 def dim3(value, what: str) -> tuple[int, int, int]:
-    """An int or a 1-3 tuple of ints as (x, y, z), each >= 1."""
+    """An int or a 1-3 tuple of ints as (x, y, z), each in 1..2^32-1 (what the driver's
+    unsigned parameters hold; the device limits are checked separately)."""
     if isinstance(value, (int, np.integer)):
         dims = (value, 1, 1)
     else:
         try:
             items = tuple(value)
         except TypeError:
-            raise LaunchError(None, f"{what} must be an int or a tuple of 1 to 3 ints, got "
-                                    f"{type(value).__name__}") from None
+            raise LaunchConfigError(None, f"{what} must be an int or a tuple of 1 to 3 ints, "
+                                          f"got {type(value).__name__}") from None
         if not 1 <= len(items) <= 3:
-            raise LaunchError(None, f"{what} must have 1 to 3 dimensions, got {len(items)}")
+            raise LaunchConfigError(None, f"{what} must have 1 to 3 dimensions, got "
+                                          f"{len(items)}")
         dims = tuple(items) + (1,) * (3 - len(items))
-    for d in dims:
+    for axis, d in zip("xyz", dims):
         if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
-            raise LaunchError(None, f"{what} dimensions must be ints, got {value!r}")
+            raise LaunchConfigError(None, f"{what} dimensions must be ints, got {value!r}")
         if d < 1:
-            raise LaunchError(None, f"{what} dimensions must be >= 1, got {value!r}")
+            raise LaunchConfigError(None, f"{what}.{axis} = {d}: {what} dimensions must be "
+                                          f">= 1, got {value!r}")
+        if d > 0xFFFFFFFF:
+            raise LaunchConfigError(None, f"{what}.{axis} = {d} is outside 1..{0xFFFFFFFF}")
     return int(dims[0]), int(dims[1]), int(dims[2])
+
+
+def check_config(name: str, grid, block, shared_bytes, limits: DeviceLimits = SM90_LIMITS,
+                 max_threads: int | None = None, max_dynamic_shared: int | None = None):
+    """A launch configuration checked against `limits`: ((gx, gy, gz), (bx, by, bz),
+    shared_bytes). The one check of a configuration's shape, used by `validate_launch`
+    (a real device's limits) and by the simulator (`SM90_LIMITS`).
+
+    Parameters
+    ----------
+    max_threads : int, optional
+        The kernel's own limit on threads per block (registers may lower it).
+    max_dynamic_shared : int, optional
+        The dynamic shared memory the kernel may use (its
+        `max_dynamic_shared_size_bytes`); default: the opt-in maximum of `limits`.
+
+    Raises
+    ------
+    LaunchConfigError
+        Naming the kernel, the dimension and the limit.
+    """
+    gx, gy, gz = dim3(grid, "grid")
+    bx, by, bz = dim3(block, "block")
+    if isinstance(shared_bytes, bool) or not isinstance(shared_bytes, (int, np.integer)) \
+            or shared_bytes < 0:
+        raise LaunchConfigError(None, f"kernel {name!r}: shared_bytes must be a "
+                                      f"non-negative int, got {shared_bytes!r}")
+    threads = bx * by * bz
+    limit = limits.max_threads_per_block if max_threads is None else max_threads
+    if threads > limit:
+        raise LaunchConfigError(None, f"kernel {name!r}: a block of {bx}x{by}x{bz} = "
+                                      f"{threads} threads exceeds the maximum of {limit} "
+                                      f"(a block holds at most {limit} threads)")
+    for axis, n, top in zip("xyz", (bx, by, bz), limits.max_block_dims):
+        if n > top:
+            raise LaunchConfigError(None, f"kernel {name!r}: block.{axis} = {n} exceeds the "
+                                          f"device limit of {top}")
+    for axis, n, top in zip("xyz", (gx, gy, gz), limits.max_grid_dims):
+        if n > top:
+            raise LaunchConfigError(None, f"kernel {name!r}: grid.{axis} = {n} exceeds the "
+                                          f"device limit of {top}")
+    allowed = limits.max_shared_memory_per_block_optin if max_dynamic_shared is None \
+        else max_dynamic_shared
+    if shared_bytes > allowed:
+        raise LaunchConfigError(None, f"kernel {name!r}: {shared_bytes} bytes of dynamic "
+                                      f"shared memory requested, {allowed} allowed")
+    return (gx, gy, gz), (bx, by, bz), int(shared_bytes)
 
 
 def validate_launch(function, grid, block, shared_bytes: int) -> None:
@@ -129,15 +209,12 @@ def validate_launch(function, grid, block, shared_bytes: int) -> None:
 
     Raises
     ------
-    LaunchError
+    LaunchConfigError
         Naming the limit exceeded and how to change it where it can be changed.
     """
     name = function.name
-    gx, gy, gz = dim3(grid, "grid")
-    bx, by, bz = dim3(block, "block")
-    if not isinstance(shared_bytes, (int, np.integer)) or shared_bytes < 0:
-        raise LaunchError(None, f"shared_bytes must be a non-negative int, got {shared_bytes!r}")
     device = function.device
+    bx, by, bz = dim3(block, "block")
     threads = bx * by * bz
     max_threads = function.max_threads_per_block
     if threads > max_threads:
@@ -145,16 +222,11 @@ def validate_launch(function, grid, block, shared_bytes: int) -> None:
         why = (f" (its {regs} registers per thread limit it below the device's "
                f"{device.max_threads_per_block})" if max_threads < device.max_threads_per_block
                else "")
-        raise LaunchError(None, f"kernel {name!r}: a block of {bx}x{by}x{bz} = {threads} "
-                                f"threads exceeds its maximum of {max_threads}{why}")
-    for axis, n, limit in zip("xyz", (bx, by, bz), device.max_block_dims):
-        if n > limit:
-            raise LaunchError(None, f"kernel {name!r}: block.{axis} = {n} exceeds the "
-                                    f"device limit of {limit}")
-    for axis, n, limit in zip("xyz", (gx, gy, gz), device.max_grid_dims):
-        if n > limit:
-            raise LaunchError(None, f"kernel {name!r}: grid.{axis} = {n} exceeds the "
-                                    f"device limit of {limit}")
+        raise LaunchConfigError(None, f"kernel {name!r}: a block of {bx}x{by}x{bz} = "
+                                      f"{threads} threads exceeds its maximum of "
+                                      f"{max_threads}{why}")
+    shared_bytes = check_config(name, grid, block, shared_bytes, device,
+                                max_threads=max_threads, max_dynamic_shared=2**62)[2]
     allowed = function.max_dynamic_shared_size_bytes
     if shared_bytes > allowed:
         optin = device.max_shared_memory_per_block_optin - function.shared_size_bytes
@@ -164,8 +236,8 @@ def validate_launch(function, grid, block, shared_bytes: int) -> None:
         else:
             hint = (f"; this device allows at most {optin} for this kernel even after "
                     f"raising function.max_dynamic_shared_size_bytes")
-        raise LaunchError(None, f"kernel {name!r}: {shared_bytes} bytes of dynamic shared "
-                                f"memory requested, {allowed} allowed{hint}")
+        raise LaunchConfigError(None, f"kernel {name!r}: {shared_bytes} bytes of dynamic "
+                                      f"shared memory requested, {allowed} allowed{hint}")
 
 
 # -- the native call ----------------------------------------------------------------------
@@ -542,12 +614,12 @@ class PreparedLaunch:
 
     def launch(self, grid, block, stream, shared_bytes, *values) -> None:
         """Launch the kernel with `values` (see the class docstring)."""
-        if grid.__class__ is int:
+        if grid.__class__ is int and 0 < grid <= 0xFFFFFFFF:
             gx = grid
             gy = gz = 1
         else:
             gx, gy, gz = dim3(grid, "grid")
-        if block.__class__ is int:
+        if block.__class__ is int and 0 < block <= 0xFFFFFFFF:
             bx = block
             by = bz = 1
         else:
@@ -707,12 +779,12 @@ class _BindingsPreparedLaunch(PreparedLaunch):
     __slots__ = ()
 
     def launch(self, grid, block, stream, shared_bytes, *values) -> None:
-        if grid.__class__ is int:
+        if grid.__class__ is int and 0 < grid <= 0xFFFFFFFF:
             gx = grid
             gy = gz = 1
         else:
             gx, gy, gz = dim3(grid, "grid")
-        if block.__class__ is int:
+        if block.__class__ is int and 0 < block <= 0xFFFFFFFF:
             bx = block
             by = bz = 1
         else:

@@ -26,38 +26,19 @@ from ..device.errors import KernelAssertionError, KernelError
 from ..types import scalar_from_dtype
 from . import _impl, _impl_math, _impl_mma  # noqa: F401  (they fill the implementation table)
 from ._array import SimArray
-from ._impl import SHARED_LIMIT
 from ._live import Aborted, LiveSet
 from ._scan import _python_function, needs, needs_of_values
 from ._state import BlockState, LaunchState, ThreadState
 from .errors import DeadlockError, SimulatorError
 
-__all__ = ["launch", "MODES"]
+__all__ = ["launch", "run", "MODES"]
 
 MODES = ("serial", "threads", "grid")
-MAX_BLOCK_DIM = (1024, 1024, 64)
-MAX_GRID_DIM = (2**31 - 1, 65535, 65535)
-MAX_BLOCK_THREADS = 1024
 # OS threads are cheap but not free: a cooperative grid beyond this many threads is
 # refused (a GPU, too, limits a cooperative grid to the blocks it can keep resident).
 # Generators are cheaper still.
 _MAX_LIVE_DEFAULT = 8192
 _MAX_LIVE_GENERATORS = 65536
-# Each simulated thread's OS thread needs little stack: kernels are shallow Python.
-_STACK_BYTES = 2 * 1024 * 1024
-
-
-def _dim3(value, what: str, limits) -> tuple[int, int, int]:
-    if isinstance(value, (int, np.integer)):
-        value = (value,)
-    dims = tuple(int(v) for v in value)
-    if not 1 <= len(dims) <= 3:
-        raise ValueError(f"{what} must be an int or 1 to 3 ints, got {value!r}")
-    dims = dims + (1,) * (3 - len(dims))
-    for d, lim, axis in zip(dims, limits, "xyz"):
-        if not 1 <= d <= lim:
-            raise ValueError(f"{what}.{axis} = {d} is outside 1..{lim}")
-    return dims
 
 
 def _prepare(func, args) -> tuple[list, list]:
@@ -189,14 +170,19 @@ def launch(py_func, grid, block, args, *, shared_bytes: int = 0, mode: str | Non
     if func is None:
         raise TypeError(f"cannot simulate {py_func!r}: expected a Python function or a "
                         f"kernel with a py_func")
-    grid = _dim3(grid, "grid", MAX_GRID_DIM)
-    block = _dim3(block, "block", MAX_BLOCK_DIM)
+    run(func, func, grid, block, args, shared_bytes=shared_bytes, mode=mode)
+
+
+def run(func, body, grid, block, args, *, shared_bytes: int = 0, mode: str | None = None):
+    """`launch` of kernel `func` whose threads run `body`: `func` itself, or its typed
+    twin (`_twin`, which computes with compiled code's semantics; `func` is still what
+    is scanned for collectives and named in errors)."""
+    # The launch limits of an sm_90 device, the same check as a GPU launch's (loaded with
+    # the first launch: importing the simulator stays light).
+    from ..runtime.launch import SM90_LIMITS, check_config
+    grid, block, shared_bytes = check_config(func.__name__, grid, block, shared_bytes,
+                                             SM90_LIMITS)
     nthreads = block[0] * block[1] * block[2]
-    if nthreads > MAX_BLOCK_THREADS:
-        raise ValueError(f"a block holds at most {MAX_BLOCK_THREADS} threads, got {block}")
-    shared_bytes = int(shared_bytes)
-    if not 0 <= shared_bytes <= SHARED_LIMIT:
-        raise ValueError(f"shared_bytes must be in 0..{SHARED_LIMIT}, got {shared_bytes}")
     args = tuple(args)
     # Collectives handed to the kernel as arguments: the generator rewrite cannot see them.
     from_args = needs_of_values(args)
@@ -212,9 +198,9 @@ def launch(py_func, grid, block, args, *, shared_bytes: int = 0, mode: str | Non
     state = LaunchState(grid, block, shared_bytes, mode)
     try:
         if mode == "serial":
-            _run_serial(func, args, state)
+            _run_serial(body, args, state)
         else:
-            _run_threads(func, args, state, through_args)
+            _run_threads(body, args, state, through_args)
     finally:
         # Like a GPU, a failed launch leaves whatever the threads wrote before failing.
         for buffer, host in copy_back:
@@ -275,16 +261,13 @@ class _Pool:
             state.wake.acquire()  # held until the thread is handed the baton
             self.states.append(state)
         self.threads = []
-        old = threading.stack_size()
-        threading.stack_size(_STACK_BYTES)
-        try:
-            for i in range(nworkers):
-                t = threading.Thread(target=self._work, args=(i,), daemon=True,
-                                     name=f"cupric-simulated-thread-{i}")
-                t.start()
-                self.threads.append(t)
-        finally:
-            threading.stack_size(old)
+        # The default stack size: threading.stack_size() is process-wide, and changing it
+        # here would race with other threads (and other launches) creating threads.
+        for i in range(nworkers):
+            t = threading.Thread(target=self._work, args=(i,), daemon=True,
+                                 name=f"cupric-simulated-thread-{i}")
+            t.start()
+            self.threads.append(t)
 
     def _work(self, i: int) -> None:
         state = self.states[i]

@@ -21,8 +21,10 @@ gives up and the simulator uses one OS thread per simulated thread instead.
 from __future__ import annotations
 
 import ast
+import copy
 import inspect
 import textwrap
+import threading
 import types
 import weakref
 
@@ -62,13 +64,22 @@ class _Result:
 
 
 _CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-_IN_PROGRESS = object()
+_IN_PROGRESS = object()   # only ever seen by the thread holding _LOCK
+_LOCK = threading.RLock()
 
 
 def transform(func: types.FunctionType):
-    """The generator-function rewrite of kernel `func`, or None when not possible."""
+    """The generator-function rewrite of kernel `func`, or None when not possible.
+
+    Thread safety
+    -------------
+    Rewrites happen under one lock: a function being rewritten by one thread is waited
+    for by another, never mistaken for a recursive call (which would send the launch to
+    the slower OS-thread engine).
+    """
     try:
-        result = _transform(func)
+        with _LOCK:
+            result = _transform(func)
     except _Unsupported:
         return None
     return result.func if result.yields else None
@@ -132,19 +143,23 @@ def _rewrite(func: types.FunctionType) -> _Result:
     if func.__code__.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE
                                  | inspect.CO_ASYNC_GENERATOR):
         raise _Unsupported("already a generator")
-    try:
-        lines, start = inspect.getsourcelines(func)
-    except (OSError, TypeError) as exc:
-        raise _Unsupported(f"no source: {exc}") from None
-    try:
-        tree = ast.parse(textwrap.dedent("".join(lines)))
-    except SyntaxError as exc:
-        raise _Unsupported(f"source does not parse alone: {exc}") from None
-    if not tree.body or not isinstance(tree.body[0], ast.FunctionDef) \
-            or tree.body[0].name != func.__name__:
-        raise _Unsupported("not a def statement")
-    ast.increment_lineno(tree, start - 1)
-    fdef = tree.body[0]
+    twin = getattr(func, "__cupric_ast__", None)
+    if twin is not None:  # a typed twin (`_twin`): its tree, with the original's lines
+        fdef = copy.deepcopy(twin)
+    else:
+        try:
+            lines, start = inspect.getsourcelines(func)
+        except (OSError, TypeError) as exc:
+            raise _Unsupported(f"no source: {exc}") from None
+        try:
+            tree = ast.parse(textwrap.dedent("".join(lines)))
+        except SyntaxError as exc:
+            raise _Unsupported(f"source does not parse alone: {exc}") from None
+        if not tree.body or not isinstance(tree.body[0], ast.FunctionDef) \
+                or tree.body[0].name != func.__name__:
+            raise _Unsupported("not a def statement")
+        ast.increment_lineno(tree, start - 1)
+        fdef = tree.body[0]
     rewriter = _Rewriter(func, _resolver(func))
     fdef.body = [rewriter.visit(stmt) for stmt in fdef.body]
     if not rewriter.yields:
@@ -175,7 +190,7 @@ class _Rewriter(ast.NodeTransformer):
         """What a reference denotes: ("collective", name), ("pause", name, always),
         ("device", result) or None."""
         obj = self.resolve(node)
-        if obj is None:
+        if obj is None or getattr(obj, "_cupric_pure", False):
             return None
         if isinstance(obj, Intrinsic):
             if obj.name in CONVERGENT:

@@ -20,6 +20,7 @@ HERE = Path(__file__).parent / "bad_kernels"
 sys.path.insert(0, str(HERE))
 
 import cases  # noqa: E402
+import launches  # noqa: E402
 
 SOURCE = (HERE / "cases.py").read_text().splitlines()
 MARKER = re.compile(r"#\s*ERROR:\s*(.*?)\s*(?:#\s*noqa.*)?$")
@@ -62,6 +63,90 @@ def test_bad_kernel(fn, sig):
     # No internal traceback or exception chained to the user's error.
     assert err.__cause__ is None
     assert err.__context__ is None or err.__suppress_context__
+
+
+def _sample(t, poison=7):
+    """A launch argument of type `t`: arrays filled with `poison`, scalars 1."""
+    from cupric.types import ArrayType, ScalarType
+    if isinstance(t, ArrayType):
+        return np.full((4,) * t.ndim, poison, dtype=t.dtype.dtype)
+    if isinstance(t, ScalarType):
+        return t.dtype.type(1)
+    raise AssertionError(f"no sample for {t!r}")
+
+
+@pytest.mark.parametrize("fn,sig", cases.CASES, ids=[f.__name__ for f, _ in cases.CASES])
+def test_bad_kernel_is_refused_by_the_simulator(fn, sig, monkeypatch):
+    """The simulator (explicit, and as the no-GPU fallback of a plain launch) runs the
+    compiler's front end first: the same CompileError at the same line, nothing run."""
+    from cupric.compiler import kernel as kmod
+    from cupric.compiler.signature import parse_signature
+    with pytest.raises(CompileError) as expected:
+        cupric.kernel(fn).inspect_ir(sig)
+    want = expected.value
+    monkeypatch.setattr(kmod, "_SIMULATOR", [True])
+    monkeypatch.setattr(kmod, "_SIM_NOTICE", [True])
+    for launch in ("simulate", "fallback"):
+        kern = cupric.kernel(fn)
+        args = [_sample(t) for t in parse_signature(sig)]
+        target = kern.simulate if launch == "simulate" else kern
+        with pytest.raises(CompileError) as info:
+            target[1, 1](*args)
+        err = info.value
+        assert (err.filename, err.line, err.col, err.message) == \
+            (want.filename, want.line, want.col, want.message), launch
+        assert err.__cause__ is None
+        for a in args:
+            if isinstance(a, np.ndarray):
+                assert (a == 7).all(), "a refused kernel must not run"
+
+
+def test_bad_launch_corpus_is_large_enough():
+    assert len(launches.LAUNCHES) >= 25
+    assert len(cases.CASES) >= 80
+
+
+@pytest.mark.parametrize("case", launches.LAUNCHES, ids=[c[0] for c in launches.LAUNCHES])
+def test_bad_launch_is_refused_by_the_simulator(case, monkeypatch):
+    """Arguments and configurations that do not fit: a typed error naming the problem
+    before any simulated thread runs; the plain launch without a GPU says the same."""
+    from cupric.compiler import kernel as kmod
+    name, kern, make_args, (grid, block, shared_bytes), kind, pattern = case
+    monkeypatch.setattr(kmod, "_SIMULATOR", [True])
+    monkeypatch.setattr(kmod, "_SIM_NOTICE", [True])
+    for target in (kern.simulate, kern):
+        args = make_args(launches._host)
+        with pytest.raises(kind, match=pattern):
+            target[grid, block, None, shared_bytes](*args)
+        for a in args:
+            if isinstance(a, np.ndarray) and a.dtype != object:
+                assert (a == 7).all(), f"{name}: a refused launch must not run"
+
+
+def test_argument_errors_are_located_at_the_parameter():
+    """The simulator's argument errors are the compiled launch's: KernelArgumentError at
+    the parameter (a range error included, which the GPU launch's packing also refuses)."""
+    from cupric.compiler.kernel import KernelArgumentError
+    with pytest.raises(KernelArgumentError) as info:
+        launches.scale.simulate[1, 8](np.zeros(8, np.float32), 2.0, 2**31)
+    err = info.value
+    assert err.line == launches.scale.py_func.__code__.co_firstlineno + 1
+    assert err.source_line[err.col:].startswith("n: i32")
+
+
+def test_scalar_arguments_take_their_parameter_types():
+    """An i32 parameter is an i32 in the simulated kernel: i32 arithmetic wraps."""
+    @cupric.kernel
+    def k(out: cupric.types.Array[cupric.types.i64, 1], n: cupric.types.i32,
+          a: cupric.types.f32):
+        out[0] = n + 1
+        out[1] = cupric.types.i64(a * a)
+
+    out = np.zeros(2, np.int64)
+    k.simulate[1, 1](out, 2**31 - 1, 16777217.0)
+    assert out[0] == -2**31
+    # f32(16777217) is 16777216; squared in f32 it rounds to 2^48 exactly
+    assert out[1] == 2**48
 
 
 def test_error_names_what_is_allowed():

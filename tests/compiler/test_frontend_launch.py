@@ -116,26 +116,26 @@ def test_simulator_fallback_without_gpu(monkeypatch, capsys):
     monkeypatch.setattr(kmod, "_SIMULATOR", [True])
     monkeypatch.setattr(kmod, "_SIM_NOTICE", [False])
     seen = []
-    import cupric.simulator as sim
-    monkeypatch.setattr(sim, "launch", lambda f, g, b, a, shared_bytes=0: seen.append(
+    import cupric.simulator._launch as sim
+    monkeypatch.setattr(sim, "run", lambda f, body, g, b, a, shared_bytes=0: seen.append(
         (f, g, b, a, shared_bytes)))
     x = np.arange(4, dtype=np.float32)
     y = np.zeros(4, np.float32)
     _copy[1, 4](x, y)
     _copy[(1,), (4,), None, 16](x, y)
-    assert seen[0][:3] == (_copy.py_func, 1, 4) and seen[1][4] == 16
+    assert seen[0][:3] == (_copy.py_func, (1, 1, 1), (4, 1, 1)) and seen[1][4] == 16
     err = capsys.readouterr().err
     assert err.count("CPU simulator") == 1
 
 
 def test_simulate_and_launch_keywords(monkeypatch):
     seen = []
-    import cupric.simulator as sim
-    monkeypatch.setattr(sim, "launch", lambda f, g, b, a, shared_bytes=0: seen.append(g))
+    import cupric.simulator._launch as sim
+    monkeypatch.setattr(sim, "run", lambda f, body, g, b, a, shared_bytes=0: seen.append(g))
     monkeypatch.setattr(kmod, "_SIMULATOR", [True])
     _copy.simulate[2, 32](np.zeros(2, np.float32), np.zeros(2, np.float32))
     _copy.launch(np.zeros(2, np.float32), np.zeros(2, np.float32), grid=3, block=32)
-    assert seen == [2, 3]
+    assert seen == [(2, 1, 1), (3, 1, 1)]
 
 
 class _Prepared:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 
+from cupric.compiler.errors import CompileError
 from cupric.compiler.codegen.values import (KValue, abi_lltypes, element_pointer_type,
                                             flat_lltypes, scalar_lltype, struct_field_index)
 from cupric.compiler.ir import types as ll
@@ -130,7 +131,12 @@ class FunctionCodegen:
             if typed.is_kernel:
                 vals = self._from_abi(eb, t, vals)
             self.slots[name] = self._alloca_for(typed.var_types[name])
-            self._store_slots(eb, self.slots[name], KValue(t, vals))
+            value = KValue(t, vals)
+            if typed.var_types[name] != t:  # a parameter later assigned a wider type
+                body_builder, self.b = self.b, eb
+                value = self.convert(value, typed.var_types[name])
+                self.b = body_builder
+            self._store_slots(eb, self.slots[name], value)
         for name, t in typed.var_types.items():
             if name not in self.slots:
                 self.slots[name] = self._alloca_for(t)
@@ -183,7 +189,15 @@ class FunctionCodegen:
     def block(self, stmts) -> None:
         for s in stmts:
             self.set_location(s)
-            self.stmt(s)
+            try:
+                self.stmt(s)
+            except CompileError:
+                raise
+            except Exception as exc:  # an internal error still names the user's line
+                raise self.error(s, f"internal compiler error while compiling this statement "
+                                 f"({type(exc).__name__}: {exc})",
+                                 hint="this is a bug in cupric; please report it with this "
+                                 "kernel") from None
 
     def stmt(self, s) -> None:
         kind = type(s)
@@ -391,7 +405,12 @@ class FunctionCodegen:
             if want is not None:
                 return self.constant(consts[node], want, node)
             t = self.typed.types[node]
-            value = self.constant(consts[node], materialize(t), node)
+            literal = consts[node]
+            if isinstance(t, WeakType) and isinstance(literal, int) and literal >= 1 << 63:
+                # A literal of u64 range: consumers re-emit it in their own type (where it
+                # must fit); this placeholder holds its 64 bits.
+                literal -= 1 << 64
+            value = self.constant(literal, materialize(t), node)
             # A weak literal keeps its weak type: the consumer re-emits it in the type
             # the operation computes in (checking that it fits there).
             return KValue(t, value.vals) if isinstance(t, WeakType) else value
@@ -427,7 +446,7 @@ class FunctionCodegen:
         lo, hi = int(t.min_value()), int(t.max_value())
         if not lo <= value <= hi and not isinstance(value, bool):
             raise self.error(node, f"the constant {value} does not fit in {t!r} "
-                             f"({lo}..{hi})", hint=f"cast explicitly, e.g. {t!r}({value})")
+                             f"({lo}..{hi})", hint=_literal_hint(value, t))
         return KValue(t, [const_int(lt, value)])
 
     def _e_Name(self, node: ast.Name) -> KValue:
@@ -833,9 +852,16 @@ class FunctionCodegen:
             return target[1](self, node)
         if kind == "cast":
             value = args[0]
-            if isinstance(value.type, WeakType):
-                value = self.constant(self.typed.consts[arg_nodes[0]], value.type.default,
-                                      arg_nodes[0])
+            literal = self.typed.consts.get(arg_nodes[0])
+            if isinstance(literal, int) and isinstance(value.type, WeakType):
+                # u64(0x9E3779B97F4A7C15), i32(0xFFFFFFFF): the literal itself, converted
+                # as the cast converts (integers wrap), not first squeezed into an i64.
+                if target[1].kind == "f":
+                    return self.constant(literal, target[1], node)
+                from cupric.compiler.typing.semantics import convert
+                return self.constant(int(convert(literal, target[1])), target[1], node)
+            if isinstance(value.type, WeakType):  # a literal, or `1 if c else 2`
+                value = self._weak_to(value, value.type.default, arg_nodes[0])
             return self.convert(value, target[1], node)
         if kind == "math":
             return self.math_call(node, target[1], target[2], args, arg_nodes)
@@ -956,6 +982,18 @@ class FunctionCodegen:
         if to.bits < src.bits:
             return KValue(to, [b.cast("trunc", v, dst)])
         return KValue(to, [b.cast("sext" if src.kind == "i" else "zext", v, dst)])
+
+
+def _literal_hint(value: int, t: ScalarType) -> str:
+    """What to write instead of a literal that does not fit the type `t` it is used in."""
+    from cupric.compiler.typing.semantics import convert
+    wrapped = int(convert(value, t))
+    hint = (f"{t!r}({value}) takes its low {t.bits} bits ({wrapped}), as a C cast "
+            f"would")
+    if t.kind == "i" and 0 <= value < 1 << 64:
+        unsigned = f"u{max(t.bits, 64 if value >= 1 << t.bits else t.bits)}"
+        hint += f"; or compute in {unsigned}: cast the other operand, e.g. {unsigned}(x)"
+    return hint
 
 
 def _i32():

@@ -418,6 +418,7 @@ class Typer:
                     return
                 raise self.error(target, f"cannot assign into {_describe(at)}")
             self._index_types(target, at)
+            self._refuse_module_array_write(target.value)
             if vt is not UNKNOWN and not (is_scalar(vt) or vt == at.dtype):
                 raise self.error(value_node or target, f"cannot store {_describe(vt)} into an "
                                  f"array of {at.dtype!r}")
@@ -563,6 +564,17 @@ class Typer:
             return base.fields[attr][0]
         raise self.error(node, f"{_describe(base)} has no attribute '{attr}'")
 
+    def _refuse_module_array_write(self, node) -> None:
+        """Module-level arrays are read-only data of the compiled module (constant memory):
+        a write into one is refused here, where the simulator and the GPU agree."""
+        from cupric.compiler.lowering.const import _ArrayRef
+        target = self.fn.targets.get(node)
+        if target is not None and target[0] == "custom" and isinstance(target[1], _ArrayRef):
+            name = node.id if isinstance(node, ast.Name) else ast.unparse(node)
+            raise self.error(node, f"'{name}' is a module-level array: read-only data of the "
+                             "compiled kernel (constant memory), which kernels cannot write",
+                             hint="pass the array as a kernel argument to write it")
+
     def _index_types(self, node: ast.Subscript, at: ArrayType) -> None:
         index = node.slice
         items = index.elts if isinstance(index, ast.Tuple) else [index]
@@ -625,11 +637,9 @@ class Typer:
             a, b = self.fn.consts.get(lnode), self.fn.consts.get(rnode)
             if a is not None and b is not None:
                 try:
-                    value = _FOLD[type(op)](a, b)
+                    value = _fold(type(op), a, b)
                 except (ZeroDivisionError, OverflowError, ValueError) as exc:
                     raise self.error(node, f"constant expression fails: {exc}") from None
-                if isinstance(value, complex):
-                    raise self.error(node, "this constant expression is complex")
                 return self._const(node, value)
         try:
             t = promote(lt, rt)
@@ -834,11 +844,24 @@ class Typer:
         try:
             t = rule.infer(call)
         except TypeError as exc:
-            raise self.error(node, f"{intrinsic.name}: {exc}") from None
+            message = str(exc)
+            if not message.startswith(intrinsic.name):
+                message = f"{intrinsic.name}: {message}"
+            if "compile-time constant" in message and isinstance(node, ast.Call):
+                # Name the argument that is not constant (shared.array(n, f32)).
+                names = [ast.unparse(a) for a in node.args
+                         if a not in self.fn.consts and not isinstance(self.fn.types.get(a),
+                                                                        ObjectType)]
+                if names:
+                    message += f"; {', '.join(repr(n) for n in names)} is not a " \
+                               "compile-time constant"
+            raise self.error(node, message) from None
         call.result_type = t
         self.fn.targets[node] = ("intrinsic", rule, call)
         if isinstance(node, ast.Call):
             for i in rule.writes:
+                if i < len(node.args):
+                    self._refuse_module_array_write(node.args[i])
                 if i < len(node.args) and isinstance(node.args[i], ast.Name):
                     self.written.add(node.args[i].id)
         return t
@@ -903,6 +926,27 @@ class Typer:
         if n == 0:
             return self._const(node, {"int": 0, "float": 0.0, "bool": False}[name])
         return self._cast(node, target, arg_types)
+
+
+def _fold(op, a, b):
+    """`a op b` of two literals, with the semantics the same expression has at run time
+    (docs/kernel-language.md, "Semantics of arithmetic"): integers exactly (the result
+    must then fit in 64 bits, where the run-time i64 would wrap), a negative integer power
+    is 0, `/` divides the two values as f64, and anything with a float computes in f64
+    (NaN and infinities instead of exceptions). Integer division by zero, undefined at
+    run time, is refused here."""
+    from cupric.compiler.typing import semantics as sem
+    if isinstance(a, float) or isinstance(b, float) or op is ast.Div:
+        x, y = np.float64(a), np.float64(b)
+        with np.errstate(all="ignore"):
+            if op is ast.Pow:
+                return float(sem.power(x, y, f64))
+            if op in (ast.LShift, ast.RShift, ast.BitAnd, ast.BitOr, ast.BitXor):
+                raise ValueError(f"{_BINOP_SYMBOL[op]} needs integers")
+            return float(sem.binary(_BINOP_SYMBOL[op], x, y))
+    if op is ast.Pow and b < 0:
+        return 0  # as i64 ** i64 at run time (square-and-multiply)
+    return _FOLD[op](a, b)
 
 
 def _builtin(name: str):

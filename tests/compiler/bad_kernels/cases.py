@@ -7,12 +7,15 @@ import math
 import numpy as np
 
 import cupric
-from cupric.device import grid, syncthreads, threadIdx
-from cupric.types import Array, f32, f64, i32, i64, u64
+from cupric.device import atomic, constant, float3, grid, local, shared, syncthreads, threadIdx
+from cupric.types import Array, f32, f64, i32, i64, u8, u64
 
 CASES = []
 HOST_ARRAY = np.zeros(4, dtype=np.complex128)
 LABEL = "text"
+TABLE = constant(np.arange(8, dtype=np.float32))
+PLAIN_TABLE = np.arange(4, dtype=np.int32)
+POINT = np.dtype([("x", np.float32), ("y", np.float32)])
 F1 = "Array[f32, 1, 'C']"
 
 
@@ -411,3 +414,262 @@ def condition_array(x):
         x[0] = 1
 
 
+
+
+# -- added with the simulator's front end (issue 15): every case is also launched on the
+# -- simulator, which must refuse it at the same line before running anything.
+
+@bad(F1)
+def write_constant_array(x):
+    TABLE[0] = x[0]  # ERROR: module-level array: read-only data
+
+
+@bad(F1)
+def write_plain_module_array(x):
+    PLAIN_TABLE[1] = 3  # ERROR: module-level array: read-only data
+
+
+@bad(F1)
+def augassign_constant_array(x):
+    TABLE[2] += 1.0  # ERROR: module-level array: read-only data
+
+
+@bad(F1)
+def atomic_on_constant_array(x):
+    atomic.add(TABLE, 0, 1.0)  # ERROR: module-level array: read-only data
+
+
+@bad(F1)
+def shared_nonconstant_shape(x):
+    n = 16
+    n += 1
+    tile = shared.array(n, f32)  # ERROR: 'n' is not a compile-time constant
+    x[0] = tile[0]
+
+
+@bad(F1)
+def local_nonconstant_shape(x):
+    k = x.size
+    buf = local.array(k, f32)  # ERROR: 'k' is not a compile-time constant
+    x[0] = buf[0]
+
+
+@bad(F1)
+def shared_zero_shape(x):
+    tile = shared.array(0, f32)  # ERROR: every dimension must be positive
+    x[0] = tile[0]
+
+
+@bad(F1)
+def shared_bad_dtype(x):
+    tile = shared.array(4, complex)  # ERROR: has no cupric scalar type
+    x[0] = tile[0]
+
+
+@bad(F1)
+def list_argument_of_call(x):
+    x[0] = max([1, 2])  # ERROR: lists are not supported
+
+
+@bad(F1)
+def set_literal(x):
+    s = {1, 2}  # ERROR: sets are not supported
+    x[0] = 1
+
+
+@bad(F1)
+def set_comprehension(x):
+    s = {i for i in range(3)}  # ERROR: comprehensions are not supported
+    x[0] = 1
+
+
+@bad(F1)
+def list_comprehension(x):
+    s = [i for i in range(3)]  # ERROR: comprehensions are not supported
+    x[0] = 1
+
+
+@bad(F1)
+def yield_in_kernel(x):
+    yield 1  # ERROR: generators are not supported
+    x[0] = 1
+
+
+@bad(F1)
+def in_comparison(x):
+    if 1 in (1, 2):  # ERROR: is / in comparisons are not supported
+        x[0] = 1
+
+
+@bad(F1)
+def match_statement(x):
+    match x[0]:  # ERROR: match statements are not supported
+        case 1:
+            x[0] = 2
+
+
+@bad(F1)
+def class_inside(x):
+    class Inner:  # ERROR: class definitions are not supported
+        pass
+    x[0] = 1
+
+
+@bad(F1)
+def bytes_constant(x):
+    b = b"ab"  # ERROR: strings are not supported
+    x[0] = 1
+
+
+@bad(F1)
+def ellipsis_constant(x):
+    e = ...  # ERROR: \.\.\. is not supported
+    x[0] = 1
+
+
+@bad(F1)
+def string_index(x):
+    x["a"] = 1.0  # ERROR: strings are not supported
+
+
+@bad(F1)
+def call_a_kernel(x):
+    kernel_target[1, 1](x)  # ERROR: kernel_target\[1, 1\]|kernel kernel_target cannot be called|cannot be indexed
+
+
+@bad(F1)
+def float_shift(x):
+    x[0] = 1 << x[0]  # ERROR: << needs integers
+
+
+@bad(F1)
+def bool_invert(x):
+    flag = x[0] > 0
+    x[0] = ~flag  # ERROR: ~ needs an integer
+
+
+@bad(F1)
+def float_bitand(x):
+    x[0] = x[0] & 1  # ERROR: & needs integers or bools
+
+
+@bad("Array[u64, 1, 'C'], i64")
+def u64_and_i64_compare(x, n):
+    if x[0] < n:  # ERROR: cannot compare
+        x[0] = 1
+
+
+@bad("Array[i64, 1, 'C']")
+def literal_too_big_for_i64(x):
+    x[0] = x[0] * 0x9E3779B97F4A7C15  # ERROR: does not fit in i64
+
+
+@bad("Array[u8, 1, 'C']")
+def literal_too_big_for_u8(x):
+    x[0] = x[0] + 300  # ERROR: does not fit in u8
+
+
+@bad(F1)
+def literal_too_big_for_64_bits(x):
+    x[0] = 2 ** 70  # ERROR: does not fit in 64 bits
+
+
+@bad(F1)
+def negative_shift_constant(x):
+    x[0] = 1 << -1  # ERROR: constant expression fails
+
+
+@bad(F1)
+def modulo_by_zero_constant(x):
+    x[0] = 7 % 0  # ERROR: constant expression fails
+
+
+@bad(F1)
+def tuple_index_negative_out_of_range(x):
+    t = (1, 2)
+    x[0] = t[-3]  # ERROR: tuple index -3 out of range
+
+
+@bad(F1)
+def unpack_number(x):
+    a, b = x[0]  # ERROR: cannot unpack f32
+
+
+@bad(F1)
+def store_array_into_array(x):
+    x[0] = x  # ERROR: cannot store an array
+
+
+@bad(F1)
+def vector_wrong_arity(x):
+    v = float3(1.0, 2.0)  # ERROR: float3 takes 3 components
+    x[0] = v.x
+
+
+@bad(F1)
+def vector_bad_field(x):
+    v = float3(1.0, 2.0, 3.0)
+    x[0] = v.w  # ERROR: has no field 'w'
+
+
+@bad(F1)
+def math_of_array(x):
+    x[0] = math.sin(x)  # ERROR: math\.sin\(\) needs numbers
+
+
+@bad(F1)
+def abs_of_two(x):
+    x[0] = abs(x[0], 1.0)  # ERROR: abs\(\) takes one number
+
+
+@bad(F1)
+def cast_two_arguments(x):
+    x[0] = f32(1.0, 2.0)  # ERROR: takes exactly one argument
+
+
+@bad(F1)
+def cast_of_tuple(x):
+    x[0] = i32((1, 2))  # ERROR: cannot cast
+
+
+@bad("Array[f32, 1, 'C'], i32")
+def annotated_int_assigned_float(x, n):
+    m: i32 = 0
+    m = x  # ERROR: 'm' is declared i32; cannot assign
+    x[0] = n
+
+
+@bad(F1)
+def keyword_to_cast(x):
+    x[0] = f32(x=1.0)  # ERROR: keyword arguments are not supported
+
+
+@bad(F1)
+def intrinsic_bad_keyword(x):
+    atomic.add(x, 0, 1.0, scope="galaxy")  # ERROR: scope= must be one of
+
+
+@bad(F1)
+def struct_field_write_on_argument(x):
+    x.size = 3  # ERROR: attributes cannot be assigned
+
+
+@bad(F1)
+def printf_bad_spec(x):
+    print(f"{x[0]:q}")  # ERROR: format spec 'q' is not supported
+
+
+@bad(F1)
+def ifexp_branch_types(x):
+    x[0] = x if x[0] > 0 else 1.0  # ERROR: the two branches have different types
+
+
+@bad(F1)
+def return_in_loop_value(x):
+    for i in range(3):
+        return i  # ERROR: kernels cannot return a value
+
+
+@cupric.kernel
+def kernel_target(x):
+    x[0] = 1

@@ -36,58 +36,57 @@ body:
   %r.2 = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
   %v.1 = add i32 %v, %r.2
   store i32 %v.1, i32* %slot.6
-  %v.2 = sitofp i64 0 to float
-  store float %v.2, float* %slot.7
-  %v.3 = load i32, i32* %slot.6
-  store i32 %v.3, i32* %slot.8
+  store float 0x0000000000000000, float* %slot.7
+  %v.2 = load i32, i32* %slot.6
+  store i32 %v.2, i32* %slot.8
   br label %while.cond
 
 while.cond:
-  %v.4 = load i32, i32* %slot.8
-  %v.5 = load float addrspace(1)*, float addrspace(1)** %slot
-  %v.6 = load i64, i64* %slot.1
-  %v.7 = load i64, i64* %slot.2
-  %v.8 = sext i32 %v.4 to i64
-  %c = icmp slt i64 %v.8, %v.6
+  %v.3 = load i32, i32* %slot.8
+  %v.4 = load float addrspace(1)*, float addrspace(1)** %slot
+  %v.5 = load i64, i64* %slot.1
+  %v.6 = load i64, i64* %slot.2
+  %v.7 = sext i32 %v.3 to i64
+  %c = icmp slt i64 %v.7, %v.5
   br i1 %c, label %while.body, label %while.end
 
 while.body:
-  %v.9 = load float, float* %slot.7
-  %v.10 = load float addrspace(1)*, float addrspace(1)** %slot
-  %v.11 = load i64, i64* %slot.1
-  %v.12 = load i64, i64* %slot.2
-  %v.13 = load i32, i32* %slot.8
-  %v.14 = sext i32 %v.13 to i64
-  %p = getelementptr inbounds float, float addrspace(1)* %v.10, i64 %v.14
-  %v.15 = load float, float addrspace(1)* %p, align 4, !invariant.load !0
-  %v.16 = fadd float %v.9, %v.15
-  store float %v.16, float* %slot.7
-  %v.17 = load i32, i32* %slot.8
+  %v.8 = load float, float* %slot.7
+  %v.9 = load float addrspace(1)*, float addrspace(1)** %slot
+  %v.10 = load i64, i64* %slot.1
+  %v.11 = load i64, i64* %slot.2
+  %v.12 = load i32, i32* %slot.8
+  %v.13 = sext i32 %v.12 to i64
+  %p = getelementptr inbounds float, float addrspace(1)* %v.9, i64 %v.13
+  %v.14 = load float, float addrspace(1)* %p, align 4, !invariant.load !0
+  %v.15 = fadd float %v.8, %v.14
+  store float %v.15, float* %slot.7
+  %v.16 = load i32, i32* %slot.8
   %r.3 = call i32 @llvm.nvvm.read.ptx.sreg.ntid.x()
-  %v.18 = mul i32 %r.3, 4
-  %v.19 = add i32 %v.17, %v.18
-  store i32 %v.19, i32* %slot.8
+  %v.17 = mul i32 %r.3, 4
+  %v.18 = add i32 %v.16, %v.17
+  store i32 %v.18, i32* %slot.8
   br label %while.cond
 
 while.end:
   call void @llvm.nvvm.barrier0()
-  %v.20 = load i32, i32* %slot.6
-  %v.21 = load float addrspace(1)*, float addrspace(1)** %slot.3
-  %v.22 = load i64, i64* %slot.4
-  %v.23 = load i64, i64* %slot.5
-  %v.24 = sext i32 %v.20 to i64
-  %c.1 = icmp slt i64 %v.24, %v.22
+  %v.19 = load i32, i32* %slot.6
+  %v.20 = load float addrspace(1)*, float addrspace(1)** %slot.3
+  %v.21 = load i64, i64* %slot.4
+  %v.22 = load i64, i64* %slot.5
+  %v.23 = sext i32 %v.19 to i64
+  %c.1 = icmp slt i64 %v.23, %v.21
   br i1 %c.1, label %if.then, label %if.end
 
 if.then:
-  %v.25 = load float, float* %slot.7
-  %v.26 = load float addrspace(1)*, float addrspace(1)** %slot.3
-  %v.27 = load i64, i64* %slot.4
-  %v.28 = load i64, i64* %slot.5
-  %v.29 = load i32, i32* %slot.6
-  %v.30 = sext i32 %v.29 to i64
-  %p.1 = getelementptr inbounds float, float addrspace(1)* %v.26, i64 %v.30
-  store float %v.25, float addrspace(1)* %p.1, align 4
+  %v.24 = load float, float* %slot.7
+  %v.25 = load float addrspace(1)*, float addrspace(1)** %slot.3
+  %v.26 = load i64, i64* %slot.4
+  %v.27 = load i64, i64* %slot.5
+  %v.28 = load i32, i32* %slot.6
+  %v.29 = sext i32 %v.28 to i64
+  %p.1 = getelementptr inbounds float, float addrspace(1)* %v.25, i64 %v.29
+  store float %v.24, float addrspace(1)* %p.1, align 4
   br label %if.end
 
 if.end:

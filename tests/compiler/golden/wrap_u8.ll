@@ -48,16 +48,14 @@ if.then:
   %v.12 = load i64, i64* %slot.6
   %p = getelementptr inbounds i8, i8 addrspace(1)* %v.9, i64 %v.12
   %v.13 = load i8, i8 addrspace(1)* %p, align 1, !invariant.load !0
-  %v.14 = trunc i64 3 to i8
-  %v.15 = mul i8 %v.13, %v.14
-  %v.16 = trunc i64 200 to i8
-  %v.17 = add i8 %v.15, %v.16
-  %v.18 = load i8 addrspace(1)*, i8 addrspace(1)** %slot.3
-  %v.19 = load i64, i64* %slot.4
-  %v.20 = load i64, i64* %slot.5
-  %v.21 = load i64, i64* %slot.6
-  %p.1 = getelementptr inbounds i8, i8 addrspace(1)* %v.18, i64 %v.21
-  store i8 %v.17, i8 addrspace(1)* %p.1, align 1
+  %v.14 = mul i8 %v.13, 3
+  %v.15 = add i8 %v.14, -56
+  %v.16 = load i8 addrspace(1)*, i8 addrspace(1)** %slot.3
+  %v.17 = load i64, i64* %slot.4
+  %v.18 = load i64, i64* %slot.5
+  %v.19 = load i64, i64* %slot.6
+  %p.1 = getelementptr inbounds i8, i8 addrspace(1)* %v.16, i64 %v.19
+  store i8 %v.15, i8 addrspace(1)* %p.1, align 1
   br label %if.end
 
 if.end:
