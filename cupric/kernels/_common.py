@@ -175,6 +175,27 @@ def _workspace(ordinal: int) -> Workspace:
     return ws
 
 
+def _forget_device(ordinal: int) -> None:
+    """After a reset of device `ordinal`'s context: its workspace and the cached device
+    copies of histogram edges lived in the old context (their frees were dropped)."""
+    with _WORKSPACES_LOCK:
+        _WORKSPACES.pop(ordinal, None)
+    import sys
+    histogram = sys.modules.get("cupric.kernels.histogram")
+    if histogram is not None:
+        with histogram._EDGES_LOCK:
+            for key in [k for k in histogram._EDGES if k[0] == ordinal]:
+                del histogram._EDGES[key]
+
+
+def _register_reset_hook() -> None:
+    from cupric.runtime.context import on_reset
+    on_reset(_forget_device)
+
+
+_register_reset_hook()
+
+
 class _Held:
     """`Call.workspace()`: holds the workspace's lock for a ``with`` block, after ordering
     the call's stream after the previous user's stream (a plain class: a generator-based

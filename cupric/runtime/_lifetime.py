@@ -30,6 +30,16 @@ Usage (every handle-owning class of cupric.runtime, including memory)::
 A borrowed object (`from_handle()`) is made with ``self._init_resource(handle, None)``: it
 never releases what it borrows, and `close()` only marks it closed.
 
+A context reset (or a fault that loses the context) destroys every handle made in it;
+releasing one afterwards could release a new object that got the same address. So the
+release of a context-bound resource is tied to the *epoch* it was made in, and
+`retire_epoch()` (called by `Context.reset` and when a context is lost) turns every
+release of the ended epoch into nothing. The epoch is process-wide: on a machine with
+several GPUs, objects of the other devices made before a reset are then not destroyed (a
+leak of handles, never a wrong release). Objects that hold nothing of a context (the
+context's own retain) pass ``bound=False``. Device allocations, which are far more
+numerous, are instead dropped per device from the tables by `forget`.
+
 `TrackedResource` is the same contract at a lower cost, for objects made by the thousand
 (device allocations): instead of a `weakref.finalize` per object (about 1 us to make and
 detach), its release is an entry of one process-wide table keyed by the object's id,
@@ -48,7 +58,8 @@ import weakref
 
 from .errors import ClosedError
 
-__all__ = ["Resource", "TrackedResource", "drain", "pending_count", "live_count"]
+__all__ = ["Resource", "TrackedResource", "drain", "pending_count", "live_count",
+           "retire_epoch", "forget"]
 
 # (release, handle, args, label) tuples waiting for a safe moment. deque.append and
 # popleft are atomic, so finalizers in any thread may push without a lock.
@@ -129,6 +140,58 @@ weakref.finalize(_drain_at_exit, lambda: None).atexit = False
 atexit.register(_drain_at_exit)
 
 
+class _Epoch:
+    """Whether handles made since the last context reset may still be released."""
+
+    __slots__ = ("alive",)
+
+    def __init__(self) -> None:
+        self.alive = True
+
+
+_epoch = _Epoch()
+
+
+def retire_epoch() -> None:
+    """End the current epoch: every release of a context-bound resource made so far
+    does nothing from now on (see the module docstring)."""
+    global _epoch
+    old, _epoch = _epoch, _Epoch()
+    old.alive = False
+
+
+def _bound_release(handle, epoch, release, *args) -> None:
+    # The release of a context-bound resource: skipped once its context was reset.
+    if epoch.alive:
+        release(handle, *args)
+
+
+def forget(predicate) -> int:
+    """Drop the releases, queued or of live `TrackedResource` objects, for which
+    ``predicate(release, handle, args)`` is true; returns how many. Used when a context
+    is reset or lost: its memory is gone, and the addresses may be handed out again.
+
+    Thread safety
+    -------------
+    Safe against concurrent allocations and frees: a table entry is taken by exactly one
+    of `forget`, `close()` and the object's death.
+    """
+    dropped = 0
+    for key, entry in list(_live.items()):  # one atomic copy under the GIL
+        if predicate(entry[0], entry[1], entry[2]) and _live.pop(key, None) is not None:
+            dropped += 1
+    for _ in range(len(_pending)):
+        try:
+            entry = _pending.popleft()
+        except IndexError:
+            break
+        if predicate(entry[0], entry[1], entry[2]):
+            dropped += 1
+        else:
+            _pending.append(entry)
+    return dropped
+
+
 def pending_count() -> int:
     """How many releases are queued (for tests and diagnostics)."""
     return len(_pending)
@@ -173,7 +236,8 @@ def drain() -> None:
 class Resource:
     """Base of objects that own (or borrow) a driver handle.
 
-    Subclasses call `_init_resource(handle, release, *args)` once, read the handle through
+    Subclasses call `_init_resource(handle, release, *args)` once (``bound=False`` for a
+    release that stays valid across context resets), read the handle through
     `handle` (which raises `ClosedError` once closed) and may override `_label()`.
 
     Thread safety
@@ -184,12 +248,14 @@ class Resource:
 
     __slots__ = ("_handle", "_finalizer", "_closed", "__weakref__")
 
-    def _init_resource(self, handle, release, *args) -> None:
+    def _init_resource(self, handle, release, *args, bound: bool = True) -> None:
         self._handle = handle
         self._closed = False
         if release is None:  # borrowed: never destroyed by us
             self._finalizer = None
         else:
+            if bound:  # released only while its context lives (see retire_epoch)
+                release, args = _bound_release, (_epoch, release, *args)
             # The finalizer holds the raw handle and the release function, never `self`.
             self._finalizer = weakref.finalize(self, _finalize, release, handle, args,
                                                self._label())
@@ -265,7 +331,9 @@ class TrackedResource(Resource):
 
     __slots__ = ()
 
-    def _init_resource(self, handle, release, *args) -> None:
+    def _init_resource(self, handle, release, *args, bound: bool = True) -> None:
+        if release is not None and bound:
+            release, args = _bound_release, (_epoch, release, *args)
         self._track(handle, release, args, None if release is None else self._label())
 
     def _track(self, handle, release, args: tuple, label) -> None:

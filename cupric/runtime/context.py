@@ -9,11 +9,15 @@ current per OS thread; cupric makes it current lazily, the first time a thread n
 from __future__ import annotations
 
 import dataclasses
+import threading
+import warnings
 
+from . import _lifetime
 from ._driver import bindings, check, driver
 from ._lifetime import Resource
 
-__all__ = ["Context", "ContextFlags", "current_device", "current_context", "synchronize"]
+__all__ = ["Context", "ContextFlags", "current_device", "current_context", "synchronize",
+           "on_reset", "generation"]
 
 # ContextFlags.scheduling value -> CUctx_flags member name.
 _SCHEDULING = {
@@ -101,6 +105,72 @@ class ContextFlags:
 _primary_ordinals: dict[int, int] = {}
 
 
+# -- invalidation of what a reset destroys --------------------------------------------------
+# Caches of context-bound objects (loaded modules and launch handles of kernels, library
+# handles, per-device workspaces, per-thread events) register a callback here; a reset
+# calls each with the device ordinal, after the releases of everything made in the old
+# context were turned off (`_lifetime.retire_epoch`, `memory` dropping its frees).
+
+_reset_callbacks: list = []
+_generations: dict[int, int] = {}
+_invalidate_lock = threading.Lock()
+
+
+def on_reset(callback):
+    """Register ``callback(ordinal)``, run when the primary context of device `ordinal`
+    is reset (`Context.reset`): it must forget every object made in the old context,
+    without calling the driver on them. Returns `callback` (usable as a decorator).
+
+    Callbacks are held for the life of the process: register module-level functions.
+    """
+    _reset_callbacks.append(callback)
+    return callback
+
+
+def generation(ordinal: int) -> int:
+    """How many times device `ordinal`'s primary context was reset in this process: a
+    cache keyed by it never returns an object of an earlier context."""
+    return _generations.get(ordinal, 0)
+
+
+def _retire(ordinal: int) -> None:
+    # Nothing made in the context may be released through the driver any more: handles
+    # are dead, and memory addresses will be handed out again. Safe from any thread and
+    # from inside error handling: no locks of other modules, no driver calls.
+    _lifetime.retire_epoch()
+    for callback in _retire_callbacks:
+        callback(ordinal)
+
+
+#: Callbacks run when a context is lost (a sticky error) as well as on a reset; only
+#: lock-free table updates belong here (memory's frees).
+_retire_callbacks: list = []
+
+
+def _invalidate(ordinal: int) -> None:
+    with _invalidate_lock:
+        _generations[ordinal] = _generations.get(ordinal, 0) + 1
+        _retire(ordinal)
+        failures = []
+        for callback in list(_reset_callbacks):
+            try:
+                callback(ordinal)
+            except Exception as exc:  # every cache must still be cleared: report after
+                failures.append(f"{getattr(callback, '__qualname__', callback)}: {exc}")
+    if failures:
+        warnings.warn("cupric: clearing caches after the context reset failed in "
+                      + "; ".join(failures), RuntimeWarning, stacklevel=3)
+
+
+def _on_context_lost(context_handle: int) -> None:
+    """`errors` calls this when a context first reports a sticky error: the context
+    cannot run anything again, so nothing is released through it any more (until a
+    reset, which also clears the caches)."""
+    ordinal = _primary_ordinals.get(int(context_handle))
+    if ordinal is not None:
+        _retire(ordinal)
+
+
 def _release_primary(context_handle, cu_device) -> None:
     # The primary context is released through its device, not its CUcontext handle.
     _primary_ordinals.pop(int(context_handle), None)
@@ -134,7 +204,8 @@ class Context(Resource):
         self = cls.__new__(cls)
         self._device = device
         self._ptr = int(handle)
-        self._init_resource(handle, _release_primary, device.handle)
+        # The retain outlives resets (cuDevicePrimaryCtxReset does not release it).
+        self._init_resource(handle, _release_primary, device.handle, bound=False)
         _primary_ordinals[self._ptr] = device.ordinal
         return self
 
@@ -262,20 +333,37 @@ class Context(Resource):
         check(driver().cuCtxSetCacheConfig(cache_config_enum(name)))
 
     def reset(self) -> None:
-        """Destroy and recreate the primary context (`cuDevicePrimaryCtxReset`).
+        """Destroy and recreate the primary context (`cuDevicePrimaryCtxReset`), and
+        forget every cached object made in it: kernels' loaded modules and launch
+        handles, shared cuBLAS and cuDNN handles, workspaces, queued frees (see
+        `on_reset`). Cached objects are made again on next use.
 
         Safety
         ------
         Every allocation, module, stream and event made in the context becomes invalid;
-        using one afterwards is undefined behaviour (the driver may or may not report it).
-        This is the only way to recover from a sticky error such as
-        `IllegalAddressError` without restarting the process.
+        using one of your own afterwards is undefined behaviour (the driver may or may
+        not report it). Their releases are turned off, so closing or dropping them
+        afterwards never frees what the new context gave the same address. This is the
+        only way to recover from a sticky error such as `IllegalAddressError` without
+        restarting the process.
         """
         from .errors import reset_context_poison
-        _primary_ordinals.pop(self._ptr, None)
-        check(driver().cuDevicePrimaryCtxReset(self._device.handle))
-        reset_context_poison(self._ptr)
+        d = driver()
+        ordinal = self._device.ordinal
+        old = self._ptr
+        _invalidate(ordinal)
+        check(d.cuDevicePrimaryCtxReset(self._device.handle))
+        reset_context_poison(old)
         reset_context_poison(0)
+        # Make the new context active and current here; the reset kept cupric's retain,
+        # so the retain taken to activate it is given back at once.
+        handle = check(d.cuDevicePrimaryCtxRetain(self._device.handle))
+        check(d.cuDevicePrimaryCtxRelease(self._device.handle))
+        _primary_ordinals.pop(old, None)
+        self._handle = handle
+        self._ptr = int(handle)
+        _primary_ordinals[self._ptr] = ordinal
+        check(d.cuCtxSetCurrent(handle))
 
 
 LIMITS = tuple(_LIMITS)

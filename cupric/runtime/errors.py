@@ -423,10 +423,15 @@ def error_from_code(code, message: str | None = None, *,
         key = _current_context_key()
         with _poison_lock:
             first = _poison.get(key)
-            if first is None:
+            lost = first is None
+            if lost:
                 first = _CLASS_BY_CODE.get(code, KernelFaultError)(code, message)
                 _poison[key] = first
-                return first
+        if lost:
+            # Nothing is released through the lost context any more (see Context.reset).
+            from .context import _on_context_lost
+            _on_context_lost(key)
+            return first
         return ContextLostError(code, first)
     if code == 34:  # the stub libcuda of a toolkit, without a real driver behind it
         return NoDriverError("the loaded libcuda.so is the toolkit's stub library, not an "

@@ -159,15 +159,20 @@ _tls = threading.local()
 
 
 def _sync_event(ordinal: int):
-    """A per-thread, per-device event without timing, to order one stream after another."""
+    """A per-thread, per-device event without timing, to order one stream after another
+    (one per context: a reset of the device makes the next call create a new one)."""
+    from .context import generation
     events = getattr(_tls, "events", None)
     if events is None:
         events = _tls.events = {}
-    event = events.get(ordinal)
+    key = (ordinal, generation(ordinal))
+    event = events.get(key)
     if event is None:
+        for old in [k for k in events if k[0] == ordinal]:
+            del events[old]  # made in a context that was reset: gone with it
         d = driver()
         event = check(d.cuEventCreate(int(d.CUevent_flags.CU_EVENT_DISABLE_TIMING)))
-        events[ordinal] = event
+        events[key] = event
     return event
 
 
@@ -548,6 +553,24 @@ def _free_async(ptr, stream, device: int = -1) -> None:
 
 def _release_borrow(handle, release) -> None:
     release()
+
+
+def _forget_frees(ordinal: int) -> None:
+    """Drop the frees, queued or to come, of memory of device `ordinal`, whose context
+    was reset or lost: that memory is gone with it, and a new allocation may get the same
+    address. The buffers stay (closing one does nothing); using one is undefined."""
+    def of_device(release, handle, args) -> bool:
+        return (release is _free_sync or release is _free_async) and \
+            (not args or args[-1] in (ordinal, -1))
+    _lifetime.forget(of_device)
+
+
+def _register_reset_hook() -> None:
+    from . import context
+    context._retire_callbacks.append(_forget_frees)
+
+
+_register_reset_hook()
 
 
 def _new_allocation(ptr: int, nbytes: int, kind: str, device: int, release, *args,
@@ -1383,8 +1406,20 @@ def zeros(shape, dtype=np.float64, stream=None) -> DeviceBuffer:
 
 def empty_like(array, dtype=None, stream=None) -> DeviceBuffer:
     """A new uninitialized C-contiguous buffer with the shape (and dtype) of `array`,
-    which may be a host or device array."""
-    return _new_buffer(array.shape, array.dtype if dtype is None else dtype, stream)
+    which may be a host or device array.
+
+    Raises
+    ------
+    TypeError
+        `array` is not an array (it has no shape, or no dtype and none is given).
+    """
+    shape = getattr(array, "shape", None)
+    if dtype is None:
+        dtype = getattr(array, "dtype", None)
+    if shape is None or dtype is None:
+        raise TypeError(f"expected an array with a shape and a dtype (NumPy, DeviceBuffer, "
+                        f"CuPy, PyTorch...), got {type(array).__name__}")
+    return _new_buffer(shape, dtype, stream)
 
 
 def zeros_like(array, dtype=None, stream=None) -> DeviceBuffer:

@@ -8,6 +8,7 @@ often a workspace to make; callers that ask for the same pair share one.
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Callable
 
 __all__ = ["stream_parts", "stream_device", "SharedHandles"]
@@ -44,6 +45,16 @@ class SharedHandles:
     def __init__(self) -> None:
         self._handles: dict[tuple[int, int], object] = {}
         self._lock = threading.Lock()
+        _tables.add(self)
+
+    def _forget_device(self, ordinal: int) -> None:
+        """Close and forget the handles of device `ordinal` (its context was reset: their
+        releases were turned off, so closing only marks them closed)."""
+        with self._lock:
+            gone = [key for key in self._handles if key[0] == ordinal]
+            handles = [self._handles.pop(key) for key in gone]
+        for handle in handles:  # outside the lock: close() calls discard()
+            handle.close()
 
     def get(self, device, stream, create: Callable[[int], object]):
         """The shared handle of (`device`, `stream`), made by `create(ordinal)` if none
@@ -72,3 +83,19 @@ class SharedHandles:
         with self._lock:
             if self._handles.get(key) is handle:
                 del self._handles[key]
+
+
+_tables: weakref.WeakSet = weakref.WeakSet()
+
+
+def _forget_device(ordinal: int) -> None:
+    for table in list(_tables):
+        table._forget_device(ordinal)
+
+
+def _register_reset_hook() -> None:
+    from .context import on_reset
+    on_reset(_forget_device)
+
+
+_register_reset_hook()
