@@ -1,8 +1,20 @@
 """`python -m cupric compile`: compile one kernel of a Python file for one signature and
-write its NVVM IR, PTX or cubin, the way `nvcc -ptx` or `cargo build` would, without a GPU.
+write its NVVM IR, PTX or cubin, the way `nvcc -ptx` or `cargo build` would, without a GPU;
+report where its module-level arrays go; or build a kernel bundle to ship with a package.
 
     python -m cupric compile FILE::KERNEL --signature "f32, Array[f32, 1, 'C']" \\
         --arch sm_90 --emit nvvm-ir|ptx|cubin [-o OUT]
+    python -m cupric compile FILE::KERNEL [--signature ...] --report [--json]
+    python -m cupric compile --fatbin --arch sm_80,sm_90,sm_100 FILE::KERNEL [FILE::K2 ...]
+        [--signature SIG ...] -o kernels.cubundle
+
+--report prints the constant-memory placement (each module-level array, its bytes, the
+constant bank or global memory, and why). --fatbin compiles every kernel for every
+signature given (or its annotations), in all four launch variants (noalias and aligned
+on or off), to a cubin per architecture plus PTX for the lowest one, into one bundle
+file that `cupric.compiler.bundle.register_bundle` loads (docs/packaging.md). Bundled
+kernels are built with the options their decorator gives; -O, -g and the like do not
+apply there.
 """
 
 from __future__ import annotations
@@ -21,12 +33,21 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m cupric compile", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("target", metavar="FILE::KERNEL",
-                   help="the Python file and the name of the kernel in it")
-    p.add_argument("--signature", "-s", default=None,
+    p.add_argument("targets", metavar="FILE::KERNEL", nargs="+",
+                   help="the Python file and the name of the kernel in it (several only "
+                   "with --fatbin)")
+    p.add_argument("--signature", "-s", default=None, action="append",
                    help="parameter types, e.g. \"f32, Array[f32, 1, 'C']\" (default: the "
-                   "kernel's annotations, when all are concrete)")
-    p.add_argument("--arch", default="sm_90", help="target architecture (default sm_90)")
+                   "kernel's annotations, when all are concrete); repeat it with --fatbin")
+    p.add_argument("--arch", default="sm_90",
+                   help="target architecture (default sm_90); with --fatbin a comma-"
+                   "separated list")
+    p.add_argument("--report", action="store_true",
+                   help="print where the kernel's module-level arrays go (constant bank or "
+                   "global memory) instead of the code (unless -o is given too)")
+    p.add_argument("--json", action="store_true", help="--report as JSON")
+    p.add_argument("--fatbin", action="store_true",
+                   help="write a kernel bundle (cubins per --arch + PTX) to -o")
     p.add_argument("--emit", choices=_EMITS, default="ptx", help="what to write")
     p.add_argument("-o", "--output", default=None,
                    help="output file (default: standard output; required for cubin)")
@@ -98,26 +119,68 @@ def _import_file(path: str):
     return module
 
 
+def _fatbin(args) -> int:
+    from cupric.compiler.bundle import write_bundle
+
+    if args.output is None:
+        print("cupric compile: --fatbin needs -o FILE", file=sys.stderr)
+        return 2
+    archs = [a.strip() for a in args.arch.split(",") if a.strip()]
+    variants = []
+    for target in args.targets:
+        kern = load_kernel(target)
+        for signature in args.signature or [None]:
+            for noalias in (True, False):
+                for aligned in (True, False):
+                    variants.append(kern.specialize(signature, noalias=noalias,
+                                                    aligned=aligned))
+    entries = write_bundle(args.output, variants, archs=archs)
+    kernels = sorted({e.kernel for e in entries})
+    print(f"wrote {args.output}: {len(entries)} variants of {', '.join(kernels)} for "
+          f"{', '.join(archs)} (+ PTX for {entries[0].ptx_arch})")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit status."""
     args = _parser().parse_args(argv)
     from cupric.compiler.errors import CompilerError
 
-    if args.emit == "cubin" and args.output is None:
+    try:
+        if args.fatbin:
+            return _fatbin(args)
+    except (CompilerError, ValueError, TypeError) as exc:
+        print(f"cupric compile: {exc}", file=sys.stderr)
+        return 1
+    if len(args.targets) > 1 or len(args.signature or ()) > 1:
+        print("cupric compile: one FILE::KERNEL and one --signature (several only with "
+              "--fatbin)", file=sys.stderr)
+        return 2
+    signature = args.signature[0] if args.signature else None
+    if args.emit == "cubin" and args.output is None and not args.report:
         print("cupric compile: --emit cubin needs -o FILE", file=sys.stderr)
         return 2
     try:
-        kern = load_kernel(args.target)
+        kern = load_kernel(args.targets[0])
         from cupric.compiler.kernel import Kernel
 
         kern = Kernel(kern.py_func, debug=args.debug, lineinfo=args.lineinfo,
                       fast_math=args.fast_math, opt_level=args.opt_level, arch=args.arch,
                       c_division=kern.c_division)
         noalias = not args.may_alias
+        if args.report:
+            report = kern.inspect_constants(signature)
+            if args.json:
+                import json
+                print(json.dumps(report.as_dict(), indent=2))
+            else:
+                print(report)
+            if args.output is None:
+                return 0
         if args.emit == "nvvm-ir":
-            out = kern.inspect_ir(args.signature, noalias=noalias)
+            out = kern.inspect_ir(signature, noalias=noalias)
         else:
-            spec = kern.specialize(args.signature, noalias=noalias)
+            spec = kern.specialize(signature, noalias=noalias)
             from cupric.compiler import backend
 
             options = kern.options.resolve(args.arch)

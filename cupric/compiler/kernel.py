@@ -400,10 +400,12 @@ class Specialization:
         the variant and the resolved options (no typing needed, so a new process finds
         cached code without compiling anything)."""
         from cupric.compiler.cache import make_key
+        from cupric.device.const import policy_of
         k = self.kernel
         return make_key("cupric.frontend", k.fingerprint, repr(self.arg_types), self.noalias,
                         self.aligned,
-                        k.fast_math, k.c_division, k.bounds_check, options.cache_key())
+                        k.fast_math, k.c_division, k.bounds_check, options.cache_key(),
+                        policy_of(k.py_func).cache_key())
 
     def artifact(self, arch=None):
         """Compiled PTX/cubin (`cupric.compiler.backend.Artifact`) for `arch` (default:
@@ -413,7 +415,9 @@ class Specialization:
         if self._artifact is not None and self._artifact.arch == options.arch:
             return self._artifact
         key = self.cache_key(options)
-        artifact = backend.lookup(key, options=options)
+        # A registered kernel bundle (shipped, compiled code) comes before the cache.
+        from cupric.compiler import bundle
+        artifact = bundle.lookup(self, options) or backend.lookup(key, options=options)
         if artifact is None:
             nvvm_ready = _start_toolchain_load()
             try:
@@ -422,7 +426,11 @@ class Specialization:
                 raise exc.with_traceback(None) from None
             finally:
                 nvvm_ready.wait()
-            artifact = backend.build(ir, options=options, key=key)
+            from cupric.compiler.errors import ToolchainNotFoundError
+            try:
+                artifact = backend.build(ir, options=options, key=key)
+            except ToolchainNotFoundError as exc:
+                raise bundle.missing_error(self, options, exc) from None
         self._artifact = artifact
         return artifact
 
@@ -1040,6 +1048,13 @@ class Kernel:
     def inspect_types(self, signature=None) -> dict:
         """Local variable name -> type for `signature`."""
         return dict(self.specialize(signature).typed.var_types)
+
+    def inspect_constants(self, signature=None):
+        """Where the module-level arrays the kernel reads go (constant bank or global
+        memory, why, how many bytes) for `signature`: a
+        `cupric.compiler.lowering.const.PlacementReport` (prints as a table)."""
+        from cupric.compiler.lowering.const import placement_report
+        return placement_report(self.specialize(signature).typed)
 
     def inspect_ir(self, signature=None, *, noalias: bool = True,
                    aligned: bool = True) -> str:
