@@ -20,7 +20,8 @@ from cupric.runtime.memory import DeviceBuffer
 __all__ = [
     "DATA_TYPES", "ELEMENT_TYPES", "Tensor", "tensor", "element_type", "layout_of",
     "packed_strides", "conv_output_shape", "pool_output_shape", "conv_input_shape",
-    "check_conv_operands", "expect", "as_tuple", "alignment_of", "INT32_MAX",
+    "check_conv_operands", "expect", "as_tuple", "alignment_of", "INT32_MAX", "result",
+    "check_overlap",
 ]
 
 INT32_MAX = 2**31 - 1
@@ -370,6 +371,35 @@ def output(out, shape, etype: str, layout: str | None, name: str, op: str,
     if t.shape != tuple(shape):
         raise ValueError(f"{op}: {name} has shape {t.shape}, expected {tuple(shape)}")
     return t
+
+
+def result(out, t: Tensor):
+    """What an operation returns for output `t`: the caller's `out` array itself when
+    given (an internal `Tensor` gives its buffer), else the buffer cupric allocated."""
+    return t.buf if out is None or isinstance(out, Tensor) else out
+
+
+def check_overlap(op: str, out: tuple, *inputs: tuple, inplace: tuple = ()) -> None:
+    """Raise ValueError when output ``(name, Tensor)`` shares memory with an input
+    ``(name, Tensor or None)``; an input named in `inplace` may be the very same array
+    (same address, shape and strides: the operation runs in place)."""
+    from cupric.runtime.memory import extent
+    name, t = out
+    buf = t.buf
+    lo, hi = extent(buf.shape, buf.strides, buf.itemsize)
+    for other_name, u in inputs:
+        if u is None:
+            continue
+        ub = u.buf
+        ulo, uhi = extent(ub.shape, ub.strides, ub.itemsize)
+        if not (buf.ptr + lo < ub.ptr + uhi and ub.ptr + ulo < buf.ptr + hi):
+            continue
+        if other_name in inplace and ub.ptr == buf.ptr and (ulo, uhi) == (lo, hi) \
+                and ub.strides == buf.strides:
+            continue
+        raise ValueError(f"{op}: {name} overlaps {other_name} in memory; pass an output "
+                         f"that shares no bytes with the inputs"
+                         + (f" (or {other_name} itself)" if other_name in inplace else ""))
 
 
 # --------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import threading
 
 import numpy as np
 
+from . import _replay
 from . import _validate as V
 from .descriptors import LegacyDescriptor, describe, legacy_dims, scalars
 
@@ -147,6 +148,10 @@ def activation_forward(x, mode: str = "relu", *, out=None, alpha: float | None =
     --------
     >>> y = cupric.cudnn.activation_forward(x, "gelu")               # doctest: +SKIP
     """
+    head = ("act_fwd", mode, alpha, clip, beta)
+    done = _replay.run(head, (x,), (out,), handle, stream)
+    if done is not None:
+        return done[0]
     op = f"activation_forward({mode!r})"
     _check_mode(mode, op)
     from .handle import resolve, stream_of
@@ -154,21 +159,32 @@ def activation_forward(x, mode: str = "relu", *, out=None, alpha: float | None =
     tx = V.tensor(x, "x", op, stream=s, ndims=_ANY_NDIM, layouts=False)
     coef = _coef(mode, alpha, clip, op)
     ty = V.output(out, tx.shape, tx.etype, tx.layout, "out", op, s, ndims=(tx.ndim,))
+    V.check_overlap(op, ("out", ty), ("x", tx), inplace=("x",))
     h = resolve(handle, stream)
     h.check_device(tx.buf, "x", op)
-    _forward(h, tx, ty, mode, coef, float(beta), op)
-    return ty.buf
+    call = _forward(h, tx, ty, mode, coef, float(beta), op)
+    if call is not None:
+        fn, template, extra = call
+        _replay.remember_legacy(h, head, (x,), (out,), (tx, ty), "p8", fn, template,
+                                inplace=(1,), **extra)
+    return V.result(out, ty)
 
 
 def _forward(h, tx: V.Tensor, ty: V.Tensor, mode: str, coef: float, beta: float, op: str):
+    """Run y = f(x); returns (entry point, arguments, guards, keep) of the legacy call
+    for `_replay`, or None (the graph or kernel modes)."""
     if mode in GRAPH_MODES:
         _gelu_forward(h, tx, ty, mode, op)
-        return
+        return None
     from . import lib
     d = _activation_descriptor(mode, coef, beta)
     one, zero = scalars(tx.etype)
-    lib.check(lib.lib.cudnnActivationForward(
-        h.ready(), d.raw, one, describe(tx).raw, _ptr(tx), zero, describe(ty).raw, _ptr(ty)))
+    xd, yd = describe(tx), describe(ty)
+    fn = lib.lib.cudnnActivationForward
+    lib.check(fn(h.ready(), d.raw, one, xd.raw, _ptr(tx), zero, yd.raw, _ptr(ty)))
+    A = _replay.address
+    return (fn, (h._ptr, d._ptr, A(one), xd._ptr, ("t", 0), A(zero), yd._ptr, ("t", 1)),
+            {"guards": (d, xd, yd), "keep": (one, zero)})
 
 
 def activation_backward(dy, x, y=None, mode: str = "relu", *, out=None,
@@ -198,6 +214,10 @@ def activation_backward(dy, x, y=None, mode: str = "relu", *, out=None,
     -------
     dx
     """
+    head = ("act_bwd", mode, alpha, clip, beta)
+    done = _replay.run(head, (dy, x, y), (out,), handle, stream)
+    if done is not None:
+        return done[0]
     op = f"activation_backward({mode!r})"
     _check_mode(mode, op)
     from .handle import resolve, stream_of
@@ -208,10 +228,12 @@ def activation_backward(dy, x, y=None, mode: str = "relu", *, out=None,
     V.same_type(op, ("dy", tdy), ("x", tx))
     coef = _coef(mode, alpha, clip, op)
     tdx = V.output(out, tx.shape, tx.etype, tx.layout, "out", op, s, ndims=(tx.ndim,))
+    # dx may take dy's place (the gradient is consumed elementwise).
+    V.check_overlap(op, ("out", tdx), ("dy", tdy), ("x", tx), inplace=("dy",))
     h = resolve(handle, stream)
     if mode in GRAPH_MODES:
         _gelu_backward(h, tx, tdy, tdx, mode, op)
-        return tdx.buf
+        return V.result(out, tdx)
     if y is None:
         ty = V.output(None, tx.shape, tx.etype, tx.layout, "y", op, s, ndims=(tx.ndim,))
         _forward(h, tx, ty, mode, coef, float(beta), op)
@@ -219,6 +241,7 @@ def activation_backward(dy, x, y=None, mode: str = "relu", *, out=None,
         ty = V.tensor(y, "y", op, stream=s, ndims=_ANY_NDIM, layouts=False)
         _same_layout(tx, ty, ("x", "y"), op)
         V.same_type(op, ("x", tx), ("y", ty))
+        V.check_overlap(op, ("out", tdx), ("y", ty))
     if mode == "clipped_relu":
         # cuDNN passes the gradient where x == clip (0 < x <= clip); PyTorch's hardtanh
         # and relu6 and TensorFlow's relu6 give 0 there (0 < x < clip), and so does
@@ -229,10 +252,18 @@ def activation_backward(dy, x, y=None, mode: str = "relu", *, out=None,
     from . import lib
     d = _activation_descriptor(mode, coef, float(beta))
     one, zero = scalars(tx.etype)
-    lib.check(lib.lib.cudnnActivationBackward(
-        h.ready(), d.raw, one, describe(ty).raw, _ptr(ty), describe(tdy).raw, _ptr(tdy),
-        describe(tx).raw, _ptr(tx), zero, describe(tdx).raw, _ptr(tdx)))
-    return tdx.buf
+    yd, dyd, xd, dxd = describe(ty), describe(tdy), describe(tx), describe(tdx)
+    fn = lib.lib.cudnnActivationBackward
+    lib.check(fn(h.ready(), d.raw, one, yd.raw, _ptr(ty), dyd.raw, _ptr(tdy), xd.raw,
+                 _ptr(tx), zero, dxd.raw, _ptr(tdx)))
+    if y is not None:
+        A = _replay.address
+        _replay.remember_legacy(
+            h, head, (dy, x, y), (out,), (tdy, tx, ty, tdx), "p12", fn,
+            (h._ptr, d._ptr, A(one), yd._ptr, ("t", 2), dyd._ptr, ("t", 0), xd._ptr,
+             ("t", 1), A(zero), dxd._ptr, ("t", 3)),
+            guards=(d, yd, dyd, xd, dxd), keep=(one, zero), inplace=(1,))
+    return V.result(out, tdx)
 
 
 def _ptr(t: V.Tensor):

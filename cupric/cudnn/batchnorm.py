@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from . import _replay
 from . import _validate as V
 from .descriptors import describe, scalars, tensor_descriptor
 
@@ -115,6 +116,11 @@ def batch_norm_training(x, weight, bias, running_mean=None, running_var=None, *,
     BatchNormResult
         ``(y, save_mean, save_inv_std)``.
     """
+    head = ("bn_train", momentum, eps, persistent)
+    done = _replay.run(head, (x, weight, bias), (out, running_mean, running_var, None, None),
+                       handle, stream)
+    if done is not None:
+        return BatchNormResult(done[0], done[3], done[4])
     op = "batch_norm_training"
     from .handle import resolve, stream_of
     s = stream_of(handle, stream)
@@ -133,17 +139,31 @@ def batch_norm_training(x, weight, bias, running_mean=None, running_var=None, *,
         raise ValueError(f"{op}: momentum must be in [0, 1], got {momentum}")
     eps = _epsilon(eps, op)
     ty = V.output(out, tx.shape, tx.etype, tx.layout, "out", op, s, ndims=(tx.ndim,))
+    ins = (("x", tx), ("weight", tw), ("bias", tb))
+    V.check_overlap(op, ("out", ty), *ins, ("running_mean", trm), ("running_var", trv))
+    if trm is not None:
+        V.check_overlap(op, ("running_mean", trm), *ins, ("running_var", trv))
+        V.check_overlap(op, ("running_var", trv), *ins)
     save_mean = V.new_output((c,), ptype, None, s)
     save_inv = V.new_output((c,), ptype, None, s)
     from . import lib
     one, zero = scalars(tx.etype)
     h = resolve(handle, stream)
-    lib.check(lib.lib.cudnnBatchNormalizationForwardTraining(
-        h.ready(), _mode(tx, persistent), one, zero, describe(tx).raw, _ptr(tx),
-        describe(ty).raw, _ptr(ty), _param_descriptor(ptype, tx.ndim, c).raw, _ptr(tw),
-        _ptr(tb), float(momentum), _ptr(trm), _ptr(trv), eps,
-        lib.ffi.cast("void *", save_mean.ptr), lib.ffi.cast("void *", save_inv.ptr)))
-    return BatchNormResult(ty.buf, save_mean, save_inv)
+    mode = _mode(tx, persistent)
+    xd, yd, bnd = describe(tx), describe(ty), _param_descriptor(ptype, tx.ndim, c)
+    fn = lib.lib.cudnnBatchNormalizationForwardTraining
+    lib.check(fn(h.ready(), mode, one, zero, xd.raw, _ptr(tx), yd.raw, _ptr(ty), bnd.raw,
+                 _ptr(tw), _ptr(tb), float(momentum), _ptr(trm), _ptr(trv), eps,
+                 lib.ffi.cast("void *", save_mean.ptr), lib.ffi.cast("void *", save_inv.ptr)))
+    A = _replay.address
+    _replay.remember_legacy(
+        h, head, (x, weight, bias), (out, running_mean, running_var, None, None),
+        (tx, tw, tb, ty, trm, trv, save_mean, save_inv), "bn_train", fn,
+        (h._ptr, mode, A(one), A(zero), xd._ptr, ("t", 0), yd._ptr, ("t", 3), bnd._ptr,
+         ("t", 1), ("t", 2), 0, ("t", 4), ("t", 5), 0, ("t", 6), ("t", 7)),
+        doubles=(float(momentum), eps), guards=(xd, yd, bnd), keep=(one, zero),
+        allocated=(True, False, False, True, True))
+    return BatchNormResult(V.result(out, ty), save_mean, save_inv)
 
 
 def batch_norm_inference(x, weight, bias, running_mean, running_var, *, eps: float = 1e-5,
@@ -159,6 +179,11 @@ def batch_norm_inference(x, weight, bias, running_mean, running_var, *, eps: flo
     -------
     y
     """
+    head = ("bn_infer", eps)
+    done = _replay.run(head, (x, weight, bias, running_mean, running_var), (out,), handle,
+                       stream)
+    if done is not None:
+        return done[0]
     op = "batch_norm_inference"
     from .handle import resolve, stream_of
     s = stream_of(handle, stream)
@@ -171,14 +196,23 @@ def batch_norm_inference(x, weight, bias, running_mean, running_var, *, eps: flo
     trv = _param(running_var, "running_var", c, ptype, op, s)
     eps = _epsilon(eps, op)
     ty = V.output(out, tx.shape, tx.etype, tx.layout, "out", op, s, ndims=(tx.ndim,))
+    V.check_overlap(op, ("out", ty), ("x", tx), ("weight", tw), ("bias", tb),
+                    ("running_mean", trm), ("running_var", trv))
     from . import lib
     one, zero = scalars(tx.etype)
     h = resolve(handle, stream)
-    lib.check(lib.lib.cudnnBatchNormalizationForwardInference(
-        h.ready(), _SPATIAL, one, zero, describe(tx).raw, _ptr(tx), describe(ty).raw,
-        _ptr(ty), _param_descriptor(ptype, tx.ndim, c).raw, _ptr(tw), _ptr(tb), _ptr(trm),
-        _ptr(trv), eps))
-    return ty.buf
+    xd, yd, bnd = describe(tx), describe(ty), _param_descriptor(ptype, tx.ndim, c)
+    fn = lib.lib.cudnnBatchNormalizationForwardInference
+    lib.check(fn(h.ready(), _SPATIAL, one, zero, xd.raw, _ptr(tx), yd.raw, _ptr(ty),
+                 bnd.raw, _ptr(tw), _ptr(tb), _ptr(trm), _ptr(trv), eps))
+    A = _replay.address
+    _replay.remember_legacy(
+        h, head, (x, weight, bias, running_mean, running_var), (out,),
+        (tx, tw, tb, trm, trv, ty), "bn_infer", fn,
+        (h._ptr, _SPATIAL, A(one), A(zero), xd._ptr, ("t", 0), yd._ptr, ("t", 5), bnd._ptr,
+         ("t", 1), ("t", 2), ("t", 3), ("t", 4), 0),
+        doubles=(eps,), guards=(xd, yd, bnd), keep=(one, zero))
+    return V.result(out, ty)
 
 
 def batch_norm_backward(dy, x, weight, save_mean, save_inv_std, *, eps: float = 1e-5,
@@ -201,6 +235,11 @@ def batch_norm_backward(dy, x, weight, save_mean, save_inv_std, *, eps: float = 
     -------
     (dx, dweight, dbias)
     """
+    head = ("bn_bwd", eps, persistent)
+    done = _replay.run(head, (dy, x, weight, save_mean, save_inv_std), (out, None, None),
+                       handle, stream)
+    if done is not None:
+        return done
     op = "batch_norm_backward"
     from .handle import resolve, stream_of
     s = stream_of(handle, stream)
@@ -216,19 +255,30 @@ def batch_norm_backward(dy, x, weight, save_mean, save_inv_std, *, eps: float = 
     tv = _param(save_inv_std, "save_inv_std", c, ptype, op, s)
     eps = _epsilon(eps, op)
     tdx = V.output(out, tx.shape, tx.etype, tx.layout, "out", op, s, ndims=(tx.ndim,))
+    V.check_overlap(op, ("out", tdx), ("dy", tdy), ("x", tx), ("weight", tw),
+                    ("save_mean", tm), ("save_inv_std", tv))
     dweight = V.new_output((c,), ptype, None, s)
     dbias = V.new_output((c,), ptype, None, s)
     from . import lib
     ffi = lib.ffi
     one, zero = scalars(tx.etype)
     h = resolve(handle, stream)
-    lib.check(lib.lib.cudnnBatchNormalizationBackward(
-        h.ready(), _mode(tx, persistent), one, zero, one, zero, describe(tx).raw, _ptr(tx),
-        describe(tdy).raw, _ptr(tdy), describe(tdx).raw, _ptr(tdx),
-        _param_descriptor(ptype, tx.ndim, c).raw, _ptr(tw),
-        ffi.cast("void *", dweight.ptr), ffi.cast("void *", dbias.ptr), eps, _ptr(tm),
-        _ptr(tv)))
-    return tdx.buf, dweight, dbias
+    mode = _mode(tx, persistent)
+    xd, dyd, dxd = describe(tx), describe(tdy), describe(tdx)
+    bnd = _param_descriptor(ptype, tx.ndim, c)
+    fn = lib.lib.cudnnBatchNormalizationBackward
+    lib.check(fn(h.ready(), mode, one, zero, one, zero, xd.raw, _ptr(tx), dyd.raw, _ptr(tdy),
+                 dxd.raw, _ptr(tdx), bnd.raw, _ptr(tw), ffi.cast("void *", dweight.ptr),
+                 ffi.cast("void *", dbias.ptr), eps, _ptr(tm), _ptr(tv)))
+    A = _replay.address
+    _replay.remember_legacy(
+        h, head, (dy, x, weight, save_mean, save_inv_std), (out, None, None),
+        (tdy, tx, tw, tm, tv, tdx, dweight, dbias), "bn_bwd", fn,
+        (h._ptr, mode, A(one), A(zero), A(one), A(zero), xd._ptr, ("t", 1), dyd._ptr,
+         ("t", 0), dxd._ptr, ("t", 5), bnd._ptr, ("t", 2), ("t", 6), ("t", 7), 0, ("t", 3),
+         ("t", 4)),
+        doubles=(eps,), guards=(xd, dyd, dxd, bnd), keep=(one, zero))
+    return V.result(out, tdx), dweight, dbias
 
 
 def batch_norm(x, running_mean, running_var, weight, bias, *, training: bool = False,

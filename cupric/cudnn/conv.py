@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from . import _replay
 from . import _validate as V
 from .graph import ConvParams, GraphSpec, NoEngineError, PlanOptions, execute
 from .graph import _activation_mode
@@ -223,6 +224,10 @@ def conv_forward(x, w, *, stride=1, padding=0, dilation=1, groups=1, out=None,
     >>> w = torch.randn(64, 64, 3, 3, device="cuda")
     >>> y = cupric.cudnn.conv_forward(x, w, padding=1)
     """
+    head = ("conv_fwd", stride, padding, dilation, groups, options)
+    done = _replay.run(head, (x, w), (out,), handle, stream)
+    if done is not None:
+        return done[0]
     op = "conv_forward"
     s = _stream_of(handle, stream)
     tx = V.tensor(x, "x", op, stream=s, ndims=_NDIMS)
@@ -231,12 +236,15 @@ def conv_forward(x, w, *, stride=1, padding=0, dilation=1, groups=1, out=None,
     geo = _geometry(tx.ndim, stride, padding, dilation, groups)
     y_shape = _output_shape(geo, tx.shape, tw.shape, op)
     ty = V.output(out, y_shape, etype, tx.layout, "out", op, s, ndims=(tx.ndim,))
+    V.check_overlap(op, ("out", ty), ("x", tx), ("w", tw))
     h = _handle(handle, stream)
     h.check_device(tx.buf, "x", op)
     spec, (ux, uw, uy) = _conv_spec("conv_fwd", op, geo, _compute(etype), ("x", "w", "y"),
                                     (tx, tw, ty))
-    execute(h, spec, {ux: tx.ptr, uw: tw.ptr, uy: ty.ptr}, options)
-    return ty.buf
+    plan = execute(h, spec, {ux: tx.ptr, uw: tw.ptr, uy: ty.ptr}, options)
+    _replay.remember_graph(h, head, (x, w), (out,), (tx, tw, ty), plan,
+                           {ux: 0, uw: 1, uy: 2})
+    return V.result(out, ty)
 
 
 def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1,
@@ -247,16 +255,19 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1,
     ``act(conv(x, w) + bias)``; without `bias` and `activation` it is `conv_forward`,
     otherwise `conv_bias_activation`. See those for the parameters.
     """
-    tx = V.tensor(x, "x", "conv2d", stream=_stream_of(handle, stream), ndims=(3, 4, 5))
-    if tx.ndim != 4:
-        raise ValueError(f"conv2d: x has {tx.ndim} dimensions; conv2d takes (N, C, H, W) "
+    ndim = getattr(x, "ndim", None)
+    if type(ndim) is not int:
+        ndim = V.tensor(x, "x", "conv2d", stream=_stream_of(handle, stream),
+                        ndims=(3, 4, 5)).ndim
+    if ndim != 4:
+        raise ValueError(f"conv2d: x has {ndim} dimensions; conv2d takes (N, C, H, W) "
                          f"(use conv_forward for 1-d and 3-d convolutions)")
-    # `tx` carries the element type already read (bfloat16 needs the producer's name).
+    # The caller's x goes on unread: each operation's replay path takes it as given.
     if bias is None and activation is None:
-        return conv_forward(tx, w, stride=stride, padding=padding, dilation=dilation,
+        return conv_forward(x, w, stride=stride, padding=padding, dilation=dilation,
                             groups=groups, out=out, handle=handle, stream=stream,
                             options=options)
-    return conv_bias_activation(tx, w, bias, activation, stride=stride, padding=padding,
+    return conv_bias_activation(x, w, bias, activation, stride=stride, padding=padding,
                                 dilation=dilation, groups=groups, out=out, handle=handle,
                                 stream=stream, options=options)
 
@@ -291,6 +302,10 @@ def conv_backward_data(dy, w, input_shape, *, stride=1, padding=0, dilation=1, g
         When `dy` is not the output shape the forward convolution gives for
         `input_shape`.
     """
+    head = ("conv_bwd_data", input_shape, stride, padding, dilation, groups, options)
+    done = _replay.run(head, (dy, w), (out,), handle, stream)
+    if done is not None:
+        return done[0]
     op = "conv_backward_data"
     s = _stream_of(handle, stream)
     tdy = V.tensor(dy, "dy", op, stream=s, ndims=_NDIMS)
@@ -303,11 +318,14 @@ def conv_backward_data(dy, w, input_shape, *, stride=1, padding=0, dilation=1, g
         raise ValueError(f"{op}: dy has shape {tdy.shape}, but a convolution of input "
                          f"{x_shape} by filter {tw.shape} gives {y_shape}")
     tdx = V.output(out, x_shape, etype, tdy.layout, "out", op, s, ndims=(tdy.ndim,))
+    V.check_overlap(op, ("out", tdx), ("dy", tdy), ("w", tw))
     spec, (udx, uw, udy) = _conv_spec("conv_bwd_data", op, geo, _compute(etype),
                                       ("dx", "w", "dy"), (tdx, tw, tdy))
     h = _handle(handle, stream)
-    execute(h, spec, {udx: tdx.ptr, uw: tw.ptr, udy: tdy.ptr}, options)
-    return tdx.buf
+    plan = execute(h, spec, {udx: tdx.ptr, uw: tw.ptr, udy: tdy.ptr}, options)
+    _replay.remember_graph(h, head, (dy, w), (out,), (tdy, tw, tdx), plan,
+                           {udy: 0, uw: 1, udx: 2})
+    return V.result(out, tdx)
 
 
 def conv_backward_filter(x, dy, filter_shape, *, stride=1, padding=0, dilation=1,
@@ -328,6 +346,10 @@ def conv_backward_filter(x, dy, filter_shape, *, stride=1, padding=0, dilation=1
     -------
     dw
     """
+    head = ("conv_bwd_filter", filter_shape, stride, padding, dilation, groups, options)
+    done = _replay.run(head, (x, dy), (out,), handle, stream)
+    if done is not None:
+        return done[0]
     op = "conv_backward_filter"
     s = _stream_of(handle, stream)
     tx = V.tensor(x, "x", op, stream=s, ndims=_NDIMS)
@@ -340,11 +362,14 @@ def conv_backward_filter(x, dy, filter_shape, *, stride=1, padding=0, dilation=1
         raise ValueError(f"{op}: dy has shape {tdy.shape}, but a convolution of input "
                          f"{tx.shape} by filter {w_shape} gives {y_shape}")
     tdw = V.output(out, w_shape, etype, tx.layout, "out", op, s, ndims=(tx.ndim,))
+    V.check_overlap(op, ("out", tdw), ("x", tx), ("dy", tdy))
     spec, (ux, udw, udy) = _conv_spec("conv_bwd_filter", op, geo, _compute(etype),
                                       ("x", "dw", "dy"), (tx, tdw, tdy))
     h = _handle(handle, stream)
-    execute(h, spec, {ux: tx.ptr, udw: tdw.ptr, udy: tdy.ptr}, options)
-    return tdw.buf
+    plan = execute(h, spec, {ux: tx.ptr, udw: tdw.ptr, udy: tdy.ptr}, options)
+    _replay.remember_graph(h, head, (x, dy), (out,), (tx, tdy, tdw), plan,
+                           {ux: 0, udy: 1, udw: 2})
+    return V.result(out, tdw)
 
 
 def conv_backward_bias(dy, *, out=None, handle=None, stream=None):
@@ -364,6 +389,7 @@ def conv_backward_bias(dy, *, out=None, handle=None, stream=None):
     tdb = V.output(out, (k,), tdy.etype, None, "out", op, s, ndims=(1,))
     if tdb.strides != (1,):
         raise ValueError(f"{op}: out must be contiguous, got element strides {tdb.strides}")
+    V.check_overlap(op, ("out", tdb), ("dy", tdy))
     from . import lib
     from .descriptors import describe, scalars, tensor_descriptor
     one, zero = scalars(tdy.etype)
@@ -374,7 +400,7 @@ def conv_backward_bias(dy, *, out=None, handle=None, stream=None):
     lib.check(lib.lib.cudnnConvolutionBackwardBias(
         h.ready(), one, describe(tdy).raw, ffi.cast("void *", tdy.ptr), zero,
         bias_desc.raw, ffi.cast("void *", tdb.ptr)))
-    return tdb.buf
+    return V.result(out, tdb)
 
 
 def conv_bias_activation(x, w, bias=None, activation: str | None = "relu", *, stride=1,
@@ -401,6 +427,10 @@ def conv_bias_activation(x, w, bias=None, activation: str | None = "relu", *, st
     -------
     y
     """
+    head = ("conv_bias_act", activation, stride, padding, dilation, groups, options, fuse)
+    done = _replay.run(head, (x, w, bias), (out,), handle, stream)
+    if done is not None:
+        return done[0]
     op = "conv_bias_activation"
     act = _activation_mode(activation, op)
     s = _stream_of(handle, stream)
@@ -415,11 +445,13 @@ def conv_bias_activation(x, w, bias=None, activation: str | None = "relu", *, st
         tb = V.tensor(bias, "bias", op, stream=s, ndims=(1,), layouts=False)
         V.expect(tb, (k,), etype, "bias", op)
     ty = V.output(out, y_shape, etype, tx.layout, "out", op, s, ndims=(tx.ndim,))
+    V.check_overlap(op, ("out", ty), ("x", tx), ("w", tw), ("bias", tb))
     h = _handle(handle, stream)
     if act is None and tb is None:
-        return conv_forward(tx, tw, stride=geo.stride, padding=geo.padding,
-                            dilation=geo.dilation, groups=geo.groups, out=ty, handle=h,
-                            options=options)
+        conv_forward(tx, tw, stride=geo.stride, padding=geo.padding,
+                     dilation=geo.dilation, groups=geo.groups, out=ty, handle=h,
+                     options=options)
+        return V.result(out, ty)
     compute = _compute(etype)
     spec = GraphSpec(op)
     params = geo.params(compute)
@@ -448,12 +480,18 @@ def conv_bias_activation(x, w, bias=None, activation: str | None = "relu", *, st
     key = (spec.key(), options)
     if fuse and key not in _unfusable:
         try:
-            execute(h, spec, pointers, options)
-            return ty.buf
+            plan = execute(h, spec, pointers, options)
         except NoEngineError:
             # The unfused steps below give the same result; remember, so that the
             # heuristics are not asked again for this shape.
             _unfusable.add(key)
+        else:
+            slots = {ux: 0, uw: 1, uy: 3}
+            if tb is not None:
+                slots[ub] = 2
+            _replay.remember_graph(h, head, (x, w, bias), (out,), (tx, tw, tb, ty), plan,
+                                   slots)
+            return V.result(out, ty)
     conv_forward(tx, tw, stride=geo.stride, padding=geo.padding, dilation=geo.dilation,
                  groups=geo.groups, out=ty, handle=h, options=options)
     if tb is not None:
@@ -461,7 +499,7 @@ def conv_bias_activation(x, w, bias=None, activation: str | None = "relu", *, st
     if activation is not None and activation != "identity":
         from . import activation as act_mod
         act_mod.activation_forward(ty, activation, out=ty, handle=h)
-    return ty.buf
+    return V.result(out, ty)
 
 
 # (graph key, options) of fused graphs no engine accepted.

@@ -16,6 +16,7 @@ import numpy as np
 
 from cupric.runtime.errors import ClosedError
 
+from . import _replay
 from . import _validate as V
 from .descriptors import LegacyDescriptor, describe
 
@@ -133,11 +134,16 @@ class Dropout:
         (y, reserve)
             `reserve` (a uint8 DeviceBuffer) holds the mask: pass it to `backward`.
         """
+        head = ("dropout_fwd", self)
+        done = _replay.run(head, (x,), (out, None), self._handle, None)
+        if done is not None:
+            return done
         op = "dropout_forward"
         h = self._ready()
         s = h.stream
         tx = V.tensor(x, "x", op, stream=s, ndims=_ANY_NDIM, layouts=False)
         ty = V.output(out, tx.shape, tx.etype, tx.layout, "out", op, s, ndims=(tx.ndim,))
+        V.check_overlap(op, ("out", ty), ("x", tx))
         from . import lib
         ffi = lib.ffi
         size = ffi.new("size_t *")
@@ -145,12 +151,17 @@ class Dropout:
         lib.check(lib.lib.cudnnDropoutGetReserveSpaceSize(xd.raw, size))
         from cupric.runtime.memory import empty
         reserve = empty(max(int(size[0]), 1), np.uint8, stream=s)
+        dd, yd = self._descriptor, describe(ty)
+        fn = lib.lib.cudnnDropoutForward
         with self._lock:
-            lib.check(lib.lib.cudnnDropoutForward(
-                h.ready(), self._descriptor.raw, xd.raw, ffi.cast("void *", tx.ptr),
-                describe(ty).raw, ffi.cast("void *", ty.ptr),
-                ffi.cast("void *", reserve.ptr), int(size[0])))
-        return ty.buf, reserve
+            lib.check(fn(h.ready(), dd.raw, xd.raw, ffi.cast("void *", tx.ptr), yd.raw,
+                         ffi.cast("void *", ty.ptr), ffi.cast("void *", reserve.ptr),
+                         int(size[0])))
+        _replay.remember_legacy(
+            h, head, (x,), (out, None), (tx, ty, reserve), "dropout", fn,
+            (h._ptr, dd._ptr, xd._ptr, ("t", 0), yd._ptr, ("t", 1), ("t", 2), int(size[0])),
+            guards=(dd, xd, yd))
+        return V.result(out, ty), reserve
 
     def backward(self, dy, reserve, *, out=None):
         """``dx = dy * mask / (1 - p)`` with the mask of the forward call that gave
@@ -161,6 +172,10 @@ class Dropout:
         ValueError
             If `reserve` is smaller than this shape needs (it came from another call).
         """
+        head = ("dropout_bwd", self)
+        done = _replay.run(head, (dy, reserve), (out,), self._handle, None)
+        if done is not None:
+            return done[0]
         op = "dropout_backward"
         h = self._ready()
         s = h.stream
@@ -178,11 +193,16 @@ class Dropout:
             raise ValueError(f"{op}: reserve has {rs.buf.nbytes} bytes but a tensor of "
                              f"shape {tdy.shape} needs {int(size[0])}: pass the reserve "
                              f"of the forward call")
-        lib.check(lib.lib.cudnnDropoutBackward(
-            h.ready(), self._descriptor.raw, dyd.raw, ffi.cast("void *", tdy.ptr),
-            describe(tdx).raw, ffi.cast("void *", tdx.ptr), ffi.cast("void *", rs.ptr),
-            int(size[0])))
-        return tdx.buf
+        V.check_overlap(op, ("out", tdx), ("dy", tdy), ("reserve", rs))
+        dd, dxd = self._descriptor, describe(tdx)
+        fn = lib.lib.cudnnDropoutBackward
+        lib.check(fn(h.ready(), dd.raw, dyd.raw, ffi.cast("void *", tdy.ptr), dxd.raw,
+                     ffi.cast("void *", tdx.ptr), ffi.cast("void *", rs.ptr), int(size[0])))
+        _replay.remember_legacy(
+            h, head, (dy, reserve), (out,), (tdy, rs, tdx), "dropout", fn,
+            (h._ptr, dd._ptr, dyd._ptr, ("t", 0), dxd._ptr, ("t", 2), ("t", 1), int(size[0])),
+            guards=(dd, dyd, dxd))
+        return V.result(out, tdx)
 
     def close(self) -> None:
         """Destroy the descriptor and free the states in the handle's stream order."""

@@ -81,7 +81,7 @@ class Handle(Resource):
     """
 
     __slots__ = ("_ptr", "_device", "_stream_ptr", "_stream_obj", "_owned", "_lock",
-                 "_key", "_ctx", "_multi")
+                 "_key", "_ctx", "_multi", "_replays")
 
     _shared = SharedHandles()
 
@@ -135,6 +135,8 @@ class Handle(Resource):
         self._key = None
         self._ctx = int(ctx.ptr)
         self._multi = device_count() > 1
+        # Replay entries of checked calls (`cupric.cudnn._replay`), key -> capsule.
+        self._replays = {}
         self._init_resource(raw, _destroy, self._owned)
         try:
             lib.check(lib.lib.cudnnSetStream(ffi.cast("cudnnHandle_t", raw),
@@ -182,6 +184,7 @@ class Handle(Resource):
         self._key = None
         self._ctx = 0
         self._multi = False
+        self._replays = {}
         self._init_resource(int(raw), None)
         return self
 
@@ -291,6 +294,13 @@ class Handle(Resource):
                 return ws.ptr
             from cupric.runtime.memory import empty
             self.ready()
+            if _capturing(self._stream_ptr):
+                # Growing would free the old block inside the graph and allocate one
+                # whose lifetime the graph owns: refuse, before anything is queued.
+                raise RuntimeError(
+                    f"the cuDNN workspace must grow to {nbytes} bytes while the handle's "
+                    f"stream is being captured into a graph; run the call once before "
+                    f"capturing, or call reserve_workspace({nbytes})")
             # Round up so that a slowly growing sequence of requests does not reallocate
             # each time.
             size = max(nbytes, 1 << 20)
@@ -301,6 +311,19 @@ class Handle(Resource):
                 ws.close(stream=self._stream_ptr)
             return new.ptr
 
+    def reserve_workspace(self, nbytes: int) -> int:
+        """Grow the workspace to at least `nbytes` now (before a graph capture, whose
+        calls may not grow it); returns its address.
+
+        Raises
+        ------
+        ValueError
+            For a negative size.
+        """
+        if nbytes < 0:
+            raise ValueError(f"reserve_workspace: nbytes must be >= 0, got {nbytes}")
+        return self.workspace(max(int(nbytes), 1))
+
     def synchronize(self) -> None:
         """Wait for the work queued on the handle's stream."""
         from cupric.runtime._driver import check, driver
@@ -308,8 +331,9 @@ class Handle(Resource):
         check(driver().cuStreamSynchronize(self._stream_ptr))
 
     def clear_plans(self) -> None:
-        """Drop every cached execution plan (they are rebuilt on next use)."""
+        """Drop every cached execution plan and replay entry (rebuilt on next use)."""
         with self._lock:
+            self._replays.clear()
             _release_plans(self._owned)
 
     def close(self) -> None:
@@ -325,6 +349,7 @@ class Handle(Resource):
         if self._closed:
             return
         Handle._shared.discard(self)
+        self._replays.clear()
         borrowed = not self.owns_handle
         super().close()
         if borrowed:
@@ -333,6 +358,14 @@ class Handle(Resource):
             workspace, owned.workspace = owned.workspace, None
             if workspace is not None:
                 workspace.close(stream=owned.stream)
+
+
+def _capturing(stream: int) -> bool:
+    """Whether stream `stream` is being captured (the default streams never are)."""
+    if stream <= 2:
+        return False
+    from cupric.runtime.array_adapters import stream_capturing
+    return stream_capturing(stream)
 
 
 _tls = threading.local()

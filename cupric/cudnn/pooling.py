@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 
+from . import _replay
 from . import _validate as V
 from .descriptors import LegacyDescriptor, describe, scalars
 
@@ -143,6 +144,10 @@ def pool_forward(x, mode: str = "max", *, window, stride=None, padding=0, out=No
         For a window that does not fit, padding not smaller than the window, or a
         layout other than dense NCHW/NHWC.
     """
+    head = ("pool_fwd", mode, window, stride, padding)
+    done = _replay.run(head, (x,), (out,), handle, stream)
+    if done is not None:
+        return done[0]
     op = f"pool_forward({mode!r})"
     from .handle import resolve, stream_of
     s = stream_of(handle, stream)
@@ -150,14 +155,20 @@ def pool_forward(x, mode: str = "max", *, window, stride=None, padding=0, out=No
     pool = _pool(mode, window, stride, padding, tx.ndim)
     ty = V.output(out, pool.output_shape(tx.shape, op), tx.etype, tx.layout, "out", op, s,
                   ndims=(tx.ndim,))
+    V.check_overlap(op, ("out", ty), ("x", tx))
     h = resolve(handle, stream)
     h.check_device(tx.buf, "x", op)
     from . import lib
     one, zero = scalars(tx.etype)
-    lib.check(lib.lib.cudnnPoolingForward(h.ready(), _descriptor(pool).raw, one,
-                                          describe(tx).raw, _ptr(tx), zero,
-                                          describe(ty).raw, _ptr(ty)))
-    return ty.buf
+    pd, xd, yd = _descriptor(pool), describe(tx), describe(ty)
+    lib.check(lib.lib.cudnnPoolingForward(h.ready(), pd.raw, one, xd.raw, _ptr(tx), zero,
+                                          yd.raw, _ptr(ty)))
+    A = _replay.address
+    _replay.remember_legacy(h, head, (x,), (out,), (tx, ty), "p8",
+                            lib.lib.cudnnPoolingForward,
+                            (h._ptr, pd._ptr, A(one), xd._ptr, ("t", 0), A(zero), yd._ptr,
+                             ("t", 1)), guards=(pd, xd, yd), keep=(pd, xd, yd, one, zero))
+    return V.result(out, ty)
 
 
 def pool_backward(dy, x, y, mode: str = "max", *, window, stride=None, padding=0,
@@ -179,6 +190,10 @@ def pool_backward(dy, x, y, mode: str = "max", *, window, stride=None, padding=0
     -------
     dx
     """
+    head = ("pool_bwd", mode, window, stride, padding)
+    done = _replay.run(head, (dy, x, y), (out,), handle, stream)
+    if done is not None:
+        return done[0]
     op = f"pool_backward({mode!r})"
     from .handle import resolve, stream_of
     s = stream_of(handle, stream)
@@ -194,14 +209,22 @@ def pool_backward(dy, x, y, mode: str = "max", *, window, stride=None, padding=0
     if tdy.shape != y_shape:
         raise ValueError(f"{op}: dy has shape {tdy.shape}, expected {y_shape} (that of y)")
     tdx = V.output(out, tx.shape, tx.etype, tx.layout, "out", op, s, ndims=(tx.ndim,))
+    V.check_overlap(op, ("out", tdx), ("dy", tdy), ("x", tx), ("y", ty))
     from . import lib
     one, zero = scalars(tx.etype)
     h = resolve(handle, stream)
+    pd, yd, dyd, xd, dxd = (_descriptor(pool), describe(ty), describe(tdy), describe(tx),
+                            describe(tdx))
     lib.check(lib.lib.cudnnPoolingBackward(
-        h.ready(), _descriptor(pool).raw, one, describe(ty).raw, _ptr(ty),
-        describe(tdy).raw, _ptr(tdy), describe(tx).raw, _ptr(tx), zero,
-        describe(tdx).raw, _ptr(tdx)))
-    return tdx.buf
+        h.ready(), pd.raw, one, yd.raw, _ptr(ty), dyd.raw, _ptr(tdy), xd.raw, _ptr(tx),
+        zero, dxd.raw, _ptr(tdx)))
+    A = _replay.address
+    _replay.remember_legacy(h, head, (dy, x, y), (out,), (tdy, tx, ty, tdx), "p12",
+                            lib.lib.cudnnPoolingBackward,
+                            (h._ptr, pd._ptr, A(one), yd._ptr, ("t", 2), dyd._ptr, ("t", 0),
+                             xd._ptr, ("t", 1), A(zero), dxd._ptr, ("t", 3)),
+                            guards=(pd, yd, dyd, xd, dxd), keep=(one, zero))
+    return V.result(out, tdx)
 
 
 def max_pool2d(x, kernel_size, stride=None, padding=0, *, out=None, handle=None,

@@ -9,6 +9,7 @@ cuDNN 9.20, after the 9.19 of the GPU machines (see docs/cudnn.md).
 
 from __future__ import annotations
 
+from . import _replay
 from . import _validate as V
 from .descriptors import scalars, tensor_descriptor
 
@@ -99,6 +100,10 @@ def softmax_forward(x, axis: int = -1, *, log: bool = False, out=None, handle=No
     ValueError
         For an axis out of range or strides that cuDNN cannot address along it.
     """
+    head = ("softmax_fwd", axis, log)
+    done = _replay.run(head, (x,), (out,), handle, stream)
+    if done is not None:
+        return done[0]
     op = "log_softmax" if log else "softmax"
     from .handle import resolve, stream_of
     s = stream_of(handle, stream)
@@ -106,14 +111,21 @@ def softmax_forward(x, axis: int = -1, *, log: bool = False, out=None, handle=No
     _mode, xd, xs = softmax_layout(tx.shape, tx.strides, axis, op)
     ty = V.output(out, tx.shape, tx.etype, tx.layout, "out", op, s, ndims=(tx.ndim,))
     _mode, yd, ys = softmax_layout(ty.shape, ty.strides, axis, op)
+    V.check_overlap(op, ("out", ty), ("x", tx))
     one, zero = scalars(tx.etype)
     from . import lib
     h = resolve(handle, stream)
-    lib.check(lib.lib.cudnnSoftmaxForward(
-        h.ready(), ALGORITHMS["log" if log else "accurate"], _CHANNEL, one,
-        tensor_descriptor(tx.etype, xd, xs).raw, _ptr(tx), zero,
-        tensor_descriptor(ty.etype, yd, ys).raw, _ptr(ty)))
-    return ty.buf
+    algo = ALGORITHMS["log" if log else "accurate"]
+    xdesc, ydesc = tensor_descriptor(tx.etype, xd, xs), tensor_descriptor(ty.etype, yd, ys)
+    fn = lib.lib.cudnnSoftmaxForward
+    lib.check(fn(h.ready(), algo, _CHANNEL, one, xdesc.raw, _ptr(tx), zero, ydesc.raw,
+                 _ptr(ty)))
+    A = _replay.address
+    _replay.remember_legacy(h, head, (x,), (out,), (tx, ty), "softmax_fwd", fn,
+                            (h._ptr, algo, _CHANNEL, A(one), xdesc._ptr, ("t", 0), A(zero),
+                             ydesc._ptr, ("t", 1)),
+                            guards=(xdesc, ydesc), keep=(one, zero))
+    return V.result(out, ty)
 
 
 def softmax_backward(y, dy, axis: int = -1, *, log: bool = False, out=None, handle=None,
@@ -142,6 +154,10 @@ def softmax_backward(y, dy, axis: int = -1, *, log: bool = False, out=None, hand
         For mismatched element types or shapes, an axis out of range, strides cuDNN
         cannot address along it, or `y` and `dy` laid out differently.
     """
+    head = ("softmax_bwd", axis, log)
+    done = _replay.run(head, (y, dy), (out,), handle, stream)
+    if done is not None:
+        return done[0]
     op = "log_softmax_backward" if log else "softmax_backward"
     from .handle import resolve, stream_of
     s = stream_of(handle, stream)
@@ -166,13 +182,20 @@ def softmax_backward(y, dy, axis: int = -1, *, log: bool = False, out=None, hand
     descs = [tensor_descriptor(ty.etype, y_dims, y_strides),
              tensor_descriptor(tdy.etype, dy_dims, dy_strides),
              tensor_descriptor(tdx.etype, dx_dims, dx_strides)]
+    V.check_overlap(op, ("out", tdx), ("y", ty), ("dy", tdy))
     one, zero = scalars(ty.etype)
     from . import lib
     h = resolve(handle, stream)
-    lib.check(lib.lib.cudnnSoftmaxBackward(
-        h.ready(), ALGORITHMS["log" if log else "accurate"], _CHANNEL, one,
-        descs[0].raw, _ptr(ty), descs[1].raw, _ptr(tdy), zero, descs[2].raw, _ptr(tdx)))
-    return tdx.buf
+    algo = ALGORITHMS["log" if log else "accurate"]
+    fn = lib.lib.cudnnSoftmaxBackward
+    lib.check(fn(h.ready(), algo, _CHANNEL, one, descs[0].raw, _ptr(ty), descs[1].raw,
+                 _ptr(tdy), zero, descs[2].raw, _ptr(tdx)))
+    A = _replay.address
+    _replay.remember_legacy(h, head, (y, dy), (out,), (ty, tdy, tdx), "softmax_bwd", fn,
+                            (h._ptr, algo, _CHANNEL, A(one), descs[0]._ptr, ("t", 0),
+                             descs[1]._ptr, ("t", 1), A(zero), descs[2]._ptr, ("t", 2)),
+                            guards=tuple(descs), keep=(one, zero))
+    return V.result(out, tdx)
 
 
 def softmax(x, axis: int = -1, *, out=None, handle=None, stream=None):

@@ -777,6 +777,7 @@ def test_workspace_grows_in_stream_order(monkeypatch):
             events.append(("free", self.ptr, stream))
 
     monkeypatch.setattr(memory, "empty", lambda n, dtype, stream=None: Block(n, stream))
+    monkeypatch.setattr(handle_mod, "_capturing", lambda stream: False)
     h = handle_mod.Handle.from_handle(0xDEAD0, stream=0x77)
     first = h.workspace(1000)
     assert h.workspace(10) == first and h.workspace(1 << 20) == first
@@ -785,6 +786,35 @@ def test_workspace_grows_in_stream_order(monkeypatch):
     h.close()   # borrowed handle: its workspace is still freed, in stream order
     assert events == [("alloc", 1 << 20, 0x77), ("alloc", 4 << 20, 0x77),
                       ("free", first, 0x77), ("free", bigger, 0x77)]
+
+
+def test_workspace_never_grows_during_capture(monkeypatch):
+    from cupric.runtime import memory
+    sizes = []
+
+    class Block:
+        def __init__(self, size, stream):
+            self.nbytes, self.ptr = size, 0x100000 + len(sizes) * (16 << 20)
+            sizes.append(size)
+
+        def close(self, stream=None):
+            pass
+
+    monkeypatch.setattr(memory, "empty", lambda n, dtype, stream=None: Block(n, stream))
+    capturing = []
+    monkeypatch.setattr(handle_mod, "_capturing", lambda stream: bool(capturing))
+    h = handle_mod.Handle.from_handle(0xDEAD0, stream=0x77)
+    first = h.reserve_workspace(2 << 20)
+    capturing.append(True)
+    # Large enough already: the same block, no allocation inside the capture.
+    assert h.workspace(1 << 20) == first and sizes == [2 << 20]
+    with pytest.raises(RuntimeError, match="reserve_workspace"):
+        h.workspace(3 << 20)
+    assert sizes == [2 << 20]
+    with pytest.raises(ValueError):
+        h.reserve_workspace(-1)
+    capturing.clear()
+    h.close()
 
 
 # --------------------------------------------------------------------------------------

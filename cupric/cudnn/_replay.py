@@ -1,0 +1,264 @@
+"""Compiled replay of cuDNN calls: a checked call's plan and arguments, run again in C.
+
+Every cupric.cudnn operation first offers its arguments to `run`, a small CPython
+extension. It reads each array (a cupric `DeviceBuffer` through its slots, a PyTorch
+tensor through ``data_ptr()``, ``shape``, ``stride()``, ``dtype``...), builds the call's
+key (the operation's parameters and each array's type, dtype, shape, strides and
+alignment) and looks it up in the handle's table of *entries*. An entry is what a full
+Python call of the same key used: the execution plan (and its workspace) or the legacy
+entry point with its descriptors and scalars, which arguments take which data pointers,
+the byte extents of every array and how to allocate each output. The extension checks
+what the key cannot (closed handle, stream, buffers, descriptors and workspace;
+read-only outputs; outputs overlapping inputs; the device of PyTorch tensors), allocates
+outputs through `cupric.runtime.memory.empty` (the compiled allocation path), patches
+the pointers into a variant pack (reused while they stay the same) or the argument list,
+and calls cuDNN. Anything it does not know - another array kind, a new shape, a
+multi-GPU handle, a failed check - returns None, and the Python path runs, raising the
+typed error where there is one, and records the entry after a successful call.
+
+The extension is built once per machine and Python version into the cupric cache (see
+`cupric.runtime._cext`); without a compiler everything runs through the Python paths.
+``CUPRIC_CUDNN_FASTPATH=0`` turns replay off; ``CUPRIC_BUILD_LAUNCHER=0`` stops cupric
+from compiling it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from cupric.runtime import _cext
+
+from ._replay_c import SOURCE
+
+__all__ = ["run", "load", "build_error", "remember_graph", "remember_legacy", "KINDS",
+           "ENTRY_LIMIT"]
+
+# The call shapes the extension knows (the order of its C enum).
+KINDS = {"graph": 0, "p8": 1, "p12": 2, "softmax_fwd": 3, "softmax_bwd": 4,
+         "bn_train": 5, "bn_infer": 6, "bn_bwd": 7, "dropout": 8, "p7": 9}
+ENTRY_LIMIT = 2048  # per handle
+
+_module = None
+_error: str | None = None
+_lock = threading.Lock()
+
+
+def build_error() -> str | None:
+    """Why the extension could not be built, loaded or configured, or None."""
+    return _error
+
+
+def load(build: bool | None = None):
+    """The configured extension module (built into the cache if needed), or None.
+
+    A failure is recorded in `build_error` and not retried within the process.
+    """
+    global _module, _error
+    if _module is not None:
+        return _module
+    with _lock:
+        if _module is not None:
+            return _module
+        if _error is not None:
+            return None
+        if os.environ.get("CUPRIC_CUDNN_FASTPATH", "1") == "0":
+            _error = "disabled by CUPRIC_CUDNN_FASTPATH=0"
+            return None
+        try:
+            module = _cext.open_extension("_cupric_dnnreplay", "cudnn", SOURCE,
+                                          "cuDNN replay extension", build)
+            if module is None:
+                _error = "not built (CUPRIC_BUILD_LAUNCHER=0)"
+                return None
+            _configure(module)
+        except Exception as exc:  # no compiler, headers or cuDNN: the Python paths run
+            _error = f"{type(exc).__name__}: {exc}"[:500]
+            return None
+        _module = module
+        return module
+
+
+def _configure(module) -> None:
+    from cupric.runtime._lifetime import Resource
+    from cupric.runtime.memory import DeviceBuffer, _Allocation, empty
+
+    from . import lib
+    from .backend import check as backend_check
+    from .handle import Handle, _Owned, _tls
+    ffi, L = lib.ffi, lib.lib
+    fns = tuple(int(ffi.cast("uintptr_t", getattr(L, name))) for name in (
+        "cudnnBackendCreateDescriptor", "cudnnBackendSetAttribute", "cudnnBackendFinalize",
+        "cudnnBackendDestroyDescriptor", "cudnnBackendExecute"))
+    enums = (int(L.CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR),
+             int(L.CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS),
+             int(L.CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS),
+             int(L.CUDNN_ATTR_VARIANT_PACK_WORKSPACE), int(L.CUDNN_TYPE_INT64),
+             int(L.CUDNN_TYPE_VOID_PTR))
+    module.configure(DeviceBuffer, _Allocation, Resource, Handle, _Owned, _tls, empty,
+                     backend_check, lib.check, fns, enums)
+
+
+def _first_call(head, arrays, outs, handle, stream):
+    """`run` before the first call: load and install the extension, take the Python path."""
+    global run
+    module = load()
+    run = module.run if module is not None else _python_path
+    return None
+
+
+def _python_path(head, arrays, outs, handle, stream):
+    return None
+
+
+#: run(head, arrays, outs, handle, stream) -> tuple of outputs, or None (Python path).
+run = _first_call
+
+
+# --------------------------------------------------------------------------------------
+# Entries (recorded by the Python paths after a successful, fully checked call)
+
+
+def _torch_seen(arrays) -> None:
+    import sys
+    torch = sys.modules.get("torch")
+    if torch is None or _module is None:
+        return
+    if any(type(a) is torch.Tensor for a in arrays):
+        _module.set_torch(torch.Tensor, torch.strided)
+
+
+def _key(h, head, arrays, outs):
+    module = _module
+    if module is None or h._multi or len(h._replays) >= ENTRY_LIMIT:
+        return None
+    _torch_seen(arrays + outs)
+    return module.key_of(head, arrays, outs, h)
+
+
+def _spans(tensors) -> tuple:
+    from cupric.runtime.memory import extent
+    spans = []
+    for t in tensors:
+        if t is None:
+            spans.append((0, 0))
+        else:
+            buf = getattr(t, "buf", t)  # a checked tensor, or a buffer cupric made
+            spans.append(extent(buf.shape, buf.strides, buf.itemsize))
+    return tuple(spans)
+
+
+def _allocs(outs, out_tensors, allocated) -> tuple | None:
+    """Per output: how the entry allocates it when the caller passes None, else None;
+    None overall when an allocation cannot be replayed (a uint16 stand-in for
+    bfloat16, which must be remembered as such)."""
+    import numpy as np
+    specs = []
+    for given, t, alloc in zip(outs, out_tensors, allocated):
+        if given is not None or not alloc:
+            specs.append(None)
+            continue
+        buf = t.buf if hasattr(t, "buf") else t
+        if buf.dtype == np.uint16:
+            return None
+        base = buf._base
+        if base is None:
+            specs.append((buf.shape, buf.dtype, None, None))
+        else:
+            if base._base is not None or base.ptr != buf.ptr or base.nbytes != buf.nbytes:
+                return None
+            specs.append((base.shape, buf.dtype, buf.shape, buf.strides))
+    return tuple(specs)
+
+
+def _replayable(tensors) -> bool:
+    import numpy as np
+    # A uint16 DeviceBuffer stands for bfloat16 only when cupric made it: never replayed.
+    return not any(getattr(t, "etype", None) == "bf16" and t.buf.dtype == np.uint16
+                   for t in tensors)
+
+
+def remember_graph(h, head, arrays, outs, tensors, plan, uid_slots, *, allocated=None,
+                   inplace=None) -> None:
+    """Record the entry of a graph call that just ran.
+
+    Parameters
+    ----------
+    h : Handle
+    head : tuple
+        The operation's parameters, as its fast path passes them to `run`.
+    arrays, outs : tuple
+        The caller's input and output arguments (outputs None where allocated).
+    tensors : sequence of V.Tensor or None
+        The checked tensors of `arrays` then `outs`, in that order.
+    plan : graph.Plan
+        The plan that ran (its workspace is the handle's current one).
+    uid_slots : dict uid -> index into `tensors`
+    allocated : sequence of bool, optional
+        Per output, whether the Python path allocated it when None (default: all).
+    inplace : sequence of int, optional
+        Per output, a bit mask of the inputs it may coincide with exactly.
+    """
+    key = _key(h, head, arrays, outs)
+    if key is None or not _replayable(tensors):
+        return
+    n_in = len(arrays)
+    allocs = _allocs(outs, tensors[n_in:], allocated or (True,) * len(outs))
+    if allocs is None:
+        return
+    ws_obj = None
+    ws = 0
+    if plan.workspace_size > 0:
+        ws_obj = h._owned.workspace
+        if ws_obj is None or ws_obj.nbytes < plan.workspace_size:
+            return
+        ws = ws_obj.ptr
+    uids = tuple(plan.uids)
+    slots = tuple(uid_slots[u] for u in uids)
+    entry = _module.make_entry(
+        KINDS["graph"], 0, h._ptr, (), (), (), plan.descriptor._ptr, uids, slots,
+        ws_obj, ws, n_in, _spans(tensors), tuple(inplace or (0,) * len(outs)), allocs,
+        (plan.descriptor,), plan)
+    h._replays[key] = entry
+
+
+def remember_legacy(h, head, arrays, outs, tensors, kind, fn, template, *, doubles=(),
+                    guards=(), keep=None, allocated=None, inplace=None,
+                    alloc_tensors=None) -> None:
+    """Record the entry of a legacy call that just ran.
+
+    `template` lists the call's arguments: an int (the address of a descriptor or a
+    scalar, an enum), or ``("t", i)`` for the data pointer of ``tensors[i]``; `fn` the
+    cffi function called; `guards` the Resources (descriptors) it used, which must still
+    be open; `keep` what else the addresses belong to (scalars). `alloc_tensors`
+    replaces the output tensors for the allocation specs (outputs that are not checked
+    tensors, such as a dropout reserve).
+    """
+    key = _key(h, head, arrays, outs)
+    if key is None or not _replayable(tensors):
+        return
+    from . import lib
+    n_in = len(arrays)
+    allocs = _allocs(outs, alloc_tensors if alloc_tensors is not None else tensors[n_in:],
+                     allocated or (True,) * len(outs))
+    if allocs is None:
+        return
+    args, slots = [], []
+    for item in template:
+        if isinstance(item, tuple):
+            args.append(0)
+            slots.append(item[1])
+        else:
+            args.append(int(item))
+            slots.append(-1)
+    entry = _module.make_entry(
+        KINDS[kind], int(lib.ffi.cast("uintptr_t", fn)), h._ptr, tuple(args),
+        tuple(slots), tuple(float(d) for d in doubles), 0, (), (), None, 0, n_in,
+        _spans(tensors), tuple(inplace or (0,) * len(outs)), allocs, tuple(guards), keep)
+    h._replays[key] = entry
+
+
+def address(cdata) -> int:
+    """The address held by a cffi pointer (a descriptor, a scalar's storage)."""
+    from . import lib
+    return int(lib.ffi.cast("uintptr_t", cdata))

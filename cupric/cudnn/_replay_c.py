@@ -1,0 +1,621 @@
+"""C source of the cuDNN replay extension (built by `cupric.cudnn._replay`).
+
+Kept apart from the Python side so that its digest, which names the built file, changes
+only when the C does.
+"""
+
+SOURCE = r"""
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Entry points, as declared in cudnn_graph.h / cudnn_ops.h / cudnn_cnn.h (handles and
+   descriptors are pointers, enums int). */
+typedef int (*create_fn)(int, void **);
+typedef int (*set_fn)(void *, int, int, int64_t, const void *);
+typedef int (*one_fn)(void *);
+typedef int (*exec_fn)(void *, void *, void *);
+typedef int (*p8_fn)(void *, void *, void *, void *, void *, void *, void *, void *);
+typedef int (*p12_fn)(void *, void *, void *, void *, void *, void *, void *, void *, void *,
+                      void *, void *, void *);
+typedef int (*smf_fn)(void *, int, int, void *, void *, void *, void *, void *, void *);
+typedef int (*smb_fn)(void *, int, int, void *, void *, void *, void *, void *, void *, void *,
+                      void *);
+typedef int (*bnt_fn)(void *, int, void *, void *, void *, void *, void *, void *, void *,
+                      void *, void *, double, void *, void *, double, void *, void *);
+typedef int (*bni_fn)(void *, int, void *, void *, void *, void *, void *, void *, void *,
+                      void *, void *, void *, void *, double);
+typedef int (*bnb_fn)(void *, int, void *, void *, void *, void *, void *, void *, void *,
+                      void *, void *, void *, void *, void *, void *, void *, double, void *,
+                      void *);
+typedef int (*drop_fn)(void *, void *, void *, void *, void *, void *, void *, size_t);
+typedef int (*p7_fn)(void *, void *, void *, void *, void *, void *, void *);
+
+enum { K_GRAPH = 0, K_P8, K_P12, K_SMF, K_SMB, K_BNT, K_BNI, K_BNB, K_DROP, K_P7, K_LAST };
+static const int NARGS[K_LAST] = {0, 8, 12, 9, 11, 17, 14, 19, 8, 7};
+
+#define MAXA 12      /* arrays per call (inputs + outputs) */
+#define MAXARG 20
+#define MAXUID 16
+#define MAXGUARD 12
+static const char CAPSULE[] = "cupric.cudnn.replay_entry";
+
+typedef struct {
+    int kind, n_in, n_out, nargs, nuid;
+    void *fn, *handle;
+    uint64_t args[MAXARG];
+    int slot[MAXARG];              /* -1: constant, else the array whose pointer goes there */
+    double dbl[2];
+    void *plan;
+    int64_t uids[MAXUID];
+    int uid_slot[MAXUID];
+    void *ws;
+    PyObject *ws_obj;              /* the handle's workspace buffer the plan ran with */
+    long long lo[MAXA], hi[MAXA];  /* byte extents relative to each pointer */
+    unsigned alias_ok[MAXA];       /* outputs: bit i set = may coincide with input i */
+    PyObject *alloc_shape[MAXA], *alloc_dtype[MAXA], *view_shape[MAXA], *view_strides[MAXA];
+    int n_guard;
+    PyObject *guard[MAXGUARD];     /* Resources whose _closed must be False */
+    PyObject *keep;
+    void *pack;                    /* last variant pack and what it was made with */
+    void *pack_ptrs[MAXUID];
+    void *pack_ws;
+} Entry;
+
+static int configured = 0;
+static PyTypeObject *buffer_type, *alloc_type, *handle_type, *torch_type;
+static PyObject *tls, *empty_fn, *graph_check, *legacy_check, *torch_strided;
+static Py_ssize_t off_ptr, off_shape, off_strides, off_dtype, off_readonly, off_alloc,
+    off_stream, off_closed, off_alloc_closed, off_h_ptr, off_h_multi, off_h_stream,
+    off_h_stream_obj, off_h_device, off_h_owned, off_h_replays, off_owned_ws;
+static create_fn be_create;
+static set_fn be_set;
+static one_fn be_finalize, be_destroy;
+static exec_fn be_execute;
+static int E_PACK, A_UIDS, A_PTRS, A_WS, T_INT64, T_VOID_PTR;
+static PyObject *s_handle, *s_closed, *s_is_cuda, *s_requires_grad, *s_layout, *s_dtype,
+    *s_shape, *s_stride, *s_data_ptr, *s_get_device;
+
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+static void entry_free(PyObject *capsule) {
+    Entry *e = (Entry *)PyCapsule_GetPointer(capsule, CAPSULE);
+    if (e == NULL) { PyErr_Clear(); return; }
+    if (e->pack != NULL && be_destroy != NULL) be_destroy(e->pack);
+    Py_XDECREF(e->ws_obj);
+    for (int i = 0; i < MAXA; i++) {
+        Py_XDECREF(e->alloc_shape[i]); Py_XDECREF(e->alloc_dtype[i]);
+        Py_XDECREF(e->view_shape[i]); Py_XDECREF(e->view_strides[i]);
+    }
+    for (int i = 0; i < e->n_guard; i++) Py_XDECREF(e->guard[i]);
+    Py_XDECREF(e->keep);
+    PyMem_Free(e);
+}
+
+static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *off) {
+    PyObject *descr = PyObject_GetAttrString((PyObject *)type, name);
+    if (descr == NULL) return -1;
+    if (!Py_IS_TYPE(descr, &PyMemberDescr_Type)
+        || ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
+        Py_DECREF(descr);
+        PyErr_Format(PyExc_TypeError, "%s.%s is not an object slot", type->tp_name, name);
+        return -1;
+    }
+    *off = ((PyMemberDescrObject *)descr)->d_member->offset;
+    Py_DECREF(descr);
+    return 0;
+}
+
+static int as_u64(PyObject *o, uint64_t *out) {
+    if (!PyLong_Check(o)) { PyErr_SetString(PyExc_TypeError, "expected an int"); return -1; }
+    *out = (uint64_t)PyLong_AsUnsignedLongLongMask(o);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* configure(DeviceBuffer, _Allocation, Resource, Handle, _Owned, tls, empty, graph_check,
+             legacy_check, (create, set, finalize, destroy, execute),
+             (VARIANT_PACK, UNIQUE_IDS, DATA_POINTERS, WORKSPACE, TYPE_INT64, TYPE_VOID_PTR)) */
+static PyObject *configure(PyObject *module, PyObject *args) {
+    PyObject *bt, *at, *rt, *ht, *ot, *t, *e, *gc, *lc, *fns, *enums;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!OOOOO!O!", &PyType_Type, &bt, &PyType_Type, &at,
+                          &PyType_Type, &rt, &PyType_Type, &ht, &PyType_Type, &ot, &t, &e,
+                          &gc, &lc, &PyTuple_Type, &fns, &PyTuple_Type, &enums))
+        return NULL;
+    PyTypeObject *B = (PyTypeObject *)bt, *A = (PyTypeObject *)at, *R = (PyTypeObject *)rt,
+        *H = (PyTypeObject *)ht, *O = (PyTypeObject *)ot;
+    if (slot_offset(B, "ptr", &off_ptr) || slot_offset(B, "shape", &off_shape)
+        || slot_offset(B, "strides", &off_strides) || slot_offset(B, "dtype", &off_dtype)
+        || slot_offset(B, "readonly", &off_readonly) || slot_offset(B, "_alloc", &off_alloc)
+        || slot_offset(B, "_stream", &off_stream)
+        || slot_offset(R, "_closed", &off_closed)
+        || slot_offset(A, "_closed", &off_alloc_closed)
+        || slot_offset(H, "_ptr", &off_h_ptr) || slot_offset(H, "_multi", &off_h_multi)
+        || slot_offset(H, "_stream_ptr", &off_h_stream)
+        || slot_offset(H, "_stream_obj", &off_h_stream_obj)
+        || slot_offset(H, "_device", &off_h_device) || slot_offset(H, "_owned", &off_h_owned)
+        || slot_offset(H, "_replays", &off_h_replays)
+        || slot_offset(O, "workspace", &off_owned_ws))
+        return NULL;
+    if (PyTuple_GET_SIZE(fns) != 5 || PyTuple_GET_SIZE(enums) != 6) {
+        PyErr_SetString(PyExc_ValueError, "configure: 5 entry points and 6 enums expected");
+        return NULL;
+    }
+    uint64_t v[6];
+    for (int i = 0; i < 5; i++) if (as_u64(PyTuple_GET_ITEM(fns, i), &v[i])) return NULL;
+    be_create = (create_fn)(uintptr_t)v[0]; be_set = (set_fn)(uintptr_t)v[1];
+    be_finalize = (one_fn)(uintptr_t)v[2]; be_destroy = (one_fn)(uintptr_t)v[3];
+    be_execute = (exec_fn)(uintptr_t)v[4];
+    for (int i = 0; i < 6; i++) if (as_u64(PyTuple_GET_ITEM(enums, i), &v[i])) return NULL;
+    E_PACK = (int)v[0]; A_UIDS = (int)v[1]; A_PTRS = (int)v[2]; A_WS = (int)v[3];
+    T_INT64 = (int)v[4]; T_VOID_PTR = (int)v[5];
+#define INTERN(var, text) if (var == NULL && (var = PyUnicode_InternFromString(text)) == NULL) return NULL
+    INTERN(s_handle, "handle"); INTERN(s_closed, "_closed"); INTERN(s_is_cuda, "is_cuda");
+    INTERN(s_requires_grad, "requires_grad"); INTERN(s_layout, "layout");
+    INTERN(s_dtype, "dtype"); INTERN(s_shape, "shape"); INTERN(s_stride, "stride");
+    INTERN(s_data_ptr, "data_ptr"); INTERN(s_get_device, "get_device");
+    Py_INCREF(bt); Py_INCREF(at); Py_INCREF(ht); Py_INCREF(t); Py_INCREF(e); Py_INCREF(gc);
+    Py_INCREF(lc);
+    buffer_type = B; alloc_type = A; handle_type = H;
+    tls = t; empty_fn = e; graph_check = gc; legacy_check = lc;
+    configured = 1;
+    Py_RETURN_NONE;
+}
+
+/* set_torch(torch.Tensor, torch.strided): PyTorch tensors are read directly from then on. */
+static PyObject *set_torch(PyObject *module, PyObject *args) {
+    PyObject *tt, *strided;
+    if (!PyArg_ParseTuple(args, "O!O", &PyType_Type, &tt, &strided)) return NULL;
+    Py_INCREF(tt); Py_INCREF(strided);
+    Py_XDECREF((PyObject *)torch_type); Py_XDECREF(torch_strided);
+    torch_type = (PyTypeObject *)tt; torch_strided = strided;
+    Py_RETURN_NONE;
+}
+
+/* The handle of a call (new reference), or NULL with no error set: the Python path. */
+static PyObject *usable_handle(PyObject *handle, PyObject *stream) {
+    PyObject *h;
+    if (handle == Py_None) {
+        if (stream != Py_None) return NULL;
+        h = PyObject_GetAttr(tls, s_handle);
+        if (h == NULL) { PyErr_Clear(); return NULL; }
+    } else {
+        if (stream != Py_None) return NULL;
+        Py_INCREF(handle);
+        h = handle;
+    }
+    if (!Py_IS_TYPE(h, handle_type) || SLOT(h, off_closed) != Py_False
+        || SLOT(h, off_h_multi) != Py_False) {
+        Py_DECREF(h);
+        return NULL;
+    }
+    PyObject *sobj = SLOT(h, off_h_stream_obj);
+    if (sobj != NULL && sobj != Py_None) {
+        PyObject *c = PyObject_GetAttr(sobj, s_closed);
+        if (c == NULL) PyErr_Clear();
+        int closed = c != NULL && c != Py_False;
+        Py_XDECREF(c);
+        if (closed) { Py_DECREF(h); return NULL; }
+    }
+    return h;
+}
+
+static int same_stream(PyObject *s, PyObject *h) {
+    if (s == NULL || s == Py_None) return 1;
+    if (s == SLOT(h, off_h_stream_obj)) return 1;
+    if (!PyLong_Check(s)) return 0;
+    unsigned long long a = PyLong_AsUnsignedLongLongMask(s);
+    unsigned long long b = PyLong_AsUnsignedLongLongMask(SLOT(h, off_h_stream));
+    if (PyErr_Occurred()) { PyErr_Clear(); return 0; }
+    if (a == 0) a = 1;   /* 0 and 1 both name the legacy default stream */
+    if (b == 0) b = 1;
+    return a == b;
+}
+
+/* Read one array into key[at .. at+4] and *ptr. 1: done; 0: the Python path (no error). */
+static int read_array(PyObject *obj, PyObject *h, PyObject *key, Py_ssize_t at,
+                      uintptr_t *ptr, int *readonly) {
+    PyObject *items[5] = {NULL, NULL, NULL, NULL, NULL};
+    if (obj == Py_None) {
+        *ptr = 0; *readonly = 0;
+        for (int i = 0; i < 5; i++) { Py_INCREF(Py_None); PyTuple_SET_ITEM(key, at + i, Py_None); }
+        return 1;
+    }
+    if (Py_IS_TYPE(obj, buffer_type)) {
+        PyObject *alloc = SLOT(obj, off_alloc);
+        if (alloc == NULL || SLOT(alloc, off_alloc_closed) != Py_False) return 0;
+        if (!same_stream(SLOT(obj, off_stream), h)) return 0;
+        PyObject *p = SLOT(obj, off_ptr);
+        if (p == NULL || !PyLong_Check(p)) return 0;
+        *ptr = (uintptr_t)PyLong_AsUnsignedLongLongMask(p);
+        if (PyErr_Occurred()) { PyErr_Clear(); return 0; }
+        *readonly = SLOT(obj, off_readonly) != Py_False;
+        items[1] = SLOT(obj, off_dtype); items[2] = SLOT(obj, off_shape);
+        items[3] = SLOT(obj, off_strides);
+        if (items[1] == NULL || items[2] == NULL || items[3] == NULL) return 0;
+        Py_INCREF(items[1]); Py_INCREF(items[2]); Py_INCREF(items[3]);
+    } else if (torch_type != NULL && Py_IS_TYPE(obj, torch_type)) {
+        PyObject *v;
+        int ok;
+        /* Outside the common case (host, autograd or sparse tensors) the Python path
+           raises its typed error. */
+        v = PyObject_GetAttr(obj, s_is_cuda); ok = v == Py_True; Py_XDECREF(v);
+        if (!ok) goto torch_fail;
+        v = PyObject_GetAttr(obj, s_requires_grad); ok = v == Py_False; Py_XDECREF(v);
+        if (!ok) goto torch_fail;
+        v = PyObject_GetAttr(obj, s_layout); ok = v != NULL && v == torch_strided;
+        Py_XDECREF(v);
+        if (!ok) goto torch_fail;
+        v = PyObject_CallMethodNoArgs(obj, s_get_device);
+        ok = v != NULL && PyLong_Check(v)
+             && PyObject_RichCompareBool(v, SLOT(h, off_h_device), Py_EQ) == 1;
+        Py_XDECREF(v);
+        if (!ok) goto torch_fail;
+        v = PyObject_CallMethodNoArgs(obj, s_data_ptr);
+        if (v == NULL || !PyLong_Check(v)) { Py_XDECREF(v); goto torch_fail; }
+        *ptr = (uintptr_t)PyLong_AsUnsignedLongLongMask(v);
+        Py_DECREF(v);
+        *readonly = 0;
+        items[1] = PyObject_GetAttr(obj, s_dtype);
+        items[2] = PyObject_GetAttr(obj, s_shape);
+        items[3] = PyObject_CallMethodNoArgs(obj, s_stride);
+        if (items[1] == NULL || items[2] == NULL || items[3] == NULL || PyErr_Occurred()) {
+            Py_XDECREF(items[1]); Py_XDECREF(items[2]); Py_XDECREF(items[3]);
+            goto torch_fail;
+        }
+    } else {
+        return 0;
+    }
+    uintptr_t a = *ptr ? (*ptr & (~*ptr + 1)) : 16;
+    if (a > 16) a = 16;
+    items[4] = PyLong_FromUnsignedLong((unsigned long)a);
+    if (items[4] == NULL) {
+        PyErr_Clear();
+        Py_DECREF(items[1]); Py_DECREF(items[2]); Py_DECREF(items[3]);
+        return 0;
+    }
+    items[0] = (PyObject *)Py_TYPE(obj);
+    Py_INCREF(items[0]);
+    for (int i = 0; i < 5; i++) PyTuple_SET_ITEM(key, at + i, items[i]);
+    return 1;
+torch_fail:
+    PyErr_Clear();
+    return 0;
+}
+
+/* The key of a call (new reference) with each array's pointer, or NULL (no error). */
+static PyObject *make_key(PyObject *head, PyObject *arrays, PyObject *outs, PyObject *h,
+                          uintptr_t *ptrs, int *readonly, Py_ssize_t *n_in, Py_ssize_t *n_out) {
+    if (!PyTuple_CheckExact(arrays) || !PyTuple_CheckExact(outs)) return NULL;
+    Py_ssize_t ni = PyTuple_GET_SIZE(arrays), no = PyTuple_GET_SIZE(outs);
+    if (ni + no > MAXA) return NULL;
+    PyObject *key = PyTuple_New(1 + 5 * (ni + no));
+    if (key == NULL) { PyErr_Clear(); return NULL; }
+    Py_INCREF(head);
+    PyTuple_SET_ITEM(key, 0, head);
+    for (Py_ssize_t i = 0; i < ni + no; i++) {
+        PyObject *obj = i < ni ? PyTuple_GET_ITEM(arrays, i) : PyTuple_GET_ITEM(outs, i - ni);
+        if (!read_array(obj, h, key, 1 + 5 * i, &ptrs[i], &readonly[i])) {
+            /* Unfilled items are NULL; a tuple deallocates those fine. */
+            Py_DECREF(key);
+            return NULL;
+        }
+    }
+    *n_in = ni; *n_out = no;
+    return key;
+}
+
+/* key_of(head, arrays, outs, handle) -> the key `run` looks up, or None */
+static PyObject *key_of(PyObject *module, PyObject *args) {
+    PyObject *head, *arrays, *outs, *handle;
+    if (!PyArg_ParseTuple(args, "OOOO", &head, &arrays, &outs, &handle)) return NULL;
+    if (!configured) Py_RETURN_NONE;
+    PyObject *h = usable_handle(handle, Py_None);
+    if (h == NULL) Py_RETURN_NONE;
+    uintptr_t ptrs[MAXA];
+    int ro[MAXA];
+    Py_ssize_t ni, no;
+    PyObject *key = make_key(head, arrays, outs, h, ptrs, ro, &ni, &no);
+    Py_DECREF(h);
+    if (key == NULL) Py_RETURN_NONE;
+    return key;
+}
+
+static int seq_u64(PyObject *seq, uint64_t *out, int max, int *n) {
+    if (!PyTuple_Check(seq) || PyTuple_GET_SIZE(seq) > max) {
+        PyErr_SetString(PyExc_ValueError, "make_entry: a tuple is too long");
+        return -1;
+    }
+    *n = (int)PyTuple_GET_SIZE(seq);
+    for (int i = 0; i < *n; i++) if (as_u64(PyTuple_GET_ITEM(seq, i), &out[i])) return -1;
+    return 0;
+}
+
+/* make_entry(kind, fn, handle, args, slots, dbls, plan, uids, uid_slots, ws_obj, ws,
+              n_in, spans, alias_ok, allocs, guards, keep) */
+static PyObject *make_entry(PyObject *module, PyObject *args) {
+    int kind, n_in;
+    PyObject *fn, *hp, *a, *sl, *dbls, *plan, *uids, *uslots, *ws_obj, *ws, *spans, *alias,
+        *allocs, *guards, *keep;
+    if (!PyArg_ParseTuple(args, "iOOOOOOOOOOiOOOOO", &kind, &fn, &hp, &a, &sl, &dbls, &plan,
+                          &uids, &uslots, &ws_obj, &ws, &n_in, &spans, &alias, &allocs,
+                          &guards, &keep))
+        return NULL;
+    if (kind < 0 || kind >= K_LAST) {
+        PyErr_SetString(PyExc_ValueError, "make_entry: unknown kind");
+        return NULL;
+    }
+    Entry *e = (Entry *)PyMem_Calloc(1, sizeof(Entry));
+    if (e == NULL) return PyErr_NoMemory();
+    PyObject *capsule = PyCapsule_New(e, CAPSULE, entry_free);
+    if (capsule == NULL) { PyMem_Free(e); return NULL; }
+    uint64_t tmp[MAXARG > MAXUID ? MAXARG : MAXUID];
+    int n, n2;
+    e->kind = kind;
+    if (as_u64(fn, &tmp[0])) goto fail;
+    e->fn = (void *)(uintptr_t)tmp[0];
+    if (as_u64(hp, &tmp[0])) goto fail;
+    e->handle = (void *)(uintptr_t)tmp[0];
+    if (seq_u64(a, e->args, MAXARG, &e->nargs)) goto fail;
+    if (seq_u64(sl, tmp, MAXARG, &n)) goto fail;
+    if (n != e->nargs || (kind != K_GRAPH && e->nargs != NARGS[kind])) {
+        PyErr_SetString(PyExc_ValueError, "make_entry: wrong number of arguments");
+        goto fail;
+    }
+    for (int i = 0; i < n; i++) e->slot[i] = (int)(int64_t)tmp[i];
+    if (!PyTuple_Check(dbls) || PyTuple_GET_SIZE(dbls) > 2) {
+        PyErr_SetString(PyExc_ValueError, "make_entry: at most 2 doubles");
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(dbls); i++) {
+        e->dbl[i] = PyFloat_AsDouble(PyTuple_GET_ITEM(dbls, i));
+        if (PyErr_Occurred()) goto fail;
+    }
+    if (as_u64(plan, &tmp[0])) goto fail;
+    e->plan = (void *)(uintptr_t)tmp[0];
+    if (seq_u64(uids, (uint64_t *)e->uids, MAXUID, &e->nuid)) goto fail;
+    if (seq_u64(uslots, tmp, MAXUID, &n2)) goto fail;
+    if (n2 != e->nuid) {
+        PyErr_SetString(PyExc_ValueError, "make_entry: uids and slots differ in length");
+        goto fail;
+    }
+    for (int i = 0; i < n2; i++) e->uid_slot[i] = (int)(int64_t)tmp[i];
+    if (ws_obj != Py_None) { Py_INCREF(ws_obj); e->ws_obj = ws_obj; }
+    if (as_u64(ws, &tmp[0])) goto fail;
+    e->ws = (void *)(uintptr_t)tmp[0];
+    e->n_in = n_in;
+    if (!PyTuple_Check(spans) || PyTuple_GET_SIZE(spans) > MAXA
+        || !PyTuple_Check(alias) || !PyTuple_Check(allocs) || !PyTuple_Check(guards)
+        || PyTuple_GET_SIZE(guards) > MAXGUARD) {
+        PyErr_SetString(PyExc_ValueError, "make_entry: bad spans, aliases, allocs or guards");
+        goto fail;
+    }
+    int na = (int)PyTuple_GET_SIZE(spans);
+    e->n_out = na - n_in;
+    if (e->n_out < 0 || PyTuple_GET_SIZE(allocs) != e->n_out
+        || PyTuple_GET_SIZE(alias) != e->n_out) {
+        PyErr_SetString(PyExc_ValueError, "make_entry: spans, aliases and allocs differ");
+        goto fail;
+    }
+    for (int i = 0; i < na; i++) {
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(spans, i), "LL", &e->lo[i], &e->hi[i]))
+            goto fail;
+    }
+    for (int j = 0; j < e->n_out; j++) {
+        e->alias_ok[n_in + j] = (unsigned)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(alias, j));
+        if (PyErr_Occurred()) goto fail;
+        PyObject *spec = PyTuple_GET_ITEM(allocs, j);
+        if (spec == Py_None) continue;
+        PyObject *shp, *dt, *vs, *vt;
+        if (!PyArg_ParseTuple(spec, "OOOO", &shp, &dt, &vs, &vt)) goto fail;
+        Py_INCREF(shp); e->alloc_shape[n_in + j] = shp;
+        Py_INCREF(dt); e->alloc_dtype[n_in + j] = dt;
+        if (vs != Py_None) {
+            Py_INCREF(vs); e->view_shape[n_in + j] = vs;
+            Py_INCREF(vt); e->view_strides[n_in + j] = vt;
+        }
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(guards); i++) {
+        PyObject *g = PyTuple_GET_ITEM(guards, i);
+        Py_INCREF(g);
+        e->guard[e->n_guard++] = g;
+    }
+    Py_INCREF(keep); e->keep = keep;
+    return capsule;
+fail:
+    Py_DECREF(capsule);
+    return NULL;
+}
+
+static int overlaps(uintptr_t x, long long xlo, long long xhi, uintptr_t y, long long ylo,
+                    long long yhi) {
+    long long xs = (long long)x, ys = (long long)y;
+    return xs + xlo < ys + yhi && ys + ylo < xs + xhi;
+}
+
+static int raise_status(PyObject *check, int status, int graph) {
+    PyObject *r = graph ? PyObject_CallFunction(check, "is", status, "cudnnBackendExecute")
+                        : PyObject_CallFunction(check, "i", status);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    PyErr_Format(PyExc_RuntimeError, "cuDNN status %d was not raised by check", status);
+    return -1;
+}
+
+static int run_graph(Entry *e, void *handle, uintptr_t *ptrs) {
+    void *data[MAXUID];
+    for (int i = 0; i < e->nuid; i++) data[i] = (void *)ptrs[e->uid_slot[i]];
+    int status = 0;
+    if (e->pack == NULL || e->pack_ws != e->ws
+        || memcmp(e->pack_ptrs, data, sizeof(void *) * e->nuid) != 0) {
+        void *pack = NULL;
+        status = be_create(E_PACK, &pack);
+        if (status) return status;
+        void *ws = e->ws;
+        if (!(status = be_set(pack, A_UIDS, T_INT64, e->nuid, e->uids))
+            && !(status = be_set(pack, A_PTRS, T_VOID_PTR, e->nuid, data))
+            && !(status = be_set(pack, A_WS, T_VOID_PTR, 1, &ws)))
+            status = be_finalize(pack);
+        if (status) { be_destroy(pack); return status; }
+        if (e->pack != NULL) be_destroy(e->pack);
+        e->pack = pack;
+        memcpy(e->pack_ptrs, data, sizeof(void *) * e->nuid);
+        e->pack_ws = e->ws;
+    }
+    return be_execute(handle, e->plan, e->pack);
+}
+
+#define A(i) ((void *)(uintptr_t)v[i])
+static int run_legacy(Entry *e, uintptr_t *ptrs) {
+    uint64_t v[MAXARG];
+    for (int i = 0; i < e->nargs; i++) v[i] = e->slot[i] < 0 ? e->args[i] : ptrs[e->slot[i]];
+    switch (e->kind) {
+    case K_P8:
+        return ((p8_fn)e->fn)(A(0), A(1), A(2), A(3), A(4), A(5), A(6), A(7));
+    case K_P12:
+        return ((p12_fn)e->fn)(A(0), A(1), A(2), A(3), A(4), A(5), A(6), A(7), A(8), A(9),
+                               A(10), A(11));
+    case K_SMF:
+        return ((smf_fn)e->fn)(A(0), (int)v[1], (int)v[2], A(3), A(4), A(5), A(6), A(7), A(8));
+    case K_SMB:
+        return ((smb_fn)e->fn)(A(0), (int)v[1], (int)v[2], A(3), A(4), A(5), A(6), A(7), A(8),
+                               A(9), A(10));
+    case K_BNT:
+        return ((bnt_fn)e->fn)(A(0), (int)v[1], A(2), A(3), A(4), A(5), A(6), A(7), A(8), A(9),
+                               A(10), e->dbl[0], A(12), A(13), e->dbl[1], A(15), A(16));
+    case K_BNI:
+        return ((bni_fn)e->fn)(A(0), (int)v[1], A(2), A(3), A(4), A(5), A(6), A(7), A(8), A(9),
+                               A(10), A(11), A(12), e->dbl[0]);
+    case K_BNB:
+        return ((bnb_fn)e->fn)(A(0), (int)v[1], A(2), A(3), A(4), A(5), A(6), A(7), A(8), A(9),
+                               A(10), A(11), A(12), A(13), A(14), A(15), e->dbl[0], A(17),
+                               A(18));
+    case K_DROP:
+        return ((drop_fn)e->fn)(A(0), A(1), A(2), A(3), A(4), A(5), A(6), (size_t)v[7]);
+    case K_P7:
+        return ((p7_fn)e->fn)(A(0), A(1), A(2), A(3), A(4), A(5), A(6));
+    }
+    return -1;
+}
+#undef A
+
+/* run(head, arrays, outs, handle, stream) -> tuple of the outputs, or None for the Python
+   path. The handle's slot of `args` (index 0 of every legacy call) is always the entry's
+   handle. */
+static PyObject *run(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "run(head, arrays, outs, handle, stream)");
+        return NULL;
+    }
+    if (!configured) Py_RETURN_NONE;
+    PyObject *h = usable_handle(args[3], args[4]);
+    if (h == NULL) Py_RETURN_NONE;
+    uintptr_t ptrs[MAXA];
+    int ro[MAXA];
+    Py_ssize_t ni, no;
+    PyObject *made[MAXA] = {NULL};
+    PyObject *result = NULL, *capsule = NULL;
+    PyObject *key = make_key(args[0], args[1], args[2], h, ptrs, ro, &ni, &no);
+    if (key == NULL) goto python;
+    PyObject *table = SLOT(h, off_h_replays);
+    if (table == NULL || !PyDict_CheckExact(table)) goto python;
+    capsule = PyDict_GetItemWithError(table, key);  /* borrowed; hashing may fail */
+    if (capsule == NULL) { PyErr_Clear(); goto python; }
+    Py_INCREF(capsule);
+    Entry *e = (Entry *)PyCapsule_GetPointer(capsule, CAPSULE);
+    if (e == NULL) { PyErr_Clear(); goto python; }
+    if (e->n_in != ni || e->n_out != no) goto python;
+    for (int i = 0; i < e->n_guard; i++)
+        if (SLOT(e->guard[i], off_closed) != Py_False) goto python;
+    if (e->ws_obj != NULL) {
+        PyObject *owned = SLOT(h, off_h_owned);
+        if (owned == NULL || SLOT(owned, off_owned_ws) != e->ws_obj) goto python;
+        PyObject *alloc = SLOT(e->ws_obj, off_alloc);
+        if (alloc == NULL || SLOT(alloc, off_alloc_closed) != Py_False) goto python;
+    }
+    /* Outputs given: writable, and overlapping no other array (an exact alias where
+       the operation runs in place). */
+    for (Py_ssize_t j = ni; j < ni + no; j++) {
+        if (PyTuple_GET_ITEM(args[2], j - ni) == Py_None) continue;
+        if (ro[j]) goto python;
+        for (Py_ssize_t i = 0; i < ni + no; i++) {
+            if (i == j || !ptrs[i] || !ptrs[j]) continue;
+            if (!overlaps(ptrs[i], e->lo[i], e->hi[i], ptrs[j], e->lo[j], e->hi[j])) continue;
+            if (i < ni && (e->alias_ok[j] >> i) & 1u && ptrs[i] == ptrs[j]
+                && e->lo[i] == e->lo[j] && e->hi[i] == e->hi[j]
+                && PyObject_RichCompareBool(PyTuple_GET_ITEM(key, 4 + 5 * i),
+                                            PyTuple_GET_ITEM(key, 4 + 5 * j), Py_EQ) == 1)
+                continue;
+            PyErr_Clear();
+            goto python;
+        }
+    }
+    PyObject *hs = SLOT(h, off_h_stream);
+    for (Py_ssize_t j = ni; j < ni + no; j++) {
+        if (PyTuple_GET_ITEM(args[2], j - ni) != Py_None || e->alloc_shape[j] == NULL) continue;
+        PyObject *buf = PyObject_CallFunctionObjArgs(empty_fn, e->alloc_shape[j],
+                                                     e->alloc_dtype[j], hs, NULL);
+        if (buf == NULL) goto fail;
+        made[j] = buf;
+        if (!Py_IS_TYPE(buf, buffer_type)) {
+            PyErr_SetString(PyExc_TypeError, "empty() did not return a DeviceBuffer");
+            goto fail;
+        }
+        if (e->view_shape[j] != NULL) {
+            /* The fresh buffer seen through the caller's layout (NHWC): same bytes. */
+            PyObject *old_shape = SLOT(buf, off_shape), *old_strides = SLOT(buf, off_strides);
+            Py_INCREF(e->view_shape[j]); Py_INCREF(e->view_strides[j]);
+            SLOT(buf, off_shape) = e->view_shape[j];
+            SLOT(buf, off_strides) = e->view_strides[j];
+            Py_XDECREF(old_shape); Py_XDECREF(old_strides);
+        }
+        PyObject *p = SLOT(buf, off_ptr);
+        ptrs[j] = (uintptr_t)PyLong_AsUnsignedLongLongMask(p);
+        if (PyErr_Occurred()) goto fail;
+        /* Pool blocks are aligned far beyond the 16 bytes the plan assumed. */
+        if (ptrs[j] % 16) goto python;
+    }
+    int status = e->kind == K_GRAPH ? run_graph(e, e->handle, ptrs) : run_legacy(e, ptrs);
+    if (status) {
+        raise_status(e->kind == K_GRAPH ? graph_check : legacy_check, status,
+                     e->kind == K_GRAPH);
+        goto fail;
+    }
+    result = PyTuple_New(no);
+    if (result == NULL) goto fail;
+    for (Py_ssize_t j = 0; j < no; j++) {
+        PyObject *o = made[ni + j];
+        if (o == NULL) { o = PyTuple_GET_ITEM(args[2], j); Py_INCREF(o); }
+        else made[ni + j] = NULL;
+        PyTuple_SET_ITEM(result, j, o);
+    }
+    goto done;
+python:
+    Py_INCREF(Py_None);
+    result = Py_None;
+    goto done;
+fail:
+    result = NULL;
+done:
+    for (int j = 0; j < MAXA; j++) Py_XDECREF(made[j]);
+    Py_XDECREF(capsule);
+    Py_XDECREF(key);
+    Py_DECREF(h);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"configure", configure, METH_VARARGS, "set the types, callables and entry points"},
+    {"set_torch", set_torch, METH_VARARGS, "read torch.Tensor directly"},
+    {"key_of", key_of, METH_VARARGS, "the key of a call, or None"},
+    {"make_entry", make_entry, METH_VARARGS, "an entry capsule"},
+    {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL,
+     "run(head, arrays, outs, handle, stream) -> outputs or None"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, MODULE_NAME, NULL, -1, methods};
+
+PyMODINIT_FUNC INIT_NAME(void) { return PyModule_Create(&moduledef); }
+"""

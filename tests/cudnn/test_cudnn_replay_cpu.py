@@ -1,0 +1,245 @@
+"""CPU lane: the compiled replay of cuDNN calls, against C stand-ins for cuDNN.
+
+The extension is configured with ctypes callbacks in place of the backend entry points
+and of a legacy routine, and with buffers at made-up addresses: what it patches, reuses,
+allocates and refuses is checked without a GPU. (The GPU lane checks the same paths
+against cuDNN itself, in test_cudnn_replay_gpu.py.)
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from cupric.cudnn import _replay
+from cupric.runtime import memory
+
+P = ctypes.c_void_p
+
+
+@pytest.fixture
+def ext():
+    module = _replay.load()
+    if module is None:
+        pytest.skip(f"replay extension unavailable: {_replay.build_error()}")
+    return module
+
+
+class FakeCudnn:
+    """ctypes stand-ins: the five backend calls and one 8-pointer legacy routine."""
+
+    def __init__(self):
+        self.log = []
+        self.status = 0
+        self.next = 0x5000
+        self.packs = {}
+        self.live = set()
+
+        def create(kind, out):
+            self.next += 16
+            ctypes.cast(out, ctypes.POINTER(ctypes.c_void_p))[0] = self.next
+            self.packs[self.next] = {}
+            self.live.add(self.next)
+            return 0
+
+        def set_attr(desc, name, atype, count, data):
+            if atype == 99:  # INT64 stand-in
+                values = list(ctypes.cast(data, ctypes.POINTER(ctypes.c_int64))[:count])
+            else:
+                values = [v or 0 for v in ctypes.cast(data, ctypes.POINTER(P))[:count]]
+            self.packs[desc][name] = values
+            return 0
+
+        def finalize(desc):
+            return 0
+
+        def destroy(desc):
+            self.live.discard(desc)
+            return 0
+
+        def execute(handle, plan, pack):
+            self.log.append(("execute", handle, plan, dict(self.packs[pack]), pack))
+            return self.status
+
+        def legacy(*args):
+            self.log.append(("legacy",) + tuple(a or 0 for a in args))
+            return self.status
+
+        self.fns = [
+            ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, P)(create),
+            ctypes.CFUNCTYPE(ctypes.c_int, P, ctypes.c_int, ctypes.c_int, ctypes.c_int64,
+                             P)(set_attr),
+            ctypes.CFUNCTYPE(ctypes.c_int, P)(finalize),
+            ctypes.CFUNCTYPE(ctypes.c_int, P)(destroy),
+            ctypes.CFUNCTYPE(ctypes.c_int, P, P, P)(execute),
+        ]
+        self.legacy = ctypes.CFUNCTYPE(ctypes.c_int, *([P] * 8))(legacy)
+
+    def address(self, fn) -> int:
+        return ctypes.cast(fn, ctypes.c_void_p).value
+
+
+class Resource:
+    """Stands for a descriptor the entry guards (the real Resource's `_closed` slot)."""
+
+
+@pytest.fixture
+def fake(ext, monkeypatch):
+    from cupric.cudnn import lib
+    from cupric.cudnn.handle import Handle, _Owned, _tls
+    from cupric.runtime._lifetime import Resource as RealResource
+    from cupric.runtime.memory import DeviceBuffer, _Allocation
+    f = FakeCudnn()
+    made = []
+
+    def empty(shape, dtype, stream):
+        # Fresh "allocations" 1 MiB apart, far from the inputs' addresses.
+        buf = memory.borrow(0x40000000 + len(made) * (1 << 20), shape, None, dtype,
+                            stream=stream)
+        made.append(buf)
+        return buf
+
+    from cupric.cudnn.backend import check as backend_check
+    ext.configure(DeviceBuffer, _Allocation, RealResource, Handle, _Owned, _tls, empty,
+                  backend_check, lib.check, tuple(f.address(fn) for fn in f.fns),
+                  (7, 11, 12, 13, 99, 98))
+    f.made = made
+    f.handles = []
+    yield f
+    # Entries holding the stand-ins' variant packs go while the stand-ins are configured.
+    import gc
+    for h in f.handles:
+        h._replays.clear()
+    f.handles.clear()
+    gc.collect()
+    _replay._configure(ext)  # back to the real entry points
+
+
+def buf(ptr, shape=(2, 3, 4, 4), dtype=np.float32, readonly=False):
+    return memory.borrow(ptr, shape, None, dtype, readonly=readonly)
+
+
+def closed_guard():
+    from cupric.runtime._lifetime import Resource as RealResource
+
+    class G(RealResource):
+        __slots__ = ()
+    g = G.__new__(G)
+    g._init_resource(1, None)
+    return g
+
+
+def handle(f):
+    from cupric.cudnn.handle import Handle
+    h = Handle.from_handle(0xDEAD0, stream=0)
+    f.handles.append(h)
+    return h
+
+
+SHAPE = (2, 3, 4, 4)
+NBYTES = 2 * 3 * 4 * 4 * 4
+
+
+def legacy_entry(ext, f, h, x, out, *, alias=0, allocs=(None,), guards=()):
+    head = ("test_p8",)
+    key = ext.key_of(head, (x,), (out,), h)
+    assert key is not None
+    h._replays[key] = ext.make_entry(
+        _replay.KINDS["p8"], f.address(f.legacy), h._ptr,
+        (h._ptr, 0x111, 0x222, 0x333, 0, 0x444, 0x555, 0), (-1, -1, -1, -1, 0, -1, -1, 1),
+        (), 0, (), (), None, 0, 1, ((0, NBYTES), (0, NBYTES)), (alias,), allocs, guards,
+        None)
+    return head
+
+
+def test_legacy_call_patches_pointers_and_keeps_constants(ext, fake):
+    h = handle(fake)
+    x, y = buf(0x10000), buf(0x20000)
+    head = legacy_entry(ext, fake, h, x, y)
+    y2 = buf(0x30000)  # another output at another address: same key, same entry
+    assert ext.run(head, (buf(0x70000), ), (y2,), h, None) == (y2,)
+    assert fake.log == [("legacy", 0xDEAD0, 0x111, 0x222, 0x333, 0x70000, 0x444, 0x555,
+                         0x30000)]
+
+
+def test_refusals_fall_back_to_the_python_path(ext, fake):
+    h = handle(fake)
+    x, y = buf(0x10000), buf(0x20000)
+    head = legacy_entry(ext, fake, h, x, y)
+    cases = [
+        ((buf(0x10000, shape=(2, 3, 4, 5)),), (y,)),       # another shape: no entry
+        ((buf(0x10000, dtype=np.float64),), (y,)),         # another dtype
+        ((buf(0x10004),), (y,)),                           # less aligned
+        ((x,), (buf(0x20000, readonly=True),)),            # read-only output
+        ((x,), (buf(0x10000 + 64),)),                      # output overlaps the input
+        ((x,), (x,)),                                      # the input itself (no alias)
+        ((np.zeros(SHAPE, np.float32),), (y,)),            # a host array
+    ]
+    for arrays, outs in cases:
+        assert ext.run(head, arrays, outs, h, None) is None, (arrays, outs)
+    assert ext.run(head, (x,), (y,), h, 0) is None          # a stream with the handle
+    closed = buf(0x10000)
+    closed.close()
+    assert ext.run(head, (closed,), (y,), h, None) is None
+    assert fake.log == []
+    h.close()
+    assert ext.run(head, (x,), (y,), h, None) is None
+    assert fake.log == []
+
+
+def test_exact_alias_where_the_operation_runs_in_place(ext, fake):
+    h = handle(fake)
+    x = buf(0x10000)
+    head = legacy_entry(ext, fake, h, x, x, alias=1)
+    assert ext.run(head, (x,), (x,), h, None) == (x,)
+    assert fake.log[-1][5] == fake.log[-1][8] == 0x10000
+    # Overlapping but not the same array: still refused.
+    key = ext.key_of(head, (x,), (buf(0x10000 + 64),), h)
+    h._replays[key] = h._replays[ext.key_of(head, (x,), (x,), h)]
+    assert ext.run(head, (x,), (buf(0x10000 + 64),), h, None) is None
+
+
+def test_closed_guard_and_failing_status(ext, fake):
+    from cupric.cudnn import lib
+    h = handle(fake)
+    x, y = buf(0x10000), buf(0x20000)
+    g = closed_guard()
+    head = legacy_entry(ext, fake, h, x, y, guards=(g,))
+    fake.status = 3000  # CUDNN_STATUS_NOT_SUPPORTED
+    with pytest.raises(lib.CudnnError):
+        ext.run(head, (x,), (y,), h, None)
+    g._closed = True
+    assert ext.run(head, (x,), (y,), h, None) is None
+
+
+def test_outputs_allocated_in_the_recorded_layout(ext, fake):
+    h = handle(fake)
+    x = buf(0x10000)
+    physical = (2, 4, 4, 3)
+    view_shape, view_strides = SHAPE, (192, 4, 48, 12)   # NHWC seen as NCHW
+    head = legacy_entry(ext, fake, h, x, None,
+                        allocs=((physical, np.dtype(np.float32), view_shape, view_strides),))
+    (out,) = ext.run(head, (x,), (None,), h, None)
+    assert out.shape == view_shape and out.strides == view_strides
+    assert out.ptr == fake.made[0].ptr and fake.log[-1][8] == out.ptr
+
+
+def test_graph_variant_pack_reused_while_pointers_stay(ext, fake):
+    h = handle(fake)
+    x, y = buf(0x10000), buf(0x20000)
+    head = ("test_graph",)
+    key = ext.key_of(head, (x,), (y,), h)
+    h._replays[key] = ext.make_entry(
+        _replay.KINDS["graph"], 0, h._ptr, (), (), (), 0x7777, (5, 6), (1, 0), None, 0, 1,
+        ((0, NBYTES), (0, NBYTES)), (0,), (None,), (), None)
+    for _ in range(2):
+        assert ext.run(head, (x,), (y,), h, None) == (y,)
+    y2 = buf(0x30000)
+    ext.run(head, (x,), (y2,), h, None)
+    (_, h1, plan1, pack1, id1), (_, _, _, _, id2), (_, _, _, pack3, id3) = fake.log
+    assert (h1, plan1) == (0xDEAD0, 0x7777)
+    assert pack1[11] == [5, 6] and pack1[12] == [0x20000, 0x10000] and pack1[13] == [0]
+    assert id1 == id2 != id3 and pack3[12] == [0x30000, 0x10000]
+    assert fake.live == {id3}  # the replaced pack was destroyed
