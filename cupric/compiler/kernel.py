@@ -11,12 +11,13 @@ import functools
 import json
 import os
 import threading
+import weakref
 
 import numpy as np
 
+from cupric.compiler import launcher as _launcher
 from cupric.compiler.errors import CompileError
-from cupric.runtime.array_adapters import ADAPTERS as _ADAPTERS
-from cupric.runtime.array_adapters import adapter_for as _adapter_for
+from cupric.runtime import intake as _intake
 
 __all__ = ["kernel", "device_function", "Kernel", "DeviceFunction", "Specialization",
            "KernelArgumentError"]
@@ -129,6 +130,36 @@ def kernel(py_func=None, *, debug: bool = False, lineinfo: bool = False,
     return Kernel(py_func, **settings)
 
 
+def _check_function(py_func) -> None:
+    import types
+    if not isinstance(py_func, types.FunctionType):
+        raise TypeError(f"@cupric.kernel applies to a plain Python function (def), got "
+                        f"{type(py_func).__name__}")
+
+
+# Every kernel, for `_forget_device`: a context reset destroys the modules and launch
+# handles they keep.
+_KERNELS: "weakref.WeakSet[Kernel]" = weakref.WeakSet()
+
+
+def _forget_device(ordinal: int) -> None:
+    """After a reset of device `ordinal`'s context: drop the launch handles and generated
+    launchers loaded there (they are loaded again on the next launch)."""
+    for kern in list(_KERNELS):
+        with kern._lock:
+            kern._fast = None
+            kern._no_fast.clear()
+            for spec in list(kern._variants.values()):
+                with spec._lock:
+                    spec._on_device.pop(ordinal, None)
+                    spec._prepared = None
+
+
+def _register_reset_hook() -> None:
+    from cupric.runtime.context import on_reset
+    on_reset(_forget_device)
+
+
 # -- argument handling on the launch path -----------------------------------------------------
 
 def _layout(shape, strides, itemsize) -> str:
@@ -136,16 +167,10 @@ def _layout(shape, strides, itemsize) -> str:
     return _layout_of(strides, shape, itemsize)
 
 
-def _array_parts(buf, flat: list, extents: list, index: int):
-    """Append the ABI values of a device array (pointer, shapes, strides in elements);
-    return its cache-key part."""
-    return _array_values(buf.ptr, buf.shape, buf.strides, buf.itemsize, buf.dtype, flat,
-                         extents, index)
-
-
 def _array_values(ptr, shape, strides, itemsize, dtype, flat: list, extents: list,
                   index: int):
-    """`_array_parts` for an array given by its parts (strides in bytes)."""
+    """Append the ABI values of a device array given by its parts (pointer, shapes,
+    strides in elements; strides given in bytes); return its cache-key part."""
     geometry = _GEOMETRY.get((shape, strides, itemsize))
     if geometry is None:
         geometry = _geometry(shape, strides, itemsize, index)
@@ -187,35 +212,13 @@ def _geometry(shape, strides, itemsize, index: int):
     return geometry
 
 
-def _foreign_parts(parts, flat: list, extents: list, index: int, pending=None,
-                   stream=None):
-    """`_array_parts` for what an array adapter read (see `cupric.runtime.array_adapters`):
-    the same values and key as the CUDA Array Interface path. The producer's stream is
-    added to `pending` (the launch orders its stream after those, `_order_pending`); with
-    no `pending` list, `stream` (None: the legacy default stream) is ordered after it now.
-    """
-    ptr, shape, strides, dtype, producer = parts
-    if producer is not None:
-        _note_producer(producer, pending, stream)
-    return _array_values(ptr, shape, strides, dtype.itemsize, dtype, flat, extents, index)
-
-
 def _note_producer(producer: int, pending, stream) -> None:
     if producer == 1 and (stream is None or stream.__class__ is int and stream < 2):
         return  # the legacy default stream on both sides: ordered already
     if pending is None:
-        _order_pending(stream, (producer,))
+        _intake.order_after(stream, (producer,))
     elif producer not in pending:
         pending.append(producer)
-
-
-def _order_pending(stream, producers) -> None:
-    """Order the launch stream after the producers' streams (CUDA Array Interface v3:
-    the consumer's work must follow the producer's); see `array_adapters.needs_wait` for
-    when CUDA's stream semantics do that already and no event is used."""
-    from cupric.runtime.array_adapters import order_launch_after
-    from cupric.runtime.memory import stream_handle
-    order_launch_after(stream_handle(stream), producers)
 
 
 class _WrongDevice(Exception):
@@ -223,111 +226,53 @@ class _WrongDevice(Exception):
     `DeviceMismatchError` naming the kernel and the parameter by `Kernel._launch`)."""
 
 
-def _check_buffer(value, index: int, device: int) -> None:
-    """A DeviceBuffer's (or a class with the same launch attributes') device check
-    against launch device `device`; raises `_WrongDevice`."""
-    alloc = getattr(value, "_alloc", None)
-    if alloc is None:  # not a DeviceBuffer: only the driver knows
-        from cupric.runtime.array_adapters import device_problem
-        found = device_problem(value.ptr, None, device)
-    else:
-        known = alloc.device
-        if known == device or getattr(value, "_dl_device_type", 2) == 13:
-            return  # managed memory (ManagedBuffer): reachable from every device
-        from cupric.runtime import array_adapters as aa
-        ptr = value.ptr
-        if not ptr:
-            return
-        facts = aa.pointer_facts(ptr)
-        if known < 0 and facts[0] == aa.MEMORY_DEVICE and not facts[2]:
-            alloc.device = facts[1]  # a borrow: remembered, as `DeviceBuffer.device` does
-        found = aa.device_problem(ptr, known, device, facts)
-    if found is not None:
-        raise _WrongDevice(index, found)
-
-
-def _check_foreign(adapter, value, ptr: int, index: int, device: int) -> None:
-    """An adapter-read array's device check (its own word, else the driver's)."""
-    from cupric.runtime.array_adapters import device_problem
-    own = adapter.device(value)
-    if own != device:
-        found = device_problem(ptr, own, device)
-        if found is not None:
-            raise _WrongDevice(index, found)
-
-
 def _arg_parts(value, flat: list, extents: list, index: int, device: int = -1,
                pending=None, stream=None):
     """Append the flattened ABI values of one argument; return its specialization key.
 
-    `device` >= 0 asks for the device check against that launch device (machines with
-    several GPUs); producers' streams go to `pending` (see `_foreign_parts`)."""
+    Arrays are read through `cupric.runtime.intake` (closed buffers raise
+    `ClosedError`). `device` >= 0 asks for the device check against that launch device
+    (machines with several GPUs); producers' streams go to `pending` (the launch orders
+    its stream after them once every argument passed), or with no `pending` list are
+    ordered now on `stream`."""
     cls = value.__class__
     if cls is float or cls is int or cls is bool:
         flat.append(value)
         return cls
-    if cls in _ARRAY_CLASSES:
-        if device >= 0:
-            _check_buffer(value, index, device)
-        return _array_parts(value, flat, extents, index)
-    adapter = _ADAPTERS.get(cls, _UNSEEN)
-    if adapter is _UNSEEN:
-        adapter = _adapter_for(cls)
-    if adapter is not None:
-        # CuPy, PyTorch, numba-cuda arrays: their attributes, not a fresh interface dict.
-        parts = adapter.read(value)
-        if parts is not None:
-            if device >= 0:
-                _check_foreign(adapter, value, parts[0], index, device)
-            return _foreign_parts(parts, flat, extents, index, pending, stream)
-    if isinstance(value, np.generic):
-        flat.append(value)
-        return (np.void, value.dtype) if isinstance(value, np.void) else cls
-    if isinstance(value, tuple):
-        return (tuple,) + tuple(_arg_parts(v, flat, extents, index, device, pending, stream)
-                                for v in value)
-    if isinstance(value, np.ndarray):
-        raise TypeError(f"argument {index} is a host NumPy array; copy it to the device "
-                        "first (cupric.runtime.to_device(a)) or run on the simulator "
-                        "(kern.simulate[grid, block](...))")
-    if adapter is None and all(hasattr(value, a) for a in ("ptr", "shape", "strides",
-                                                           "itemsize", "dtype")):
-        # DeviceBuffer and its subclasses: recognized once per class.
-        _ARRAY_CLASSES.add(cls)
-        if device >= 0:
-            _check_buffer(value, index, device)
-        return _array_parts(value, flat, extents, index)
-    from cupric.runtime import interop
+    if cls not in _ARRAY_CLASSES:
+        if isinstance(value, np.generic):
+            flat.append(value)
+            return (np.void, value.dtype) if isinstance(value, np.void) else cls
+        if isinstance(value, tuple):
+            return (tuple,) + tuple(_arg_parts(v, flat, extents, index, device, pending,
+                                               stream) for v in value)
+        if isinstance(value, np.ndarray):
+            raise TypeError(f"argument {index} is a host NumPy array; copy it to the "
+                            "device first (cupric.runtime.to_device(a)) or run on the "
+                            "simulator (kern.simulate[grid, block](...))")
     try:
-        interface = value.__cuda_array_interface__
-    except Exception:  # as_device_array reads it again below and says why (or uses DLPack)
-        interface = None
-    if interface is not None:
-        try:
-            ptr, shape, strides, dtype, _readonly, producer = interop._parse(interface)
-        except TypeError as exc:
-            raise TypeError(f"argument {index}: {exc}") from None
-        if device >= 0:
-            from cupric.runtime.array_adapters import device_problem
-            found = device_problem(ptr, None, device)  # the interface names no device
-            if found is not None:
-                raise _WrongDevice(index, found)
-        if producer is not None:
-            _note_producer(producer, pending, stream)
-        return _array_values(ptr, shape, strides, dtype.itemsize, dtype, flat, extents,
-                             index)
-    try:
-        # DLPack: the producer orders its work before the launch stream itself.
-        buf = interop.as_device_array(value, stream)
-    except TypeError as exc:
+        ptr, shape, strides, dtype, _readonly, producer, own, kind, owner = \
+            _intake.array_parts(value, stream, device >= 0)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, _intake.ClosedError):
+            raise exc.__class__(f"argument {index}: {exc}") from None
         raise TypeError(f"argument {index}: {exc}") from None
     if device >= 0:
-        _check_buffer(buf, index, device)
-    return _array_parts(buf, flat, extents, index)
+        if kind is _intake.BUFFER or kind is _intake.DLPACK:
+            found = _intake.buffer_device(owner, device)
+        else:
+            found = _intake.device_problem(ptr, own, device)
+        if found is not None:
+            raise _WrongDevice(index, found)
+    if producer is not None:
+        _note_producer(producer, pending, stream)
+    return _array_values(ptr, shape, strides, dtype.itemsize, dtype, flat, extents, index)
 
 
-_UNSEEN = object()
-_ARRAY_CLASSES: set = set()
+#: Buffer classes (DeviceBuffer, its subclasses and look-alikes), shared with the intake
+#: layer; `_OWN_BUFFERS` are the DeviceBuffer ones (they carry the liveness record).
+_ARRAY_CLASSES: set = _intake.BUFFER_CLASSES
+_OWN_BUFFERS: set = _intake.OWN_BUFFERS
 #: NumPy scalar classes that pack as themselves (structured np.void goes the slow way).
 _NUMPY_SCALARS = frozenset({np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8,
                             np.uint16, np.uint32, np.uint64, np.float16, np.float32,
@@ -468,129 +413,6 @@ class Specialization:
                 self._prepared = prepared
             self._on_device.setdefault(ordinal, prepared)
             return self._on_device[ordinal] if device is not None else prepared
-
-
-def _make_fast_path(kern, key, args, written, prepared, device: int = -1):
-    """A launcher specialized to one signature of scalars and contiguous 1-D arrays (an
-    inline cache, generated as Python source): it checks the argument classes, dtypes,
-    contiguity, 16-byte alignment and non-overlap of written arrays, and packs the ABI
-    values straight into `prepared.launch`; anything else falls back to the general path,
-    so its result is always the general path's. Returns None for other signatures.
-
-    `device` >= 0 (machines with several GPUs): `prepared` is that device's, and the
-    launcher also checks that it is current and that every array says it lives there
-    (one attribute and one comparison each); anything else (another device, an array
-    whose device must be asked of the driver) takes the general path, which raises or
-    accepts. With one GPU (-1) no device line is generated."""
-    names = [f"a{i}" for i in range(len(args))]
-    env = {"_slow": kern._launch, "_launch": prepared.launch, "DEV": device,
-           "_order": _order_cupy, "_current": _current_device}
-    checks, setup, flat, arrays = [], [], [], []
-    streams: list = []  # CuPy current-stream readers to check once per launch
-    slow = "return _slow(g, b, st, sh, args)"
-    buffer_class = None
-    for i, (name, value, part) in enumerate(zip(names, args, key)):
-        cls = value.__class__
-        env[f"C{i}"] = cls
-        checks.append(f"{name}.__class__ is C{i}")
-        vector = isinstance(part, tuple) and len(part) == 3 and part[1:] == (1, "C")
-        adapter = _ADAPTERS.get(cls) if vector else None
-        if adapter is not None and (adapter.kind not in ("cupy", "torch") or
-                                    adapter.dtypes.get(value.dtype) != part[0]):
-            return None
-        if vector and cls in _ARRAY_CLASSES:
-            env[f"D{i}"] = value.dtype
-            size = value.itemsize
-            setup.append(f"s{i} = {name}.shape")
-            setup.append(f"if len(s{i}) != 1 or {name}.dtype is not D{i} or "
-                         f"{name}.strides[0] != {size}: {slow}")
-            if device >= 0:
-                if buffer_class is None:
-                    from cupric.runtime.memory import DeviceBuffer as buffer_class
-                if not issubclass(cls, buffer_class):
-                    return None  # its device is the driver's to say: the general path
-                if getattr(cls, "_dl_device_type", 2) != 13:  # managed: any device
-                    setup.append(f"if {name}._alloc.device != DEV: {slow}")
-            setup.append(f"p{i} = {name}.ptr; n{i} = s{i}[0]")
-            flat += [f"p{i}", f"n{i}", "1"]
-            arrays.append((i, size))
-        elif adapter is not None and adapter.kind == "cupy":
-            # What CupyAdapter.read gives a non-empty contiguous 1-D array, inline; an
-            # empty one (its pointer reads 0) takes the general path.
-            env[f"D{i}"] = value.dtype
-            size = part[0].itemsize
-            setup.append(f"s{i} = {name}.shape")
-            setup.append(f"if len(s{i}) != 1 or {name}.dtype is not D{i} or "
-                         f"{name}.strides[0] != {size}: {slow}")
-            setup.append(f"n{i} = s{i}[0]")
-            setup.append(f"if not n{i}: {slow}")
-            setup.append(f"m{i} = {name}.data")
-            if device >= 0:
-                setup.append(f"if m{i}.device_id != DEV: {slow}")
-            setup.append(f"p{i} = m{i}.ptr")
-            flat += [f"p{i}", f"n{i}", "1"]
-            arrays.append((i, size))
-            if adapter.current_stream is not None and \
-                    adapter.current_stream not in streams:
-                streams.append(adapter.current_stream)
-        elif adapter is not None and adapter.kind == "torch":
-            # TorchAdapter.read inline: a CUDA, strided, non-autograd tensor of the same
-            # dtype, 1-D, unit stride, not empty.
-            env[f"D{i}"] = value.dtype
-            env[f"L{i}"] = adapter.strided
-            size = part[0].itemsize
-            setup.append(f"if {name}.dtype is not D{i} or not {name}.is_cuda or "
-                         f"{name}.requires_grad or {name}.layout is not L{i}: {slow}")
-            setup.append(f"s{i} = {name}.shape")
-            setup.append(f"if len(s{i}) != 1 or {name}.stride(0) != 1: {slow}")
-            setup.append(f"n{i} = s{i}[0]")
-            setup.append(f"if not n{i}: {slow}")
-            if device >= 0:
-                setup.append(f"if {name}.get_device() != DEV: {slow}")
-            setup.append(f"p{i} = {name}.data_ptr()")
-            flat += [f"p{i}", f"n{i}", "1"]
-            arrays.append((i, size))
-        elif part is cls and (cls in (int, float, bool) or cls in _NUMPY_SCALARS):
-            flat.append(name)
-        else:
-            return None
-    if device >= 0:
-        setup.insert(0, f"if _current() != DEV: {slow}")
-    if arrays:
-        setup.append("if (" + " | ".join(f"p{i}" for i, _ in arrays) +
-                     ") & 15: return _slow(g, b, st, sh, args)")
-    for w, wsize in arrays:
-        if w not in written:
-            continue
-        for o, osize in arrays:
-            if o == w:
-                continue
-            setup.append(f"if n{w} and n{o} and p{w} < p{o} + n{o} * {osize} and "
-                         f"p{o} < p{w} + n{w} * {wsize}: return _slow(g, b, st, sh, args)")
-    for k, reader in enumerate(streams):
-        # CuPy names its current stream (0: the null stream, which its interface calls 1,
-        # the legacy one). Legacy producer and legacy launch stream: nothing to do; else
-        # `_order_cupy` orders the launch stream after it where CUDA does not already.
-        # Last: every check above may still send the call to the general path.
-        env[f"Q{k}"] = reader
-        setup.append(f"q{k} = Q{k}()")
-        setup.append(f"if q{k} != 0 and q{k} != 1 or st is not None: _order(st, q{k})")
-    body = ["def fast(g, b, st, sh, args):",
-            f"    if len(args) != {len(args)}: return _slow(g, b, st, sh, args)",
-            f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args" if names else "",
-            f"    if not ({' and '.join(checks) or 'True'}): return _slow(g, b, st, sh, args)"]
-    body += [f"    {line}" for line in setup]
-    body.append(f"    _launch(g, b, st, sh, {', '.join(flat)})")
-    source = "\n".join(line for line in body if line)
-    namespace = dict(env)
-    exec(compile(source, f"<cupric fast launch of {kern.__name__}>", "exec"), namespace)
-    return namespace["fast"]
-
-
-def _order_cupy(stream, current: int) -> None:
-    """The generated launcher's ordering after CuPy's current stream (`current`: its raw
-    handle, 0 for CuPy's null stream, which its interface names 1)."""
-    _order_pending(stream, (current or 1,))
 
 
 def _start_toolchain_load() -> threading.Event:
@@ -750,6 +572,7 @@ class Kernel:
                  opt_level=3, arch=None, max_registers=None, c_division=False,
                  fma=None, bounds_check=None, options=None) -> None:
         from cupric.compiler.options import CompileOptions
+        _check_function(py_func)
         self.py_func = py_func
         functools.update_wrapper(self, py_func)
         self.options = CompileOptions(arch=arch, opt_level=opt_level, debug=debug,
@@ -770,6 +593,7 @@ class Kernel:
         self._lock = threading.RLock()
         self._param_specs = None
         _preload_cache_path()
+        _KERNELS.add(self)
 
     def __repr__(self) -> str:
         return f"<cupric kernel {self.py_func.__qualname__}>"
@@ -803,8 +627,10 @@ class Kernel:
         self._launch(grid, block, stream, shared_bytes, args)
 
     def _simulate(self, grid, block, shared_bytes, args):
-        from cupric import simulator
-        return simulator.launch(self.py_func, grid, block, args, shared_bytes=shared_bytes)
+        # The front end, the argument checks and the launch limits of a GPU launch, then
+        # the kernel's typed twin (cupric.compiler.arguments).
+        from cupric.compiler.arguments import simulate
+        return simulate(self, grid, block, shared_bytes, args)
 
     def _launch(self, grid, block, stream, shared_bytes, args) -> None:
         if _SIMULATOR[0] is not False and _use_simulator():
@@ -828,10 +654,14 @@ class Kernel:
         try:
             for value in args:
                 cls = value.__class__
-                if cls in _ARRAY_CLASSES and len(value.shape) == 1 and \
+                if cls in _OWN_BUFFERS and value.ndim == 1 and \
                         value.strides[0] == value.itemsize:
+                    if value._alloc._closed:
+                        _intake.check_open(value, f"argument {index}")
                     if device >= 0:
-                        _check_buffer(value, index, device)
+                        found = _intake.buffer_device(value, device)
+                        if found is not None:
+                            raise _WrongDevice(index, found)
                     ptr = value.ptr
                     n = value.shape[0]
                     put(ptr)
@@ -870,12 +700,27 @@ class Kernel:
         else:
             prepared = spec._prepared or spec.prepared()
         if pending:
-            _order_pending(stream, pending)
+            _intake.order_after(stream, pending)
         prepared.launch(grid, block, stream, shared_bytes, *flat)
-        if self._fast is None and choice == (True, True) and key not in self._no_fast:
-            self._fast = _make_fast_path(self, key, args, written, prepared, device)
-            if self._fast is None:
-                self._no_fast.add(key)
+        if choice == (True, True) and key not in self._no_fast:
+            self._add_launcher(key, args, written, prepared, device)
+
+    def _add_launcher(self, key, args, written, prepared, device: int) -> None:
+        """Put a generated launcher for this signature and these argument classes at the
+        head of the kernel's chain (`cupric.compiler.launcher`), unless one is there or
+        the chain is full."""
+        launch_key = (key, tuple(v.__class__ for v in args))
+        if launch_key in self._no_fast:
+            return
+        known = _launcher.launcher_keys(self._fast)
+        if launch_key in known or len(known) >= _launcher.MAX_LAUNCHERS:
+            return
+        fast = _launcher.make_launcher(self, key, args, written, prepared, device,
+                                       fallback=self._fast)
+        if fast is None:
+            self._no_fast.add(launch_key)
+        else:
+            self._fast = fast
 
     def _device_error(self, index: int, found: int, device: int):
         """The `DeviceMismatchError` for argument `index` living on device `found` while
@@ -1130,3 +975,6 @@ def _use_simulator() -> bool:
     return _SIMULATOR[0]
 
 
+
+
+_register_reset_hook()

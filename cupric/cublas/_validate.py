@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cupric.runtime.errors import ClosedError
+from cupric.runtime.intake import ReadOnlyError, as_buffer, check_open
 from cupric.runtime.memory import DeviceBuffer
 
 __all__ = [
@@ -126,25 +126,34 @@ def same_prefix(routine: str, *named) -> str:
 
 
 def device_array(obj, name: str, stream=None, *, writable: bool = False) -> DeviceBuffer:
-    """`obj` as a `DeviceBuffer` (any CAI/DLPack device array), or a TypeError naming it.
+    """`obj` as a `DeviceBuffer` (any CAI/DLPack device array), through the runtime's
+    intake layer (`cupric.runtime.intake.as_buffer`); errors name the argument.
 
     `stream` (a raw handle or Stream) is the stream the call runs on: a producer that
     advertises another stream is waited for, as the array protocols require.
+
+    Raises
+    ------
+    ClosedError
+        A closed DeviceBuffer or a view of one.
+    TypeError
+        Host memory or an object that is no array (`HostMemoryError`, `NotAnArrayError`).
+    ValueError
+        A read-only array where the routine writes (`ReadOnlyError`).
     """
-    if isinstance(obj, DeviceBuffer):
+    if obj.__class__ is DeviceBuffer:  # the common case, inline
         if obj._alloc._closed:
-            raise ClosedError(f"{name} is a closed DeviceBuffer (its memory was freed)")
-        buf = obj
-    else:
-        from cupric.runtime.interop import as_device_array
-        try:
-            buf = as_device_array(obj, stream)
-        except TypeError as exc:
-            raise TypeError(f"{name}: {exc}") from None
-    if writable and buf.readonly:
-        raise ValueError(f"{name} is read-only (its producer exported it read-only) but "
-                         f"this routine writes it")
-    return buf
+            check_open(obj, name)
+        if writable and obj.readonly:
+            raise ReadOnlyError(f"{name} is read-only (its producer exported it read-only) "
+                                f"but this routine writes it")
+        if stream is None or obj._stream is None:
+            return obj
+    try:
+        return as_buffer(obj, stream, name=name, writable=writable)
+    except ReadOnlyError:
+        raise ReadOnlyError(f"{name} is read-only (its producer exported it read-only) but "
+                            f"this routine writes it") from None
 
 
 def vector(buf: DeviceBuffer, name: str) -> tuple[int, int]:

@@ -16,7 +16,8 @@ import numpy as np
 
 from cupric.runtime._lifetime import Resource
 from cupric.runtime.errors import ClosedError
-from cupric.runtime.shared_handles import SharedHandles, stream_parts
+from cupric.runtime.intake import stream_parts
+from cupric.runtime.shared_handles import SharedHandles
 
 from . import _validate as V
 
@@ -534,13 +535,23 @@ class Handle(Resource):
         return buf, buf.ptr
 
     def check_device(self, buf, name: str) -> None:
-        """Raise ValueError if `buf` lives on another device than the handle's.
+        """Raise `DeviceMismatchError` (a ValueError) if `buf` (a DeviceBuffer or an
+        intake `ArrayInfo`) lives on a device the handle's cannot reach.
 
         On a machine with one GPU nothing can differ and nothing is asked of the driver.
         """
         if self._multi and buf.ptr and buf.device != self._device:
-            raise ValueError(f"{name} lives on device {buf.device} but the cuBLAS handle "
-                             f"is bound to device {self._device}")
+            # `buf.device` is what the array says (-1 where it names none: the driver is
+            # asked); memory every device or this one reaches is accepted.
+            from cupric.runtime.intake import device_problem
+            own = buf.device
+            found = device_problem(buf.ptr, own if own >= 0 else None, self._device)
+            if found is not None:
+                from cupric.runtime.errors import DeviceMismatchError
+                raise DeviceMismatchError(
+                    f"{name} lives on device {found} but the cuBLAS handle is bound to "
+                    f"device {self._device}", argument=name, device=found,
+                    expected=self._device)
 
     def lt_handle(self) -> int:
         """The handle's cuBLASLt handle (created on first use, destroyed with it)."""

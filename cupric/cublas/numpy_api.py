@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from cupric.runtime import intake
 from cupric.runtime.memory import DeviceBuffer, extent
 
 from . import _fastgemm
@@ -50,29 +51,39 @@ _FOREIGN = {"torch.bfloat16": ("bf16", "int16"), "torch.float8_e4m3fn": ("f8e4m3
 
 
 def _operand(obj, name, stream):
-    """(DeviceBuffer, element type override or None) of an argument.
+    """(layout, element type override or None) of an argument, read through the runtime's
+    intake layer (`cupric.runtime.intake`): the DeviceBuffer itself, or an `ArrayInfo`
+    (pointer, shape, strides, dtype, device, read-only) of any other device array, with
+    the handle's stream ordered after the producer's. Both answer the same attributes.
 
     A PyTorch bfloat16/fp8 tensor arrives as a raw 2- or 1-byte buffer: its element type
     ("bf16", ...) comes from the tensor's dtype name.
     """
-    if type(obj) is DeviceBuffer:
+    if obj.__class__ is DeviceBuffer:
         if obj._alloc._closed:
-            V.device_array(obj, name)  # raises the ClosedError
+            intake.check_open(obj, name)
         return obj, None
-    foreign = _FOREIGN.get(str(getattr(obj, "dtype", "")))
     try:
-        buf = V.device_array(obj, name, stream)
+        info = intake.array_info(obj, stream, name=name)
     except TypeError:
+        foreign = _FOREIGN.get(str(getattr(obj, "dtype", "")))
         if foreign is None or not hasattr(obj, "view"):
             raise
         # The exporter refused the dtype: view the same bytes as an integer type.
         import sys
         torch = sys.modules["torch"]
-        buf = V.device_array(obj.view(getattr(torch, foreign[1])), name, stream)
-        return buf, foreign[0]
-    if foreign is not None and buf.itemsize == (2 if foreign[0] == "bf16" else 1):
-        return buf, foreign[0]
-    return buf, None
+        return intake.array_info(obj.view(getattr(torch, foreign[1])), stream,
+                                 name=name), foreign[0]
+    foreign = _FOREIGN.get(info.torch_dtype) if info.dtype.kind == "V" else None
+    if foreign is not None and info.itemsize == (2 if foreign[0] == "bf16" else 1):
+        return info, foreign[0]
+    return info, None
+
+
+def _buffer(obj, name, stream):
+    """`_operand` as a DeviceBuffer, for the functions that take views of it."""
+    buf, element = _operand(obj, name, stream)
+    return (buf if buf.__class__ is DeviceBuffer else buf.as_buffer()), element
 
 
 def _layout(shape, strides, item, name):
@@ -218,6 +229,19 @@ def matmul(a, b, out=None, alpha=_ONE, beta=_ZERO, *, precision=None, handle=Non
     stream = h._stream_ptr
     ab, a_type = _operand(a, "a", stream)
     bb, b_type = _operand(b, "b", stream)
+    out_read = None
+    if out is not None:
+        out_read = _operand(out, "out", stream)
+        if (precision is None and a_type is None and out_read[1] is None
+                and not h._device_scalars and not h._multi):
+            # Any array kind replays a plan checked before for the same layouts.
+            ob = out_read[0]
+            key = (ab.dtype, ab.shape, ab.strides, bb.dtype, bb.shape, bb.strides,
+                   ob.dtype, ob.shape, ob.strides)
+            plan = _plans.get(key)
+            if plan is not None and b_type is None:
+                _replay(plan, h, ab, bb, ob, alpha, beta, key)
+                return out
     dtype = ab.dtype
     if bb.dtype != dtype or a_type != b_type:
         raise TypeError(f"matmul: a is {a_type or dtype} but b is {b_type or bb.dtype}; "
@@ -280,7 +304,7 @@ def matmul(a, b, out=None, alpha=_ONE, beta=_ZERO, *, precision=None, handle=Non
         from cupric.runtime.memory import empty
         ob = empty(result_shape, result_dtype, stream=stream)
     else:
-        ob, o_type = _operand(out, "out", stream)
+        ob, o_type = out_read
         if ob.readonly:
             raise ValueError("matmul: out is read-only")
         if ob.shape != result_shape or (ob.dtype != result_dtype if o_type is None
@@ -351,10 +375,9 @@ def matmul(a, b, out=None, alpha=_ONE, beta=_ZERO, *, precision=None, handle=Non
         if status:
             from . import lib
             lib.check(status)
-        if (out is not None and type(a) is DeviceBuffer and type(b) is DeviceBuffer
-                and type(out) is DeviceBuffer and a_type is None and compute is None
+        if (out is not None and a_type is None and compute is None
                 and len(_plans) < _PLAN_LIMIT):
-            _remember(a, b, out, fn, rc, op1, op2, mm, nn, k, ld1, ld2, ldc, letter, ex)
+            _remember(ab, bb, ob, fn, rc, op1, op2, mm, nn, k, ld1, ld2, ldc, letter, ex)
         if (ex is None and type(a) is DeviceBuffer and type(b) is DeviceBuffer
                 and (out is None or type(out) is DeviceBuffer)):
             _remember_compiled(h, a, b, out, ob, fn, rc, op1, op2, mm, nn, k, ld1, ld2, ldc,
@@ -447,7 +470,8 @@ def _replay(plan, h, a, b, out, alpha, beta, key):
     call. (The compiled path runs first; this one serves the calls it leaves, and makes
     its plan on a handle that has none for `key` yet.)"""
     fn, swap, op1, op2, mm, nn, k, ld1, ld2, ldc, letter, ex, spans, defaults = plan
-    if a._alloc._closed or b._alloc._closed or out._alloc._closed:
+    own = out.__class__ is DeviceBuffer  # else: layouts the intake layer read and checked
+    if own and (a._alloc._closed or b._alloc._closed or out._alloc._closed):
         V.device_array(a, "a"), V.device_array(b, "b"), V.device_array(out, "out")
     if out.readonly:
         raise ValueError("matmul: out is read-only")
@@ -471,6 +495,8 @@ def _replay(plan, h, a, b, out, alpha, beta, key):
     if status:
         from . import lib
         lib.check(status)
+    if not own:
+        return out
     out._stream = h._stream_ptr
     if ex is None and _c_matmul is not None and key not in h._fast_plans:
         _fastgemm.remember(h, key, fn, swap=swap, alias=True, op1=op1, op2=op2, m=mm, n=nn,
@@ -527,8 +553,8 @@ def dot(a, b, out=None, *, handle=None):
     `dot` and `matmul` differ there, use `matmul`.
     """
     h = resolve(handle)
-    ab, _ = _operand(a, "a", h._stream_ptr)
-    bb, _ = _operand(b, "b", h._stream_ptr)
+    ab, _ = _buffer(a, "a", h._stream_ptr)
+    bb, _ = _buffer(b, "b", h._stream_ptr)
     if ab.ndim == 1 and bb.ndim == 1:
         from .level1 import dot as blas_dot
         return blas_dot(ab, bb, out=out, handle=h)
@@ -542,8 +568,8 @@ def vdot(a, b, *, out=None, handle=None):
     """`numpy.vdot` of two vectors: ``sum(conj(a) * b)`` (``dotc``; ``dot`` for reals).
     Returns as `dot`."""
     h = resolve(handle)
-    ab, _ = _operand(a, "a", h._stream_ptr)
-    bb, _ = _operand(b, "b", h._stream_ptr)
+    ab, _ = _buffer(a, "a", h._stream_ptr)
+    bb, _ = _buffer(b, "b", h._stream_ptr)
     from .level1 import dot as blas_dot, dotc
     if ab.dtype.kind == "c":
         return dotc(ab, bb, out=out, handle=h)
@@ -554,8 +580,8 @@ def outer(a, b, out=None, *, handle=None):
     """`numpy.outer` of two vectors, ``out[i, j] = a[i] * b[j]``, as a GEMM with k = 1
     (strided vectors welcome)."""
     h = resolve(handle)
-    ab, _ = _operand(a, "a", h._stream_ptr)
-    bb, _ = _operand(b, "b", h._stream_ptr)
+    ab, _ = _buffer(a, "a", h._stream_ptr)
+    bb, _ = _buffer(b, "b", h._stream_ptr)
     for name, buf in (("a", ab), ("b", bb)):
         if buf.ndim != 1:
             raise ValueError(f"outer: {name} must be 1-d, got shape {buf.shape}")
@@ -566,7 +592,7 @@ def norm(x, *, handle=None) -> float:
     """Euclidean norm of a vector, or Frobenius norm of a contiguous array, as a Python
     float (``nrm2``; the call waits for the GPU)."""
     h = resolve(handle)
-    xb, _ = _operand(x, "x", h._stream_ptr)
+    xb, _ = _buffer(x, "x", h._stream_ptr)
     if xb.ndim != 1:
         if not (xb.is_c_contiguous or xb.is_f_contiguous):
             raise ValueError("norm: a multi-dimensional array must be contiguous")
@@ -596,8 +622,8 @@ def solve_triangular(a, b, *, lower=False, trans="N", unit_diagonal=False,
     No singularity test: a zero on the diagonal gives inf/nan.
     """
     h = resolve(handle)
-    ab, _ = _operand(a, "a", h._stream_ptr)
-    bb, _ = _operand(b, "b", h._stream_ptr)
+    ab, _ = _buffer(a, "a", h._stream_ptr)
+    bb, _ = _buffer(b, "b", h._stream_ptr)
     op = V.trans_code(trans)
     if ab.ndim != 2 or ab.shape[0] != ab.shape[1]:
         raise ValueError(f"solve_triangular: a must be square, got shape {ab.shape}")
@@ -660,8 +686,8 @@ def linear(x, weight, bias=None, *, activation=None, out=None, save_aux=False,
     """
     from .ltmatmul import aux_layout, lt_matmul
     h = resolve(handle)
-    xb, x_type = _operand(x, "x", h._stream_ptr)
-    wb, w_type = _operand(weight, "weight", h._stream_ptr)
+    xb, x_type = _buffer(x, "x", h._stream_ptr)
+    wb, w_type = _buffer(weight, "weight", h._stream_ptr)
     if activation not in (None, "relu", "gelu"):
         raise ValueError(f"activation must be None, 'relu' or 'gelu', got {activation!r}")
     if xb.ndim < 1 or wb.ndim != 2:
@@ -684,7 +710,7 @@ def linear(x, weight, bias=None, *, activation=None, out=None, save_aux=False,
         from cupric.runtime.memory import empty
         ob = empty(lead + (n,), xb.dtype, stream=h._stream_ptr)
     else:
-        ob, _ = _operand(out, "out", h._stream_ptr)
+        ob, _ = _buffer(out, "out", h._stream_ptr)
         if ob.shape != lead + (n,):
             raise ValueError(f"linear: out must have shape {lead + (n,)}, got {ob.shape}")
     o2 = ob.reshape(-1, n) if ob.ndim != 2 else ob

@@ -56,12 +56,13 @@ from __future__ import annotations
 import numpy as np
 
 from . import array_adapters as _aa
+from .array_adapters import device_problem
 from .errors import ClosedError, DeviceMismatchError
 from .stream import as_stream_handle as stream_handle
 from .stream import stream_parts
 
 __all__ = ["ArrayInfo", "read", "array_info", "as_buffer", "array_parts", "check_open",
-           "check_device", "order_after", "stream_handle", "stream_parts",
+           "check_device", "buffer_device", "device_problem", "order_after", "stream_handle", "stream_parts",
            "HostMemoryError", "NotAnArrayError", "StrideError", "ReadOnlyError",
            "ClosedError", "DeviceMismatchError", "BUFFER", "CAI", "DLPACK"]
 
@@ -224,8 +225,11 @@ def check_device(info_or_ptr, own: int | None, launch: int, name: str = "array",
 def buffer_device(buf, launch: int) -> int | None:
     """The device a DeviceBuffer's memory lives on when work on `launch` cannot use it,
     else None: its recorded device first, managed memory accepted, borrows asked of the
-    driver once (and remembered)."""
-    alloc = buf._alloc
+    driver once (and remembered). A class that only quacks like a buffer is asked of
+    the driver each time."""
+    alloc = getattr(buf, "_alloc", None)
+    if alloc is None:
+        return _aa.device_problem(buf.ptr, None, launch)
     known = alloc.device
     if known == launch or getattr(buf, "_dl_device_type", 2) == 13:
         return None  # managed memory (ManagedBuffer): reachable from every device
@@ -255,46 +259,75 @@ def order_after(consumer, producers) -> None:
 
 _UNSEEN = object()
 _ADAPTERS = _aa.ADAPTERS
-_BUFFER_CLASSES: set = set()   # DeviceBuffer and its subclasses, once seen
+#: Classes read as cupric buffers: DeviceBuffer and its subclasses (also in
+#: `OWN_BUFFERS`), and classes that quack like one (``ptr``, ``shape``, ``strides``,
+#: ``itemsize``, ``dtype``) with no adapter, once seen. The kernel launch path shares it.
+BUFFER_CLASSES: set = set()
+#: The DeviceBuffer classes among them: these have the shared liveness record
+#: (``_alloc._closed``) and a recorded device.
+OWN_BUFFERS: set = set()
 #: Adapter families whose arrays' interfaces never mark the memory read-only (CuPy,
 #: PyTorch and numba-cuda all give ``data = (ptr, False)``).
 _TRUSTED = frozenset({"cupy", "torch", "numba"})
+_BUFFER_ATTRIBUTES = ("ptr", "shape", "strides", "itemsize", "dtype")
 
 
-def _is_buffer_class(cls) -> bool:
-    if cls in _BUFFER_CLASSES:
-        return True
+def _is_own(cls) -> bool:
+    """Whether `cls` is DeviceBuffer or a subclass (remembered in both sets)."""
     from .memory import DeviceBuffer
-    if issubclass(cls, DeviceBuffer):
-        _BUFFER_CLASSES.add(cls)
+    if not issubclass(cls, DeviceBuffer):
+        return False
+    OWN_BUFFERS.add(cls)
+    BUFFER_CLASSES.add(cls)
+    return True
+
+
+def _is_buffer(obj, cls, adapter) -> bool:
+    """Whether `obj`'s class reads as a buffer (remembered in `BUFFER_CLASSES`)."""
+    if _is_own(cls):
         return True
-    return False
+    if adapter is not None or isinstance(obj, np.ndarray) or \
+            not all(hasattr(obj, a) for a in _BUFFER_ATTRIBUTES):
+        return False
+    BUFFER_CLASSES.add(cls)
+    return True
 
 
-def array_parts(obj, stream=None):
+def _buffer_parts(obj):
+    if obj.__class__ in OWN_BUFFERS:
+        alloc = obj._alloc
+        if alloc._closed:
+            check_open(obj)
+        device = -1 if getattr(obj, "_dl_device_type", 2) == 13 else alloc.device
+    else:
+        device = -1
+    return (obj.ptr, obj.shape, obj.strides, obj.dtype, getattr(obj, "readonly", False),
+            None, device, BUFFER, obj)
+
+
+def array_parts(obj, stream=None, with_device: bool = True):
     """``(ptr, shape, strides, dtype, readonly, producer, device, kind, owner)`` of one
-    array argument, or raises; the tuple form of `read` for the launch path.
+    array argument, or raises; the tuple form of `read` for the launch path. With
+    `with_device` False an adapter-read array's device is not asked (-1): machines with
+    one GPU have nothing to check.
 
     `stream` matters only for DLPack producers, which are handed the consumer's stream
     and order their pending work before it themselves (their `producer` is None then).
     Nothing else is ordered here.
     """
     cls = obj.__class__
-    if cls in _BUFFER_CLASSES or _is_buffer_class(cls):
-        if obj._alloc._closed:
-            check_open(obj)
-        alloc = obj._alloc
-        device = -1 if getattr(obj, "_dl_device_type", 2) == 13 else alloc.device
-        return (obj.ptr, obj.shape, obj.strides, obj.dtype, obj.readonly, None, device,
-                BUFFER, obj)
+    if cls in BUFFER_CLASSES:
+        return _buffer_parts(obj)
     adapter = _ADAPTERS.get(cls, _UNSEEN)
     if adapter is _UNSEEN:
         adapter = _aa.adapter_for(cls)
+    if _is_buffer(obj, cls, adapter):
+        return _buffer_parts(obj)
     if adapter is not None:
         parts = adapter.read(obj)
         if parts is not None and adapter.kind in _TRUSTED:
             ptr, shape, strides, dtype, producer = parts
-            own = adapter.device(obj)
+            own = adapter.device(obj) if with_device else None
             return (ptr, shape, strides, dtype, False, producer,
                     -1 if own is None else own, adapter.kind, obj)
         # Custom adapters may not know the read-only flag: the interface says it.
@@ -401,7 +434,7 @@ def as_buffer(obj, stream=None, *, name: str | None = None, writable: bool = Fal
     CuPy, PyTorch and numba-cuda arrays.
     """
     cls = obj.__class__
-    if cls in _BUFFER_CLASSES or _is_buffer_class(cls):
+    if cls in OWN_BUFFERS or _is_own(cls):
         if obj._alloc._closed:
             check_open(obj, name)
         if writable and obj.readonly:

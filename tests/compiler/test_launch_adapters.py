@@ -119,6 +119,16 @@ class FakeTensor:
     def stride(self, dim=None):
         return self._strides if dim is None else self._strides[dim]
 
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def numel(self):
+        count = 1
+        for n in self.shape:
+            count *= n
+        return count
+
     def data_ptr(self):
         return self._ptr
 

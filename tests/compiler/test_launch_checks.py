@@ -97,6 +97,13 @@ class FakeTensor:
     def stride(self, dim=None):
         return (1,) if dim is None else 1
 
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def numel(self):
+        return self.shape[0]
+
     def data_ptr(self):
         return self._ptr
 

@@ -1,0 +1,181 @@
+"""Generated kernel launchers: an inline cache per (signature, array kinds) of a kernel.
+
+A kernel launch's general path (`cupric.compiler.kernel.Kernel._launch`) reads every
+argument through `cupric.runtime.intake`, builds the specialization key, checks aliasing
+and alignment, and packs the ABI values. Once a launch with scalars and contiguous 1-D
+arrays went through it, a launcher specialized to exactly those argument classes is
+generated as Python source: it re-checks only what can differ between calls (the classes,
+dtypes, contiguity, liveness, alignment, overlap of written arrays) and hands the values
+straight to the runtime's prepared launch. Launchers chain: each falls through to the
+one made before it, the last to the general path, so a kernel called with DeviceBuffers,
+CuPy arrays and PyTorch tensors keeps a fast path for each (at most `MAX_LAUNCHERS`).
+"""
+
+from __future__ import annotations
+
+__all__ = ["make_launcher", "launcher_keys", "MAX_LAUNCHERS"]
+
+#: Launchers a kernel keeps (signature x array kinds); later combinations take the
+#: general path.
+MAX_LAUNCHERS = 4
+
+_SCALARS = None  # (Python scalar classes, NumPy scalar classes), set on first use
+
+
+def _scalar_classes():
+    global _SCALARS
+    if _SCALARS is None:
+        from cupric.compiler.kernel import _NUMPY_SCALARS
+        _SCALARS = (frozenset({int, float, bool}), _NUMPY_SCALARS)
+    return _SCALARS
+
+
+def launcher_keys(head) -> list:
+    """The (specialization key, argument classes) pairs of a chain of launchers."""
+    keys = []
+    while head is not None and hasattr(head, "launch_key"):
+        keys.append(head.launch_key)
+        head = head.next_launcher
+    return keys
+
+
+def make_launcher(kern, key, args, written, prepared, device: int = -1, fallback=None):
+    """A launcher for one signature of scalars and contiguous 1-D arrays, or None for
+    other signatures.
+
+    The launcher takes ``(grid, block, stream, shared_bytes, args)`` and checks the
+    argument classes, dtypes, contiguity, that DeviceBuffers are open (their allocation
+    record, shared by every view: ``buf._alloc._closed``), 16-byte alignment and
+    non-overlap of written arrays, and packs the ABI values into `prepared.launch`;
+    anything else goes to `fallback` (the launcher made before, else the kernel's general
+    path), so its result is always the general path's.
+
+    `device` >= 0 (machines with several GPUs): `prepared` is that device's, and the
+    launcher also checks that it is current and that every array says it lives there
+    (one attribute and one comparison each); anything else (another device, an array
+    whose device must be asked of the driver) takes the general path, which raises or
+    accepts. With one GPU (-1) no device line is generated.
+    """
+    from cupric.compiler.kernel import _current_device
+    from cupric.runtime import intake
+    from cupric.runtime.array_adapters import ADAPTERS
+    python_scalars, numpy_scalars = _scalar_classes()
+    names = [f"a{i}" for i in range(len(args))]
+    slow = "return _slow(g, b, st, sh, args)"
+    env = {"_slow": fallback if fallback is not None else kern._launch,
+           "_launch": prepared.launch, "DEV": device, "_order": order_cupy,
+           "_current": _current_device}
+    checks, setup, flat, arrays = [], [], [], []
+    streams: list = []  # CuPy current-stream readers to check once per launch
+    for i, (name, value, part) in enumerate(zip(names, args, key)):
+        cls = value.__class__
+        env[f"C{i}"] = cls
+        checks.append(f"{name}.__class__ is C{i}")
+        vector = isinstance(part, tuple) and len(part) == 3 and part[1:] == (1, "C")
+        adapter = ADAPTERS.get(cls) if vector else None
+        if adapter is not None and (adapter.kind not in ("cupy", "torch") or
+                                    adapter.dtypes.get(value.dtype) != part[0]):
+            return None
+        if vector and cls in intake.BUFFER_CLASSES:
+            env[f"D{i}"] = value.dtype
+            size = value.itemsize
+            own = cls in intake.OWN_BUFFERS
+            rank = f"{name}.ndim" if own else f"len({name}.shape)"
+            live = f" or {name}._alloc._closed" if own else ""
+            setup.append(f"if {rank} != 1 or {name}.dtype is not D{i} or "
+                         f"{name}.strides[0] != {size}{live}: {slow}")
+            if device >= 0:
+                if not own:
+                    return None  # its device is the driver's to say: the general path
+                if getattr(cls, "_dl_device_type", 2) != 13:  # managed: any device
+                    setup.append(f"if {name}._alloc.device != DEV: {slow}")
+            setup.append(f"p{i} = {name}.ptr; n{i} = {name}.shape[0]")
+            flat += [f"p{i}", f"n{i}", "1"]
+            arrays.append((i, size))
+        elif adapter is not None and adapter.kind == "cupy":
+            # What CupyAdapter.read gives a non-empty contiguous 1-D array, inline; an
+            # empty one (its pointer reads 0) takes the general path. CuPy keeps its
+            # contiguity flag, size and rank as plain fields: no shape tuple is built.
+            env[f"D{i}"] = value.dtype
+            size = part[0].itemsize
+            if hasattr(value, "_c_contiguous"):
+                setup.append(f"if {name}.dtype is not D{i} or not {name}._c_contiguous or "
+                             f"{name}.ndim != 1: {slow}")
+                setup.append(f"n{i} = {name}.size")
+            else:
+                setup.append(f"s{i} = {name}.shape")
+                setup.append(f"if len(s{i}) != 1 or {name}.dtype is not D{i} or "
+                             f"{name}.strides[0] != {size}: {slow}")
+                setup.append(f"n{i} = s{i}[0]")
+            setup.append(f"if not n{i}: {slow}")
+            setup.append(f"m{i} = {name}.data")
+            if device >= 0:
+                setup.append(f"if m{i}.device_id != DEV: {slow}")
+            setup.append(f"p{i} = m{i}.ptr")
+            flat += [f"p{i}", f"n{i}", "1"]
+            arrays.append((i, size))
+            if adapter.current_stream is not None and \
+                    adapter.current_stream not in streams:
+                streams.append(adapter.current_stream)
+        elif adapter is not None and adapter.kind == "torch":
+            # TorchAdapter.read inline: a CUDA, strided, non-autograd tensor of the same
+            # dtype, 1-D, unit stride, not empty (rank and size without a torch.Size).
+            env[f"D{i}"] = value.dtype
+            env[f"L{i}"] = adapter.strided
+            size = part[0].itemsize
+            setup.append(f"if {name}.dtype is not D{i} or not {name}.is_cuda or "
+                         f"{name}.requires_grad or {name}.layout is not L{i} or "
+                         f"{name}.ndim != 1 or {name}.stride(0) != 1: {slow}")
+            setup.append(f"n{i} = {name}.numel()")
+            setup.append(f"if not n{i}: {slow}")
+            if device >= 0:
+                setup.append(f"if {name}.get_device() != DEV: {slow}")
+            setup.append(f"p{i} = {name}.data_ptr()")
+            flat += [f"p{i}", f"n{i}", "1"]
+            arrays.append((i, size))
+        elif part is cls and (cls in python_scalars or cls in numpy_scalars):
+            flat.append(name)
+        else:
+            return None
+    if device >= 0:
+        setup.insert(0, f"if _current() != DEV: {slow}")
+    if arrays:
+        setup.append("if (" + " | ".join(f"p{i}" for i, _ in arrays) + f") & 15: {slow}")
+    for w, wsize in arrays:
+        if w not in written:
+            continue
+        for o, osize in arrays:
+            if o == w:
+                continue
+            setup.append(f"if n{w} and n{o} and p{w} < p{o} + n{o} * {osize} and "
+                         f"p{o} < p{w} + n{w} * {wsize}: {slow}")
+    for k, reader in enumerate(streams):
+        # CuPy names its current stream (0: the null stream, which its interface calls 1,
+        # the legacy one). Legacy producer and legacy launch stream: nothing to do; else
+        # `order_cupy` orders the launch stream after it where CUDA does not already.
+        # Last: every check above may still send the call to the general path.
+        env[f"Q{k}"] = reader
+        setup.append(f"q{k} = Q{k}()")
+        setup.append(f"if q{k} != 0 and q{k} != 1 or st is not None: _order(st, q{k})")
+    unpack = f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args" if names else ""
+    body = ["def fast(g, b, st, sh, args):",
+            f"    if len(args) != {len(args)}: {slow}",
+            unpack,
+            f"    if not ({' and '.join(checks) or 'True'}): {slow}"]
+    body += [f"    {line}" for line in setup]
+    body.append(f"    _launch(g, b, st, sh, {', '.join(flat)})")
+    source = "\n".join(line for line in body if line)
+    namespace = dict(env)
+    exec(compile(source, f"<cupric fast launch of {kern.__name__}>", "exec"), namespace)
+    fast = namespace["fast"]
+    fast.launch_key = (key, tuple(v.__class__ for v in args))
+    fast.next_launcher = fallback
+    fast.source = source
+    return fast
+
+
+def order_cupy(stream, current: int) -> None:
+    """The generated launcher's ordering after CuPy's current stream (`current`: its raw
+    handle, 0 for CuPy's null stream, which its interface names 1)."""
+    from cupric.runtime.intake import order_after
+    order_after(stream, (current or 1,))
