@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cupric.runtime.memory import DeviceBuffer
+from cupric.runtime.memory import DeviceBuffer, extent
 
 from . import _fastgemm
 from . import _validate as V
@@ -51,7 +51,8 @@ def gemm(transa, transb, alpha, a, b, beta, c, *, handle=None) -> None:
         Host arrays, unsupported or mixed dtypes, complex scalars for real matrices.
     ValueError
         Mismatched shapes, layouts cuBLAS cannot address (row-major, bad leading
-        dimension), read-only C, operands on another device.
+        dimension), read-only C, C overlapping A or B (cuBLAS reads them while it writes
+        C), operands on another device.
     ClosedError
         Closed handle, stream or buffer.
     CublasError
@@ -75,34 +76,62 @@ def gemm(transa, transb, alpha, a, b, beta, c, *, handle=None) -> None:
                c.dtype, c.shape, c.strides)
         plan = _gemm_plans.get(key)
         if plan is not None and not (a._alloc._closed or b._alloc._closed
-                                     or c._alloc._closed or c.readonly):
-            name, prefix, ta, tb, m, n, k, lda, ldb, ldc = plan
+                                     or c._alloc._closed or c.readonly
+                                     or _overlap(a.ptr, b.ptr, c.ptr, plan[10])):
+            name, prefix, ta, tb, m, n, k, lda, ldb, ldc, spans = plan
             ka, pa = host_scalar(prefix, alpha, "alpha")
             kb, pb = host_scalar(prefix, beta, "beta")
             invoke(name, h.ready(), ta, tb, m, n, k, pa, a.ptr, lda, b.ptr, ldb, pb, c.ptr,
                    ldc)
             if _c_gemm is not None and key not in h._fast_plans:  # a handle without it
-                _remember_compiled(h, key, name, prefix, ta, tb, m, n, k, lda, ldb, ldc, a, b, c)
+                _remember_compiled(h, key, name, prefix, ta, tb, m, n, k, lda, ldb, ldc, a, b, c,
+                                   spans)
             return
     ta, tb, ab, bb, cb, m, n, k, lda, ldb, ldc = gemm_geometry(h, "gemm", transa, transb,
                                                                 a, b, c)
     prefix = V.same_prefix("gemm", ("a", ab), ("b", bb), ("c", cb))
+    spans = _spans(ab, bb, cb)
+    which = _overlap(ab.ptr, bb.ptr, cb.ptr, spans)
+    if which is not None:
+        raise ValueError(f"gemm: c overlaps {which}; cuBLAS reads a and b while it writes c "
+                         f"- use a separate output array")
     ka, pa = h.scalar(prefix, alpha, "alpha")
     kb, pb = h.scalar(prefix, beta, "beta")
     name = V.routine_name("gemm", prefix, V.needs_64(m, n, k, lda, ldb, ldc))
     invoke(name, h.ready(), ta, tb, m, n, k, pa, ab.ptr, lda, bb.ptr, ldb, pb, cb.ptr, ldc)
     if cacheable:
         if len(_gemm_plans) < 4096:
-            _gemm_plans[key] = (name, prefix, ta, tb, m, n, k, lda, ldb, ldc)
-        _remember_compiled(h, key, name, prefix, ta, tb, m, n, k, lda, ldb, ldc, ab, bb, cb)
+            _gemm_plans[key] = (name, prefix, ta, tb, m, n, k, lda, ldb, ldc, spans)
+        _remember_compiled(h, key, name, prefix, ta, tb, m, n, k, lda, ldb, ldc, ab, bb, cb,
+                           spans)
 
 
-def _remember_compiled(h, key, name, prefix, ta, tb, m, n, k, lda, ldb, ldc, a, b, c):
+def _remember_compiled(h, key, name, prefix, ta, tb, m, n, k, lda, ldb, ldc, a, b, c,
+                       spans):
     fn = _handle._FAST.get(name)  # the table `invoke` called through
     if fn is not None:
-        _fastgemm.remember(h, key, fn, swap=False, alias=False, op1=ta, op2=tb, m=m, n=n, k=k,
+        # The compiled replay checks the overlap of C with A and B on every call (alias).
+        _fastgemm.remember(h, key, fn, swap=False, alias=True, op1=ta, op2=tb, m=m, n=n, k=k,
                            ld1=lda, ld2=ldb, ldc=ldc, letter=prefix,
-                           ptrs=(a.ptr, b.ptr, c.ptr), spans=(0,) * 6)
+                           ptrs=(a.ptr, b.ptr, c.ptr), spans=spans)
+
+
+def _spans(a, b, c) -> tuple:
+    """The (low, high) byte extents of a, b and c relative to their pointers."""
+    return (*extent(a.shape, a.strides, a.itemsize), *extent(b.shape, b.strides, b.itemsize),
+            *extent(c.shape, c.strides, c.itemsize))
+
+
+def _overlap(pa: int, pb: int, pc: int, spans: tuple) -> str | None:
+    """Which of "a" and "b" the output c overlaps (by byte extents), or None."""
+    a_lo, a_hi, b_lo, b_hi, c_lo, c_hi = spans
+    if c_lo == c_hi:
+        return None
+    if pa + a_lo < pc + c_hi and pc + c_lo < pa + a_hi:
+        return "a"
+    if pb + b_lo < pc + c_hi and pc + c_lo < pb + b_hi:
+        return "b"
+    return None
 
 
 # The compiled path (cupric.cublas._fastgemm): its gemm, or `_first_call`, which loads it

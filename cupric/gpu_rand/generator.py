@@ -18,7 +18,11 @@ from . import distributions as _dist
 from .backends import backend_for
 from .host import BitGenerator
 from .splitmix import seed_words
-from .streams import jump_table, max_streams, stream_log2, stream_states
+from .streams import jump_polynomial, jump_table, max_streams, stream_log2, stream_states
+
+#: Up to this many long jumps are applied one by one (the published jump, bit for bit);
+#: more go through one jump polynomial.
+_LOOPED_JUMPS = 16
 
 __all__ = ["Generator", "default_rng", "DEFAULT_ALGORITHM", "DEFAULT_STREAMS"]
 
@@ -93,7 +97,11 @@ class Generator:
         self._alg = _alg.get(algorithm)
         if seed is None:
             seed = secrets.randbits(64)
-        self._seed = operator.index(seed) & 0xFFFFFFFFFFFFFFFF
+        seed = operator.index(seed)
+        if not 0 <= seed < 1 << 64:
+            # Masking would make 2^64 + 5 the same generator as 5, and -1 as 2^64 - 1.
+            raise ValueError(f"seed must be in [0, 2**64), got {seed}")
+        self._seed = seed
         streams = operator.index(streams)
         if not 1 <= streams <= max_streams(self._alg):
             raise ValueError(f"streams must be in 1..{max_streams(self._alg)}, got {streams}")
@@ -191,25 +199,46 @@ class Generator:
         A long jump (2^96 steps for xoshiro128++) spans more than all the streams of this
         Generator, so the two never share a state while S * jump <= long jump.
 
+        Any count is fast: beyond a few jumps, the state is advanced once by the
+        polynomial x^(jumps * 2^L) mod P (reduced modulo the period), which costs a few
+        hundred polynomial squarings however large `jumps` is.
+
         Raises
         ------
         NotImplementedError
             For the xoroshiro64 pair, which have no published long jump.
         ValueError
-            If this Generator's streams are longer than one long jump.
+            If `jumps` is negative, or this Generator's streams are longer than one long
+            jump.
         """
         alg = self._alg
+        jumps = operator.index(jumps)
+        if jumps < 0:
+            raise ValueError(f"jumps must be >= 0, got {jumps}")
         if alg.long_jump is None:
             raise NotImplementedError(f"{alg.class_name} has no long_jump to separate Generators")
         if self._streams << stream_log2(alg) > 1 << alg.long_jump_log2:
             raise ValueError("the streams of this Generator span more than one long jump")
         bits = BitGenerator(alg, self._base)
-        for _ in range(operator.index(jumps)):
-            bits.long_jump()
+        if jumps <= _LOOPED_JUMPS:
+            for _ in range(jumps):
+                bits.long_jump()
+        else:
+            period = (1 << alg.state_bits) - 1
+            bits.advance(jump_polynomial(alg, (jumps << alg.long_jump_log2) % period))
         return Generator._from_base(alg, self._seed, bits.state[:, 0], self._streams)
 
     def spawn(self, n_children: int) -> list["Generator"]:
-        """`n_children` independent Generators: ``jumped(1)`` ... ``jumped(n_children)``."""
+        """`n_children` independent Generators: ``jumped(1)`` ... ``jumped(n_children)``.
+
+        Raises
+        ------
+        ValueError
+            If `n_children` is negative.
+        """
+        n_children = operator.index(n_children)
+        if n_children < 0:
+            raise ValueError(f"n_children must be >= 0, got {n_children}")
         return [self.jumped(i + 1) for i in range(n_children)]
 
     # ---- draws ----

@@ -3,12 +3,16 @@ reductions, scans, transpose, GEMM, sorts, histogram), each behind a host functi
 takes device arrays, picks the launch geometry and runs on the CPU simulator without a GPU.
 
 Submodules and their public functions load on first use, so importing this package costs
-nothing until a kernel is needed.
+nothing until a kernel is needed. Three submodules share their name with their main host
+function (`transpose`, `gemm`, `histogram`): ``cupric.kernels.gemm`` is the submodule,
+and calling it calls ``cupric.kernels.gemm.gemm``, so both spellings work.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 
 #: submodule -> its public host functions, re-exported here.
 _MODULES = {
@@ -26,9 +30,35 @@ _LAZY = {name: module for module, names in _MODULES.items() for name in names}
 __all__ = sorted(_LAZY) + sorted(_MODULES)
 
 
+
+class _HostFunctionModule(types.ModuleType):
+    """A submodule named after its main host function: calling it calls that function."""
+
+    def __call__(self, *args, **kwargs):
+        return getattr(self, self.__name__.rpartition(".")[2])(*args, **kwargs)
+
+
+def _callable(module):
+    if type(module) is types.ModuleType and module.__name__.rpartition(".")[2] in _LAZY:
+        module.__class__ = _HostFunctionModule
+    return module
+
+
+class _Package(types.ModuleType):
+    # The import system binds a submodule to its package with setattr, whichever way it
+    # was first imported (`from cupric.kernels.gemm import tiled_kernel` included).
+    def __setattr__(self, name, value):
+        if isinstance(value, types.ModuleType):
+            _callable(value)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
 def __getattr__(name: str):
     if name in _MODULES:
-        value = importlib.import_module(f"{__name__}.{name}")
+        value = _callable(importlib.import_module(f"{__name__}.{name}"))
     elif name in _LAZY:
         value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
     else:
