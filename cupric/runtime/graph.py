@@ -1,18 +1,31 @@
 """CUDA graphs: record a stream's work once, replay it with one launch.
 
 Stream capture turns the kernels, copies and callbacks queued on a stream into a graph
-(`CUgraph`) instead of running them. An instantiated graph (`CUgraphExec`) replays the
-whole sequence for the host cost of a single launch; `GraphExec.update` swaps in the
-parameters of a newly captured graph of the same shape without re-instantiating.
+(`CUgraph`) instead of running them; `Graph.create()` builds one node by node instead:
+kernels (cupric kernels with their arguments, checked as a launch checks them), copies,
+memsets, host functions, event records and waits, child graphs, and the dependencies
+between them. An instantiated graph (`CUgraphExec`) replays the whole sequence for the
+host cost of a single launch; `GraphExec.update` swaps in the parameters of a newly
+captured graph of the same shape, `GraphExec.set_kernel_args` those of one kernel node,
+without re-instantiating.
 """
 
 from __future__ import annotations
+
+import ctypes
+import itertools
+import struct
+import threading
+import weakref
+
+import numpy as np
 
 from ._driver import bindings, check, driver
 from ._lifetime import Resource
 from .errors import CudaError
 
-__all__ = ["Graph", "GraphExec", "StreamCapture", "GraphUpdateError", "CAPTURE_MODES"]
+__all__ = ["Graph", "GraphExec", "GraphNode", "StreamCapture", "GraphUpdateError",
+           "CAPTURE_MODES"]
 
 # StreamCapture mode -> CUstreamCaptureMode member name.
 CAPTURE_MODES = {
@@ -99,7 +112,8 @@ class StreamCapture:
 
 
 class Graph(Resource):
-    """A captured CUDA graph (no public constructor: use `Stream.capture()`).
+    """A CUDA graph: captured from a stream (`Stream.capture()`) or built node by node
+    (`Graph.create()`); no public constructor.
 
     Examples
     --------
@@ -108,20 +122,48 @@ class Graph(Resource):
     >>> exe = cap.graph.instantiate()
     >>> for _ in range(1000):
     ...     exe.launch(stream)
+
+    Built explicitly:
+
+    >>> g = Graph.create()                                     # doctest: +SKIP
+    >>> up = g.add_memcpy(d_x, h_x)
+    >>> k = g.add_kernel(saxpy, blocks, 256, 2.0, d_x, d_y, depends_on=[up])
+    >>> down = g.add_memcpy(h_y, d_y, depends_on=[k])
+    >>> exe = g.instantiate()
+    >>> exe.launch(stream)
+    >>> exe.set_kernel_args(k, 3.0, d_x, d_y)                  # same shape, new values
+
+    Ownership
+    ---------
+    Nodes belong to their graph and are destroyed with it; a node keeps its graph alive.
+    The graph keeps the arrays, events and child graphs its nodes use alive (the driver
+    holds raw pointers), and host functions stay callable while the graph or any
+    executable graph made from it exists.
     """
 
-    __slots__ = ("_device",)
+    __slots__ = ("_device", "_keep", "_host")
 
     def __init__(self, *args, **kwargs) -> None:
-        raise TypeError("Graph has no public constructor; capture one with "
-                        "`with stream.capture() as cap:` and use cap.graph")
+        raise TypeError("Graph has no public constructor; build one with Graph.create() or "
+                        "capture one with `with stream.capture() as cap:` and use cap.graph")
 
     @classmethod
     def _wrap(cls, device, handle, *, owned: bool) -> Graph:
         self = cls.__new__(cls)
         self._device = device
+        self._keep = []
+        self._host = _HostFunctions()
         self._init_resource(handle, _destroy_graph if owned else None)
         return self
+
+    @classmethod
+    def create(cls, device=None) -> Graph:
+        """An empty graph on `device` (default: the current one) to add nodes to
+        (`cuGraphCreate`)."""
+        from .device import Device
+        dev = Device(device) if device is not None else Device.current()
+        dev.make_current()
+        return cls._wrap(dev, check(driver().cuGraphCreate(0)), owned=True)
 
     @classmethod
     def from_handle(cls, handle, device=None) -> Graph:
@@ -142,6 +184,221 @@ class Graph(Resource):
         """How many nodes (kernels, copies, ...) the graph has."""
         _nodes, count = check(driver().cuGraphGetNodes(self.handle, 0))
         return int(count)
+
+    # -- building node by node -----------------------------------------------------------
+
+    def _deps(self, depends_on):
+        nodes = list(depends_on or ())
+        for n in nodes:
+            if not isinstance(n, GraphNode):
+                raise TypeError(f"depends_on takes GraphNodes, got {type(n).__name__}")
+            if n.graph is not self:
+                raise ValueError(f"node {n!r} belongs to another graph")
+        return [n.handle for n in nodes], len(nodes)
+
+    def _node(self, kind: str, result, label: str, keep=()) -> GraphNode:
+        handle = check(result)
+        self._keep.extend(keep)
+        return GraphNode(self, handle, kind, label)
+
+    def add_kernel(self, kernel, grid, block, *args, shared_bytes: int = 0,
+                   depends_on=()) -> GraphNode:
+        """A kernel node: `kernel` launched on `grid` x `block` with `args`.
+
+        Parameters
+        ----------
+        kernel : cupric kernel or PreparedLaunch
+            A `@cupric.kernel` is compiled (or found in the cache) for the arguments'
+            types and checked as a launch checks them (types against its annotations,
+            device arrays only, the configuration against its limits). A
+            `PreparedLaunch` (``function.prepare(param_types)``, for a raw module
+            function) takes its flattened parameter values, as its `launch` does.
+        grid, block : int or tuple of 1-3 ints
+        *args
+            The launch arguments. Their values are copied into the node now (as a launch
+            copies them); arrays must stay allocated while the graph runs (the graph
+            keeps them referenced).
+        shared_bytes : int
+            Dynamic shared memory per block.
+        depends_on : sequence of GraphNode
+
+        Raises
+        ------
+        KernelArgumentError, TypeError, LaunchConfigError
+            As the same launch would, before anything is added.
+        """
+        from .launch import PreparedLaunch, check_config, validate_launch
+        keep = list(args)
+        if getattr(kernel, "_cupric_kernel", False):
+            # The compiler binds a cupric kernel's arguments (the runtime knows nothing
+            # of its types): the launch's own checks, then the flattened ABI values.
+            from cupric.compiler.node_args import launch_parts
+            self._device.make_current()
+            prepared, values, extra = launch_parts(kernel, grid, block, shared_bytes, args)
+            keep += extra
+            name = kernel.__name__
+        elif isinstance(kernel, PreparedLaunch):
+            prepared, values, name = kernel, list(args), kernel.function.name
+            validate_launch(prepared.function, grid, block, shared_bytes)
+        else:
+            raise TypeError(f"add_kernel takes a cupric kernel or a PreparedLaunch "
+                            f"(function.prepare(param_types)), got {type(kernel).__name__}")
+        (gx, gy, gz), (bx, by, bz), shared_bytes = check_config(name, grid, block,
+                                                                shared_bytes)
+        params, argv = _kernel_params(prepared, values)
+        params.gridDimX, params.gridDimY, params.gridDimZ = gx, gy, gz
+        params.blockDimX, params.blockDimY, params.blockDimZ = bx, by, bz
+        params.sharedMemBytes = shared_bytes
+        deps, n = self._deps(depends_on)
+        result = driver().cuGraphAddKernelNode(self.handle, deps, n, params)
+        del argv  # the driver copied the values during the call
+        node = self._node("kernel", result, name, keep + [prepared])
+        node._kernel = (kernel, prepared)
+        return node
+
+    def add_memcpy(self, dst, src, *, nbytes: int | None = None,
+                   depends_on=()) -> GraphNode:
+        """A copy node between host (NumPy) and device arrays, either way or device to
+        device; `nbytes` defaults to the whole of `src`, which must fit in `dst`.
+
+        Host arrays must be C-contiguous; pinned host memory (`pinned_empty`) lets the
+        copy run asynchronously with other nodes.
+        """
+        d = driver()
+        dst_ptr, dst_kind, dst_size, dst_keep = _endpoint(dst, "dst", writable=True)
+        src_ptr, src_kind, src_size, src_keep = _endpoint(src, "src")
+        nbytes = src_size if nbytes is None else int(nbytes)
+        if nbytes <= 0 or nbytes > src_size or nbytes > dst_size:
+            raise ValueError(f"add_memcpy: {nbytes} bytes from a {src_size}-byte source "
+                             f"into a {dst_size}-byte destination")
+        p = d.CUDA_MEMCPY3D()
+        for side, ptr, kind in (("src", src_ptr, src_kind), ("dst", dst_ptr, dst_kind)):
+            if kind == "host":
+                setattr(p, f"{side}MemoryType", d.CUmemorytype.CU_MEMORYTYPE_HOST)
+                setattr(p, f"{side}Host", ptr)
+            else:
+                setattr(p, f"{side}MemoryType", d.CUmemorytype.CU_MEMORYTYPE_DEVICE)
+                setattr(p, f"{side}Device", d.CUdeviceptr(ptr))
+        p.WidthInBytes, p.Height, p.Depth = nbytes, 1, 1
+        deps, n = self._deps(depends_on)
+        self._device.make_current()
+        ctx = check(d.cuCtxGetCurrent())
+        return self._node("memcpy", d.cuGraphAddMemcpyNode(self.handle, deps, n, p, ctx),
+                          f"{src_kind}->{dst_kind} {nbytes} B", [dst_keep, src_keep])
+
+    def add_memset(self, dst, value: int, *, width: int = 1, count: int | None = None,
+                   depends_on=()) -> GraphNode:
+        """A memset node: `count` elements of `width` bytes (1, 2 or 4) of the device
+        array `dst` set to `value` (default: all of `dst`)."""
+        d = driver()
+        if width not in (1, 2, 4):
+            raise ValueError(f"memset width must be 1, 2 or 4 bytes, got {width}")
+        ptr, kind, size, keep = _endpoint(dst, "dst", writable=True)
+        if kind != "device":
+            raise TypeError("add_memset sets device memory; got a host array")
+        count = size // width if count is None else int(count)
+        if count <= 0 or count * width > size:
+            raise ValueError(f"add_memset: {count} x {width} bytes do not fit in "
+                             f"{size} bytes")
+        if not 0 <= int(value) < 1 << (8 * width):
+            raise ValueError(f"memset value {value} does not fit in {width} byte(s)")
+        p = d.CUDA_MEMSET_NODE_PARAMS()
+        p.dst = d.CUdeviceptr(ptr)
+        p.value, p.elementSize, p.width, p.height, p.pitch = int(value), width, count, 1, 0
+        deps, n = self._deps(depends_on)
+        self._device.make_current()
+        ctx = check(d.cuCtxGetCurrent())
+        return self._node("memset", d.cuGraphAddMemsetNode(self.handle, deps, n, p, ctx),
+                          f"{count} x {width} B = {value}", [keep])
+
+    def add_host(self, fn, *args, depends_on=()) -> GraphNode:
+        """A host-function node: `fn(*args)` runs on a driver thread each time the graph
+        runs, after its dependencies. It must not call CUDA. An exception it raises is
+        kept and raised (as `HostCallbackError`) by the next `GraphExec.launch` or
+        `GraphExec.raise_host_errors()`."""
+        if not callable(fn):
+            raise TypeError(f"add_host needs a callable, got {type(fn).__name__}")
+        d = driver()
+        token = self._host.add(fn, args)
+        p = d.CUDA_HOST_NODE_PARAMS()
+        p.fn = _host_trampoline_handle()
+        p.userData = token
+        deps, n = self._deps(depends_on)
+        return self._node("host", d.cuGraphAddHostNode(self.handle, deps, n, p),
+                          getattr(fn, "__name__", "host function"))
+
+    def add_event_record(self, event, *, depends_on=()) -> GraphNode:
+        """A node recording `event` (a cupric Event) when its dependencies are done."""
+        deps, n = self._deps(depends_on)
+        return self._node("event_record", driver().cuGraphAddEventRecordNode(
+            self.handle, deps, n, event.handle), "record", [event])
+
+    def add_event_wait(self, event, *, depends_on=()) -> GraphNode:
+        """A node that waits for `event` (recorded by other work, or by a record node)
+        before its dependents run."""
+        deps, n = self._deps(depends_on)
+        return self._node("event_wait", driver().cuGraphAddEventWaitNode(
+            self.handle, deps, n, event.handle), "wait", [event])
+
+    def add_child_graph(self, child: Graph, *, depends_on=()) -> GraphNode:
+        """A node running a copy of `child` (the driver clones it now; later changes to
+        `child` do not reach this graph)."""
+        if not isinstance(child, Graph):
+            raise TypeError(f"add_child_graph takes a Graph, got {type(child).__name__}")
+        if child is self:
+            raise ValueError("a graph cannot contain itself")
+        deps, n = self._deps(depends_on)
+        node = self._node("child_graph", driver().cuGraphAddChildGraphNode(
+            self.handle, deps, n, child.handle), "child graph", [child])
+        self._host.adopt(child._host)
+        return node
+
+    def add_empty(self, *, depends_on=()) -> GraphNode:
+        """A node that does nothing: a join point for dependencies."""
+        deps, n = self._deps(depends_on)
+        return self._node("empty", driver().cuGraphAddEmptyNode(self.handle, deps, n),
+                          "join")
+
+    def add_dependency(self, before: GraphNode, after: GraphNode) -> None:
+        """Make `after` wait for `before` (`cuGraphAddDependencies`)."""
+        self._deps([before, after])
+        d = driver()
+        try:  # CUDA 13 takes edge data (None: default edges); 12.x does not
+            result = d.cuGraphAddDependencies(self.handle, [before.handle], [after.handle],
+                                              None, 1)
+        except TypeError:
+            result = d.cuGraphAddDependencies(self.handle, [before.handle], [after.handle],
+                                              1)
+        check(result)
+
+    def nodes(self) -> list:
+        """Raw `CUgraphNode` handles of every node (`cuGraphGetNodes`)."""
+        count = self.node_count
+        if count == 0:
+            return []
+        return list(check(driver().cuGraphGetNodes(self.handle, count))[0])[:count]
+
+    def dependencies(self, node: GraphNode) -> list:
+        """Raw handles of the nodes `node` waits for."""
+        return _node_dependencies(node.handle)
+
+    def to_dot(self, path=None, *, verbose: bool = False) -> str:
+        """The graph in Graphviz DOT (`cuGraphDebugDotPrint`): returns the text, and
+        writes it to `path` when given. `verbose` adds every node's parameters."""
+        import os
+        import tempfile
+        d = driver()
+        flags = d.CUgraphDebugDot_flags
+        value = int(flags.CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE) if verbose else 0
+        with tempfile.TemporaryDirectory(prefix="cupric-dot-") as folder:
+            target = os.path.join(folder, "graph.dot")
+            check(d.cuGraphDebugDotPrint(self.handle, target.encode(), value))
+            with open(target, encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        return text
 
     def instantiate(self, *, upload_stream=None, auto_free_on_launch: bool = False) -> GraphExec:
         """An executable graph ready to launch.
@@ -165,6 +422,7 @@ class Graph(Resource):
         self._device.make_current()
         handle = check(d.cuGraphInstantiate(self.handle, flags))
         exe = GraphExec._wrap(self._device, handle)
+        exe._graph = self  # nodes, arrays and host functions stay alive with the exe
         if upload_stream is not None:
             exe.upload(upload_stream)
         return exe
@@ -173,7 +431,7 @@ class Graph(Resource):
 class GraphExec(Resource):
     """An instantiated, launchable graph (made by `Graph.instantiate()`)."""
 
-    __slots__ = ("_device",)
+    __slots__ = ("_device", "_graph")
 
     def __init__(self, *args, **kwargs) -> None:
         raise TypeError("GraphExec has no public constructor; use graph.instantiate()")
@@ -182,6 +440,7 @@ class GraphExec(Resource):
     def _wrap(cls, device, handle) -> GraphExec:
         self = cls.__new__(cls)
         self._device = device
+        self._graph = None
         self._init_resource(handle, _destroy_graph_exec)
         return self
 
@@ -197,10 +456,65 @@ class GraphExec(Resource):
         """
         from .stream import as_stream_handle
         d = driver()
+        if self._graph is not None:
+            self._graph._host.raise_pending()
         ptr = as_stream_handle(stream)
         if ptr in (0, 2):
             self._device.make_current()
         check(d.cuGraphLaunch(self.handle, d.CUstream(ptr)))
+
+    def raise_host_errors(self) -> None:
+        """Raise `HostCallbackError` for exceptions that host-function nodes raised in
+        earlier launches (synchronize first to see those of the last launch)."""
+        if self._graph is not None:
+            self._graph._host.raise_pending()
+
+    def set_kernel_args(self, node: GraphNode, *args, grid=None, block=None,
+                        shared_bytes: int | None = None) -> None:
+        """Give kernel node `node` new arguments (and optionally a new configuration)
+        in this executable graph only (`cuGraphExecKernelNodeSetParams`); the next
+        launch uses them. The arguments are checked as `Graph.add_kernel` checks them;
+        a cupric kernel may get arguments of other types (another compiled variant).
+
+        Raises
+        ------
+        KernelArgumentError, TypeError, LaunchConfigError
+            As `Graph.add_kernel`; the node keeps its old arguments.
+        ValueError
+            `node` is not a kernel node of the graph this was instantiated from.
+        """
+        from .launch import check_config, validate_launch
+        graph = self._graph
+        if graph is None or not isinstance(node, GraphNode) or node.graph is not graph \
+                or node.kind != "kernel":
+            raise ValueError("set_kernel_args takes a kernel node of the graph this "
+                             "executable graph was instantiated from")
+        kernel, prepared = node._kernel
+        d = driver()
+        old = check(d.cuGraphKernelNodeGetParams(node.handle))
+        grid = grid if grid is not None else (old.gridDimX, old.gridDimY, old.gridDimZ)
+        block = block if block is not None else (old.blockDimX, old.blockDimY,
+                                                 old.blockDimZ)
+        shared_bytes = old.sharedMemBytes if shared_bytes is None else shared_bytes
+        keep = list(args)
+        if getattr(kernel, "_cupric_kernel", False):
+            from cupric.compiler.node_args import launch_parts
+            self._device.make_current()
+            prepared, values, extra = launch_parts(kernel, grid, block, shared_bytes, args)
+            keep += extra
+            name = kernel.__name__
+        else:
+            values, name = list(args), prepared.function.name
+            validate_launch(prepared.function, grid, block, shared_bytes)
+        (gx, gy, gz), (bx, by, bz), shared_bytes = check_config(name, grid, block,
+                                                                shared_bytes)
+        params, argv = _kernel_params(prepared, values)
+        params.gridDimX, params.gridDimY, params.gridDimZ = gx, gy, gz
+        params.blockDimX, params.blockDimY, params.blockDimZ = bx, by, bz
+        params.sharedMemBytes = shared_bytes
+        check(d.cuGraphExecKernelNodeSetParams(self.handle, node.handle, params))
+        del argv
+        graph._keep.extend(keep + [prepared])
 
     def upload(self, stream) -> None:
         """Prepare the graph's device resources on `stream` ahead of the first launch."""
@@ -232,3 +546,177 @@ class GraphExec(Resource):
                 why = f"CUgraphExecUpdateResult {info.result}"
             raise GraphUpdateError(err, why)
         check((err,))
+
+
+class GraphNode:
+    """One node of a `Graph` (made by its ``add_*`` methods; destroyed with the graph).
+
+    Attributes
+    ----------
+    graph : Graph
+    kind : str
+        ``"kernel"``, ``"memcpy"``, ``"memset"``, ``"host"``, ``"event_record"``,
+        ``"event_wait"``, ``"child_graph"`` or ``"empty"``.
+    label : str
+        What the node does, in words (the kernel's name, the copy's direction and size).
+    """
+
+    __slots__ = ("graph", "handle", "kind", "label", "_kernel")
+
+    def __init__(self, graph: Graph, handle, kind: str, label: str) -> None:
+        self.graph = graph
+        self.handle = handle
+        self.kind = kind
+        self.label = label
+        self._kernel = None
+
+    def __repr__(self) -> str:
+        return f"<GraphNode {self.kind}: {self.label}>"
+
+    @property
+    def dependencies(self) -> int:
+        """How many nodes this one waits for."""
+        return len(_node_dependencies(self.handle))
+
+
+def _node_dependencies(handle) -> list:
+    # (nodes, [edge data,] count): CUDA 13's bindings also return the edges' data.
+    d = driver()
+    count = int(check(d.cuGraphNodeGetDependencies(handle, 0))[-1])
+    if count == 0:
+        return []
+    found = check(d.cuGraphNodeGetDependencies(handle, count))
+    return [n for n in list(found[0])[:count] if n is not None and int(n)]
+
+
+def _kernel_params(prepared, values):
+    """CUDA_KERNEL_NODE_PARAMS for `prepared`'s function with `values` packed as a launch
+    packs them; returns it and the buffers its pointers point into (to keep until the
+    driver has copied them)."""
+    from .launch import KernelArgumentError, param_layout
+    d = bindings()  # struct types only: no driver call here
+    types, fmt, offsets, size = param_layout(prepared.param_types)
+    if len(values) != len(types):
+        raise KernelArgumentError(f"kernel {prepared.function.name!r} takes {len(types)} "
+                                  f"parameter values, got {len(values)}")
+    packed = []
+    for index, (t, v) in enumerate(zip(types, values)):
+        if isinstance(t, tuple):  # a struct by value: its bytes
+            v = bytes(v) if isinstance(v, (bytes, bytearray)) else np.asarray(v).tobytes()
+            if len(v) != t[1]:
+                raise KernelArgumentError(f"parameter {index}: a struct of {t[1]} bytes, "
+                                          f"got {len(v)}", index)
+        elif t == "ptr" and isinstance(v, np.ndarray):
+            raise KernelArgumentError(f"parameter {index}: a host NumPy array where a "
+                                      f"device pointer is expected; copy it with "
+                                      f"cupric.runtime.to_device", index)
+        packed.append(v)
+    buf = ctypes.create_string_buffer(size)
+    try:
+        struct.pack_into(fmt, buf, 0, *packed)
+    except struct.error as exc:
+        raise KernelArgumentError(f"kernel {prepared.function.name!r}: {exc}") from None
+    base = ctypes.addressof(buf)
+    argv = (ctypes.c_void_p * max(len(offsets), 1))(*[base + o for o in offsets])
+    params = d.CUDA_KERNEL_NODE_PARAMS()
+    params.func = prepared.function.handle
+    params.kernelParams = ctypes.addressof(argv)
+    params.extra = 0
+    return params, (buf, argv)
+
+
+def _endpoint(array, what: str, writable: bool = False):
+    """(address, "host" or "device", size in bytes, object to keep) of a copy's end."""
+    if isinstance(array, np.ndarray):
+        if not array.flags.c_contiguous:
+            raise ValueError(f"{what}: host arrays must be C-contiguous")
+        if writable and not array.flags.writeable:
+            raise ValueError(f"{what}: the host array is read-only")
+        return array.ctypes.data, "host", array.nbytes, array
+    host = getattr(array, "host_array", None)  # PinnedBuffer-like objects
+    if host is not None and isinstance(host, np.ndarray):
+        return _endpoint(host, what, writable)
+    from .interop import as_device_array
+    buf = as_device_array(array)
+    if not buf.is_c_contiguous:
+        raise ValueError(f"{what}: device arrays must be C-contiguous")
+    return buf.ptr, "device", buf.nbytes, buf
+
+
+# Host-function nodes: the driver calls one C trampoline with a token; the token names
+# the Python callable, which stays registered while the graph (or an executable graph
+# made from it) exists -- unlike a stream's host callback, it runs on every launch.
+_host_registry: dict[int, tuple] = {}
+_host_lock = threading.Lock()
+_host_tokens = itertools.count(1)
+
+
+def _graph_host_trampoline(user_data) -> None:
+    # On a driver thread; must not raise (ctypes would print and drop the exception).
+    with _host_lock:
+        entry = _host_registry.get(int(user_data or 0))
+    if entry is None:
+        return
+    fn, args, sink_ref = entry
+    sink = sink_ref()
+    if sink is None:
+        return
+    try:
+        fn(*args)
+    except BaseException as exc:
+        with sink.lock:
+            sink.errors.append(exc)
+
+
+_HOST_FN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_graph_host_c = _HOST_FN_TYPE(_graph_host_trampoline)
+_graph_host_handle = []
+
+
+def _host_trampoline_handle():
+    if not _graph_host_handle:
+        address = ctypes.cast(_graph_host_c, ctypes.c_void_p).value
+        _graph_host_handle.append(driver().CUhostFn(address))
+    return _graph_host_handle[0]
+
+
+class _HostFunctions:
+    """The host functions of one graph (and of the child graphs it copied): registered
+    while this object lives, which the graph and its executable graphs keep alive."""
+
+    __slots__ = ("tokens", "errors", "lock", "children", "__weakref__")
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+        self.errors: list = []
+        self.lock = threading.Lock()
+        self.children: list = []
+
+    def add(self, fn, args) -> int:
+        token = next(_host_tokens)
+        with _host_lock:  # weakly: the registry must not keep its owner alive
+            _host_registry[token] = (fn, args, weakref.ref(self))
+        self.tokens.append(token)
+        return token
+
+    def adopt(self, child: "_HostFunctions") -> None:
+        """A child graph's host functions report to this graph's errors too."""
+        self.children.append(child)
+
+    def raise_pending(self) -> None:
+        from .stream import HostCallbackError
+        errors = []
+        for sink in (self, *self.children):
+            with sink.lock:
+                errors += sink.errors
+                sink.errors.clear()
+        if errors:
+            raise HostCallbackError(errors) from errors[0]
+
+    def __del__(self) -> None:
+        registry = _host_registry  # None late in interpreter shutdown
+        if registry is None:
+            return
+        with _host_lock:
+            for token in self.tokens:
+                registry.pop(token, None)
