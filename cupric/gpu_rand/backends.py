@@ -84,11 +84,9 @@ class CudaBackend:
         return array.to_numpy(stream=self.stream)
 
     def flat(self, out):
-        from cupric.runtime.interop import as_device_array
+        from cupric.runtime.intake import as_buffer  # any device array, one intake
 
-        buf = as_device_array(out, stream=self.stream)
-        if buf.readonly:
-            raise ValueError("out is read-only")
+        buf = as_buffer(out, self.stream, name="out", writable=True)
         if not buf.is_c_contiguous:
             raise ValueError("out must be C-contiguous")
         return buf.reshape(-1)

@@ -267,29 +267,8 @@ class Call:
         """The raw handle of the call's stream (0: the legacy default stream)."""
         handle = self._handle
         if handle is None:
-            stream = self.stream
-            if stream is None:
-                handle = 0
-            else:
-                from cupric.runtime.memory import stream_handle
-                handle = stream_handle(stream)
-            self._handle = handle
+            handle = self._handle = _stream_handle(self.stream)
         return handle
-
-    def _order_after(self, producer: int) -> None:
-        """Order the call's stream after a producer's stream (CUDA Array Interface v3),
-        once per producer and call; no event where CUDA orders the two already (see
-        `cupric.runtime.array_adapters.needs_wait`)."""
-        if producer == 1 and self.handle <= 1:
-            return  # the legacy default stream after itself
-        ordered = self._ordered
-        if ordered is None:
-            ordered = self._ordered = []
-        elif producer in ordered:
-            return
-        from cupric.runtime.array_adapters import order_launch_after
-        order_launch_after(self.handle, (producer,))
-        ordered.append(producer)
 
     def scratch(self, shape, dtype, *, zero: bool = False):
         """Temporary memory for this call's kernels: stream-ordered on the GPU (from the
@@ -420,47 +399,31 @@ class Call:
             kern._launch(grid, block, self.stream, shared_bytes, args)
 
     def _device_array(self, obj, name: str):
-        """`obj` as a DeviceBuffer, as `cupric.runtime.as_device_array(obj, stream)`
-        makes it (the same borrow, stream ordering and errors). CuPy, PyTorch and
-        numba-cuda arrays are read through their own attributes
-        (`cupric.runtime.array_adapters`) instead of a fresh `__cuda_array_interface__`
-        dict; an array outside an adapter's common case takes the interface path."""
+        """`obj` as a DeviceBuffer through the runtime's intake layer
+        (`cupric.runtime.intake.as_buffer`: the same borrow, stream ordering and typed
+        errors as `as_device_array`, read through the arrays' own attributes); the call's
+        stream is ordered after each producer's stream once per call."""
         cls = obj.__class__
         if cls is _DeviceBuffer and (self.stream is None or obj._stream is None):
-            obj._check_open()  # as_device_array: nothing to order
+            if obj._alloc._closed:  # nothing to order: the buffer itself
+                _check_open(obj, f"{self.op}: {name}")
             return obj
-        adapter = _ADAPTERS.get(cls, _UNSEEN)
-        if adapter is _UNSEEN:
-            from cupric.runtime.array_adapters import adapter_for
-            adapter = adapter_for(cls)
-        if adapter is not None and adapter.kind in _TRUSTED_ADAPTERS:
-            parts = adapter.read(obj)
-            if parts is not None:
-                ptr, shape, strides, dtype, producer = parts
-                if producer is not None:
-                    self._order_after(producer)
-                # Their interfaces never mark the memory read-only.
-                return _borrow_validated(ptr, shape, strides, dtype, False, obj,
-                                        self.stream if self.stream is not None
-                                        else producer)
         if isinstance(obj, np.ndarray):
             raise TypeError(f"{self.op}: {name} is a host NumPy array; copy it to the "
                             f"device first (cupric.runtime.to_device({name}))")
+        ordered = self._ordered
+        if ordered is None:
+            ordered = self._ordered = []
         try:
-            return _as_device_array(obj, self.stream)
-        except TypeError as exc:
-            raise TypeError(f"{self.op}: {name}: {exc}") from None
+            return _as_buffer(obj, self.stream, name=name, ordered=ordered)
+        except TypeError as exc:  # HostMemoryError, NotAnArrayError: the same class
+            raise exc.__class__(f"{self.op}: {exc}") from None
 
 
-from cupric.runtime.array_adapters import ADAPTERS as _ADAPTERS  # noqa: E402
-from cupric.runtime.interop import as_device_array as _as_device_array  # noqa: E402
+from cupric.runtime.intake import as_buffer as _as_buffer  # noqa: E402
+from cupric.runtime.intake import check_open as _check_open  # noqa: E402
+from cupric.runtime.intake import stream_handle as _stream_handle  # noqa: E402
 from cupric.runtime.memory import DeviceBuffer as _DeviceBuffer  # noqa: E402
-from cupric.runtime.memory import borrow_validated as _borrow_validated  # noqa: E402
-
-#: Adapter families whose arrays' interfaces never mark the memory read-only (CuPy,
-#: PyTorch and numba-cuda all give ``data = (ptr, False)``); registered custom adapters
-#: take the interface path, which reads the flag.
-_TRUSTED_ADAPTERS = frozenset({"cupy", "torch", "numba"})
 
 
 def vector(buf, dtype=None):

@@ -126,8 +126,9 @@ class ArrayInfo:
     __slots__ = ("ptr", "shape", "strides", "dtype", "itemsize", "ndim", "device",
                  "readonly", "producer", "kind", "owner")
 
-    def __init__(self, ptr, shape, strides, dtype, device, readonly, producer, kind,
+    def __init__(self, ptr, shape, strides, dtype, readonly, producer, device, kind,
                  owner) -> None:
+        # The order of `array_parts`' tuple.
         self.ptr = ptr
         self.shape = shape
         self.strides = strides

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from cupric.kernels import _common
+from cupric.runtime import intake
 from fake_device import FakeGpu
 
 
@@ -42,7 +43,7 @@ def test_adapter_and_interface_paths_launch_the_same(gpu, monkeypatch):
 
     adapted = calls()
     gpu.launches.clear()
-    monkeypatch.setattr(_common, "_TRUSTED_ADAPTERS", frozenset())  # interface only
+    monkeypatch.setattr(intake, "_TRUSTED", frozenset())  # the interface path only
     interfaced = calls()
     assert [launch[:4] for launch in adapted] == [launch[:4] for launch in interfaced]
     # Pointers, lengths and strides of the user's arrays are the same (the workspace
@@ -61,8 +62,8 @@ def test_same_errors_as_the_interface_path(gpu, monkeypatch):
     wide, strided = gpu.array((4, 4), "f4"), gpu.array((4, 4), "f4")
     strided.strides = (4, 16)  # Fortran order: not C-contiguous
     messages = []
-    for trusted in (_common._TRUSTED_ADAPTERS, frozenset()):
-        monkeypatch.setattr(_common, "_TRUSTED_ADAPTERS", trusted)
+    for trusted in (intake._TRUSTED, frozenset()):
+        monkeypatch.setattr(intake, "_TRUSTED", trusted)
         found = []
         for fn, exc in ((lambda: elementwise.vecadd(a, b), TypeError),
                         (lambda: elementwise.vecadd(a, wide), ValueError),
