@@ -190,7 +190,7 @@ def _empty_kernel_cache(root: str) -> None:
     shutil.rmtree(os.path.join(root, "kernels"), ignore_errors=True)
 
 
-def run(json_path: str | None = None, runs: int = 5, phases: bool = True,
+def run(json_path: str | None = None, runs: int = 3, phases: bool = True,
         quick: bool = False) -> dict:
     """Measure; returns seconds (medians) and the goals' pass/fail."""
     if quick:

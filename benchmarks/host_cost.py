@@ -46,7 +46,7 @@ import numpy as np
 from cupric.device import grid
 from cupric.types import Array, f32, i32
 
-from _common import CheckError, assert_correct, error_text, ratio, table
+from _common import CheckError, assert_correct, error_text, poison, ratio, table, to_host
 
 KINDS = ("torch", "cupy", "buffer")
 KIND_LABEL = {"torch": "PyTorch tensors", "cupy": "CuPy arrays", "buffer": "DeviceBuffers"}
@@ -115,7 +115,9 @@ class Timing:
 
 
 def _views(t, kinds=KINDS) -> dict:
-    """The tensor `t` as each kind (a DLPack view, same memory), or the reason it cannot."""
+    """The tensor `t` as each kind, or the reason it cannot be: DeviceBuffers are DLPack
+    views of the tensor (the same memory); CuPy arrays are copies that CuPy allocated and
+    owns (in the same layout), as a CuPy user's arrays are."""
     import cupy as cp
 
     from cupric import runtime as rt
@@ -123,7 +125,7 @@ def _views(t, kinds=KINDS) -> dict:
     for kind in kinds:
         try:
             out[kind] = t if kind == "torch" else (
-                cp.from_dlpack(t) if kind == "cupy" else rt.from_dlpack(t))
+                cp.from_dlpack(t).copy(order="K") if kind == "cupy" else rt.from_dlpack(t))
         except Exception as exc:  # a kind that cannot carry this dtype: reported per row
             out[kind] = exc
     return out
@@ -138,8 +140,9 @@ class Op:
         self.name, self.size, self.tensors, self.ours = name, size, tensors, ours
         self.peers, self.out, self.reference, self.tol = peers, out, reference, tol
         self.kinds = kinds
-        #: Called before each check instead of poisoning the output, for operations
-        #: that update their output in place (y = a*x + y).
+        #: Called with the contender's arguments (None for a peer) before its check,
+        #: instead of poisoning the output, for operations that update their output in
+        #: place (y = a*x + y).
         self.reset = None
 
 
@@ -158,23 +161,25 @@ def _contenders(op: Op, results: dict) -> dict:
             results[f"cupric, {KIND_LABEL[kind]}"] = {"unsupported": error_text(bad[0])}
             continue
         args = {name: v[kind] for name, v in views.items()}
-        candidates.append((f"cupric, {KIND_LABEL[kind]}", op.ours(args)))
-    candidates += list(op.peers.items())
-    for label, fn in candidates:
+        # The output in this kind: the tensor's memory, or CuPy's own copy.
+        out = args[op.out] if kind == "cupy" else torch_out
+        candidates.append((f"cupric, {KIND_LABEL[kind]}", op.ours(args), args, out))
+    candidates += [(label, fn, None, torch_out) for label, fn in op.peers.items()]
+    for label, fn, args, out in candidates:
         box = {}
 
-        def run(fn=fn, box=box):
+        def run(fn=fn, box=box, args=args):
             if op.reset is not None:
-                op.reset()
+                op.reset(args)
             box["r"] = fn()
 
-        def got(box=box, ours=label.startswith("cupric")):
+        def got(box=box, out=out, ours=args is not None):
             # cupric writes the given output; a peer that allocates returns its result.
             r = box["r"]
-            return torch_out if ours or not hasattr(r, "shape") else r
+            return out if ours or not hasattr(r, "shape") else r
         try:
             check = assert_correct(f"{op.name} {op.size}: {label}", run, got, expected,
-                                   outputs=[] if op.reset is not None else [torch_out],
+                                   outputs=[] if op.reset is not None else [out],
                                    rtol=rtol, atol=atol)
             ready[label] = fn
             results[label] = {"check": check}
@@ -203,7 +208,8 @@ def _conv_ops(torch, F, dnn, size: str, n, c, k, hw, dtype) -> list:
     dx = torch.empty_like(x)
     dw = torch.empty_like(w)
     f64 = lambda t: t.double()  # noqa: E731
-    tol = (2e-2, 2e-2) if nhwc else (1e-3, 1e-3)
+    # float32 convolutions may use TF32 on both sides (each library's default).
+    tol = (2e-2, 2e-2) if nhwc else (5e-3, 5e-3)
     bwd = torch.ops.aten.convolution_backward
     tag = f"{size}: {n}x{c}x{hw}x{hw}, {k} filters 3x3, {str(dtype)[6:]} {'NHWC' if nhwc else 'NCHW'}"
 
@@ -257,7 +263,8 @@ def _library_ops(torch, cp, quick: bool) -> list:
         peers = {"PyTorch matmul(out=)": lambda a=a, b=b, c_=c_: torch.matmul(a, b, out=c_)}
         if ca is not None:
             peers["CuPy matmul(out=)"] = lambda ca=ca, cb_=cb_, cc=cc: cp.matmul(ca, cb_, out=cc)
-        tol = (1e-4, 1e-4) if dtype == torch.float32 else (2e-2, 2e-2 * math.sqrt(m / 64))
+        # Products of m terms of unit variance: the result's scale is sqrt(m).
+        tol = (1e-4, 1e-4) if dtype == torch.float32 else (2e-2, 1e-2 * math.sqrt(m))
         ops.append(Op("matmul", f"{size}: {m}x{m} {str(dtype)[6:]}", {"a": a, "b": b, "c": c_},
                       lambda v: lambda: cublas.matmul(v["a"], v["b"], out=v["c"]), peers, "c",
                       lambda a=a, b=b: a.double() @ b.double(), tol))
@@ -311,7 +318,9 @@ def _library_ops(torch, cp, quick: bool) -> list:
         x = _randn(torch, (rows, cols), torch.float32)
         y = torch.empty_like(x)
         ops.append(Op("softmax", f"{size}: {rows}x{cols} float32", {"x": x, "y": y},
-                      lambda v: lambda: dnn.softmax(v["x"], -1, out=v["y"]),
+                      # softmax_forward: the name `softmax` is also a submodule of
+                      # cupric.cudnn, which shadows the function once imported.
+                      lambda v: lambda: dnn.softmax_forward(v["x"], -1, out=v["y"]),
                       {"PyTorch softmax": lambda x=x: torch.softmax(x, -1)}, "y",
                       lambda x=x: torch.softmax(x.double(), -1), (1e-5, 1e-7)))
     return ops
@@ -332,16 +341,10 @@ def _axpy(x: Array[f32, 1, "C"], y: Array[f32, 1, "C"], a: f32, n: i32):
         y[i] = a * x[i] + y[i]
 
 
-def _kernel_ops(torch, cp, quick: bool) -> list:
-    """A kernel launch, a gpu_rand fill, and the ready kernels."""
+def _launch_op(torch, cp) -> Op:
+    """A kernel launch: y = a*x + y. Every contender runs the kernel once per call, so y
+    grows; each check runs one call from y0 (`Op.reset`)."""
     import cupric
-    import cupric.kernels as K
-    from cupric.gpu_rand import Generator
-    ops = []
-    sizes = (("small", 1 << 12),) if quick else (("small", 1 << 12), ("large", 1 << 24))
-
-    # A kernel launch: y = a*x + y. Every contender runs the kernel exactly once per call,
-    # so the outputs grow; the check runs one call on fresh y.
     n = 1 << 12
     x = torch.rand(n, device="cuda")
     y0 = torch.rand(n, device="cuda")
@@ -356,25 +359,41 @@ def _kernel_ops(torch, cp, quick: bool) -> list:
         xs, ys, nn = v["x"], v["y"], np.int32(n)
         return lambda: bound(xs, ys, a, nn)
 
+    def reset(v):
+        if v is not None and isinstance(v["y"], cp.ndarray):
+            v["y"][...] = cp.from_dlpack(y0)  # CuPy's own copy of y
+        else:
+            y.copy_(y0)
+
     cx, cy = cp.from_dlpack(x), cp.from_dlpack(y)
-    launch = Op("kernel launch (axpy)", f"{n} float32", {"x": x, "y": y}, launch_for,
-                {"CuPy RawKernel": lambda: raw(((n + 255) // 256,), (256,),
-                                               (cx, cy, a, np.int32(n))),
-                 "PyTorch add_(alpha=), one kernel": lambda: y.add_(x, alpha=0.5)}, "y",
-                lambda: (y0.double() + 0.5 * x.double()), (1e-6, 1e-6))
-    launch.reset = lambda: y.copy_(y0)  # the check's call starts from y0
-    ops.append(launch)
+    op = Op("kernel launch (axpy)", f"{n} float32", {"x": x, "y": y}, launch_for,
+            {"CuPy RawKernel": lambda: raw(((n + 255) // 256,), (256,),
+                                           (cx, cy, a, np.int32(n))),
+             "PyTorch add_(alpha=), one kernel": lambda: y.add_(x, alpha=0.5)}, "y",
+            lambda: y0.double() + 0.5 * x.double(), (1e-6, 1e-6))
+    op.reset = reset
+    return op
+
+
+def _kernel_ops(torch, cp, quick: bool) -> list:
+    """A kernel launch, a gpu_rand fill, and the ready kernels."""
+    import cupric.kernels as K
+    from cupric.gpu_rand import Generator
+    ops = []
+    sizes = (("small", 1 << 12),) if quick else (("small", 1 << 12), ("large", 1 << 24))
+
+    ops.append(_launch_op(torch, cp))
+    a = np.float32(0.5)
 
     for size, n in sizes:
         out = torch.empty(n, device="cuda")
         gen = Generator(1234)
         cgen = cp.random.default_rng(1234)
-        cout = cp.from_dlpack(out)
         ops.append(Op("gpu_rand uniform fill", f"{size}: {n} float32", {"out": out},
                       lambda v, gen=gen: lambda: gen.random(dtype=np.float32, out=v["out"]),
                       {"PyTorch uniform_": lambda out=out: out.uniform_(),
-                       "CuPy Generator.random(out=)": lambda cgen=cgen, cout=cout:
-                       cgen.random(dtype=cp.float32, out=cout)}, "out",
+                       "CuPy Generator.random (allocating)": lambda cgen=cgen, n=n:
+                       cgen.random(n, dtype=cp.float32)}, "out",
                       None, (0, 0)))
 
         x = torch.rand(n, device="cuda")
@@ -435,15 +454,15 @@ def _kernel_ops(torch, cp, quick: bool) -> list:
 
 def _check_uniform(name: str, out) -> dict:
     """A fill has no reference; every value must be in [0, 1) (the poison, NaN, is not)
-    with the moments of a uniform distribution."""
-    v = out.double()
+    with the moments of a uniform distribution (within 6 standard errors)."""
+    v = to_host(out).astype(np.float64).reshape(-1)
     lo, hi = float(v.min()), float(v.max())
     mean, var = float(v.mean()), float(v.var())
-    tol = 6.0 / math.sqrt(v.numel())
+    tol = 6.0 * 0.3 / math.sqrt(v.size)
     if not (lo >= 0.0 and hi < 1.0 and abs(mean - 0.5) < tol and abs(var - 1 / 12) < tol):
         raise CheckError(f"{name}: not uniform in [0, 1): min {lo}, max {hi}, mean {mean}, "
                          f"variance {var}")
-    return {"compared": int(v.numel()), "mean": mean, "variance": var}
+    return {"compared": int(v.size), "mean": mean, "variance": var}
 
 
 def _measure_op(timing: Timing, op: Op) -> dict:
@@ -453,27 +472,35 @@ def _measure_op(timing: Timing, op: Op) -> dict:
         out = op.tensors[op.out]
         views = _views(out, op.kinds)
         ready = {}
+        targets = {}
         for kind in op.kinds:
             label = f"cupric, {KIND_LABEL[kind]}"
             if isinstance(views[kind], Exception):
                 results[label] = {"unsupported": error_text(views[kind])}
                 continue
             ready[label] = op.ours({op.out: views[kind]})
+            targets[label] = views[kind] if kind == "cupy" else out
         ready.update(op.peers)
         for label, fn in list(ready.items()):
             try:
-                out.fill_(float("nan"))
+                target = targets.get(label, out)
+                poison(target)
                 torch.cuda.synchronize()
-                fn()
+                r = fn()
                 torch.cuda.synchronize()
-                results[label] = {"check": _check_uniform(f"{op.name} {op.size}: {label}", out)}
+                if label not in targets and hasattr(r, "shape"):
+                    target = r  # a peer that allocates its result
+                results[label] = {"check": _check_uniform(f"{op.name} {op.size}: {label}",
+                                                          target)}
             except Exception as exc:
                 results[label] = {"error": error_text(exc)}
                 del ready[label]
     else:
         ready = _contenders(op, results)
     if ready:
-        for label, figures in timing.measure(ready).items():
+        # Large operations queue few calls per batch: the launch queue must not fill.
+        per_batch = 20 if op.size.startswith("large") else None
+        for label, figures in timing.measure(ready, per_batch).items():
             results[label].update(figures)
     return results
 
@@ -515,9 +542,10 @@ def _resnet(torch, quick: bool) -> dict:
         key = (f"batch {batch}, {str(dtype)[6:]} {'NHWC' if nhwc else 'NCHW'}, "
                f"{'autotuned' if autotune else 'heuristics'}")
         rows = {}
-        options = dnn.PlanOptions(autotune=autotune, allow_tf32=False)
+        # TF32 allowed for float32 on both sides: each library's default.
+        options = dnn.PlanOptions(autotune=autotune, allow_tf32=True)
         torch.backends.cudnn.benchmark = autotune
-        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = True
         for name, hw, c, k, r, stride in layers:
             try:
                 x = _randn(torch, (batch, c, hw, hw), dtype, nhwc)
@@ -538,7 +566,7 @@ def _resnet(torch, quick: bool) -> dict:
                     ours()
                     theirs()
                 expected = theirs()
-                tol = 1e-3 if dtype == torch.float32 else 3e-2
+                tol = 5e-3 if dtype == torch.float32 else 3e-2
                 check = assert_correct(f"resnet {key} {name}", ours, y, expected, outputs=[y],
                                        rtol=tol, atol=tol)
                 t_ours, t_torch = [], []
@@ -642,7 +670,7 @@ def _fresh(quick: bool) -> dict:
     synchronize). "warm": a cache a previous process filled; "empty": a new cache folder
     (cupric: CUPRIC_CACHE_DIR, which also holds where the toolchain was found; CuPy:
     CUPY_CACHE_DIR; both: CUDA_CACHE_PATH)."""
-    runs = 1 if quick else 3
+    runs = 1 if quick else 2
     out: dict = {}
     with tempfile.TemporaryDirectory(prefix="cupric-host-cost-") as work:
         def child(script: str, cache: str) -> dict:
@@ -651,9 +679,12 @@ def _fresh(quick: bool) -> dict:
             env.update(CUPRIC_CACHE_DIR=os.path.join(cache, "cupric"),
                        CUPY_CACHE_DIR=os.path.join(cache, "cupy"),
                        CUDA_CACHE_PATH=os.path.join(cache, "nv"))
-            proc = subprocess.run([sys.executable, "-c", script + _FRESH_TAIL],
-                                  capture_output=True, text=True, timeout=180, env=env,
-                                  cwd=work)
+            # A file, not `-c`: a kernel's source must be readable.
+            path = os.path.join(work, "fresh_script.py")
+            with open(path, "w") as fh:
+                fh.write(script + _FRESH_TAIL)
+            proc = subprocess.run([sys.executable, path], capture_output=True, text=True,
+                                  timeout=180, env=env, cwd=work)
             if proc.returncode != 0:
                 raise RuntimeError(proc.stderr.strip()[-400:])
             return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -720,7 +751,7 @@ def run(json_path: str | None = None, quick: bool = False) -> dict:
             results[name] = part()
         except Exception as exc:
             results[f"{name}_error"] = error_text(exc)
-    results["method"] = __doc__.split("\n\n")[1].replace("\n", " ")
+    results["method"] = " ".join(p.replace("\n", " ") for p in __doc__.split("\n\n")[1:5])
     results["tables"] = tables(results)
     if json_path:
         with open(json_path, "w") as fh:

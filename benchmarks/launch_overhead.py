@@ -292,7 +292,8 @@ def run(json_path: str | None = None) -> dict:
             reset()
             launch_(xs, ys, fa, fn_)
             stream.synchronize()
-            fast_paths[label] = kern._fast is not None  # the generated launcher took it
+            # Whether a generated fast launcher took it (where the kernel says).
+            fast_paths[label] = getattr(kern, "_fast", None) is not None
             return {"launch": lambda: launch_(xs, ys, fa, fn_), "sync": sync, "reset": reset,
                     "read": lambda: (sync(), read())[1]}
         return label, setup

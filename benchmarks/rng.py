@@ -5,14 +5,16 @@ Fills of 2^28 float32 values, uniform and normal, for every cupric configuration
 (algorithm and number of streams) and for cuRAND's Philox4x32-10 and XORWOW (host API,
 through CuPy), each configuration with its own ratio to Philox (no best-of). Two timings
 per fill: "wall", one call closed by a device-wide synchronize (host work included), and
-"events", device time per call of 4 back-to-back calls between two events; medians of
-REPEATS samples, contenders interleaved.
+"events", device time per call of 4 back-to-back calls between two events (after a
+lead-in call); medians of 15 samples (5 with --quick), contenders interleaved.
 
 Checked before timing, for every contender: the output is poisoned (NaN), filled, and
-every one of the 2^28 values must lie in [0, 1) (uniform) or be finite (normal), with
+every one of the 2^28 values must lie in [0, 1) (uniform; cuRAND: (0, 1], as it
+documents) or be finite (normal), with
 mean and variance within 6 standard errors of the distribution's. The device engines
-must also give exactly the bits of gpu_rand's host half (NumPy): a fill of 2^20 values
-with 2^16 streams of each algorithm, compared in full.
+must also give what gpu_rand's host half (NumPy) gives: a fill of 2^20 values with 2^16
+streams of each algorithm, compared in full (uniform: the same bits; normal: within 1e-5,
+as libdevice's and NumPy's logarithm and sine may round differently).
 
 Stream initialization: 2^20 streams on the device, cupric's first use (jump tables from
 the host cache, copies, one kernel) beside numba-cuda's `create_xoroshiro128p_states`
@@ -45,7 +47,8 @@ INIT_STREAMS = 1 << 20
 
 
 def _moments(label: str, family: str, view, cp) -> dict:
-    """The whole output on the device: range (uniform) or finiteness (normal), moments."""
+    """The whole output on the device: range (uniform: [0, 1) for gpu_rand, (0, 1] for
+    cuRAND, as each documents) or finiteness (normal), and the moments."""
     v = view
     n = v.size
     mean = float(cp.mean(v, dtype=cp.float64))
@@ -53,7 +56,9 @@ def _moments(label: str, family: str, view, cp) -> dict:
     se = 6.0 / math.sqrt(n)
     if family == "uniform":
         lo, hi = float(v.min()), float(v.max())
-        ok = lo >= 0.0 and hi < 1.0 and abs(mean - 0.5) < se * math.sqrt(1 / 12) and \
+        in_range = (0.0 < lo and hi <= 1.0) if label.startswith("cuRAND") else \
+            (0.0 <= lo and hi < 1.0)
+        ok = in_range and abs(mean - 0.5) < se * math.sqrt(1 / 12) and \
             abs(var - 1 / 12) < se * 0.075
         detail = f"min {lo}, max {hi}"
     else:
@@ -87,11 +92,21 @@ def _exact_against_host(results: dict) -> None:
                     host.standard_normal(dtype=np.float32, out=expect)
                 got = out.to_numpy()
                 out.close()
-                bad = int(np.count_nonzero(got.view(np.uint32) != expect.view(np.uint32)))
+                if family == "uniform":  # the same bits, scaled: equal
+                    bad = int(np.count_nonzero(got.view(np.uint32) != expect.view(np.uint32)))
+                    if bad:
+                        raise CheckError(f"{algorithm} {family}: {bad} of {n} device values "
+                                         "differ from the host half's")
+                    results[key] = "equal"
+                    continue
+                # Normals: the same uniforms through log and sincospi, whose device
+                # (libdevice) and NumPy forms may round differently in the last bits.
+                diff = np.abs(got.astype(np.float64) - expect)
+                bad = int(np.count_nonzero(~(diff <= 1e-5 * (1.0 + np.abs(expect)))))
                 if bad:
                     raise CheckError(f"{algorithm} {family}: {bad} of {n} device values "
-                                     "differ from the host half's")
-                results[key] = "equal"
+                                     "differ from the host half's by more than 1e-5")
+                results[key] = f"within {float(diff.max()):.1e}"
             except Exception as exc:
                 results[key] = {"error": error_text(exc)}
 

@@ -14,8 +14,8 @@ with its peers' and the tables that `tools/benchmarks_md.py` renders into BENCHM
     python3 benchmarks/run_all.py [--only NAME[,NAME...]] [--quick] [--results-dir DIR]
                                   [--json PATH] [--timeout SECONDS]
 
-Where the tree is not a git checkout (a copy sent to a GPU machine), the commit comes
-from CUPRIC_COMMIT and the dirty flag from CUPRIC_DIRTY (1/0).
+On a copy of the tree sent to a GPU machine (no .git, or a stale one), pass the commit
+in CUPRIC_COMMIT and the dirty flag in CUPRIC_DIRTY (1/0); they win over git.
 """
 
 from __future__ import annotations
@@ -86,7 +86,8 @@ def _git(*args: str) -> str | None:
 def environment() -> dict:
     """Where and what ran: date, machine, driver, CUDA, code, library versions."""
     meta: dict = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    commit = _git("rev-parse", "HEAD")
+    # CUPRIC_COMMIT first: a copy sent to a GPU machine may carry a stale .git.
+    commit = None if os.environ.get("CUPRIC_COMMIT") else _git("rev-parse", "HEAD")
     if commit is not None:
         status = _git("status", "--porcelain", "--untracked-files=no")
         meta["commit"], meta["dirty"] = commit, bool(status)
