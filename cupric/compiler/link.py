@@ -150,10 +150,16 @@ def _nvjitlink_handle(flags: list[str]):
     return handle
 
 
-def _via_nvjitlink(ptx: str, options: CompileOptions, release: tuple[int, ...]) -> LinkOutput:
+def _via_nvjitlink(ptx: str, options: CompileOptions, release: tuple[int, ...],
+                   extra: tuple = ()) -> LinkOutput:
+    """`extra`: further inputs, (nvJitLink input kind, data, name) each (the code of
+    external device functions); LTO-IR among them turns on link-time optimization."""
     from cupric.compiler._abi import NVJITLINK_INPUT_PTX, LibraryCallError
+    from cupric.compiler.external import INPUT_LTOIR
 
     flags = options.nvjitlink_flags()
+    if any(kind == INPUT_LTOIR for kind, _, _ in extra):
+        flags.append("-lto")
     data = ptx.encode("utf-8")
     try:
         handle = _nvjitlink_handle(flags)
@@ -162,6 +168,8 @@ def _via_nvjitlink(ptx: str, options: CompileOptions, release: tuple[int, ...]) 
     with handle:
         try:
             handle.add_data(NVJITLINK_INPUT_PTX, data, "cupric.ptx")
+            for kind, blob, name in extra:
+                handle.add_data(kind, blob, name)
             handle.complete()
         except LibraryCallError as exc:
             raise LinkError(f"nvJitLink {'.'.join(map(str, release))} failed ({exc}) with "
@@ -234,6 +242,11 @@ def link_ptx(ptx: str, options: CompileOptions | None = None, *,
     options = (options or CompileOptions()).resolve()
     if linker not in ("auto", "nvjitlink", "ptxas"):
         raise ValueError(f"linker must be 'auto', 'nvjitlink' or 'ptxas', got {linker!r}")
+    if ".extern .func" in ptx:
+        from cupric.compiler.external import external_for_ptx
+        externals = external_for_ptx(ptx)
+        if externals:
+            return _link_externals(ptx, options, linker, externals)
     skipped: list[str] = []  # why a linker was passed over, for the final error
     nvjitlink_missing = False
     if linker in ("auto", "nvjitlink"):
@@ -264,6 +277,27 @@ def link_ptx(ptx: str, options: CompileOptions | None = None, *,
                 return _via_ptxas(ptx, options, tool.path, tool.version)
             skipped.append(_too_old("ptxas", tool, ptx))
     raise NoLinkerError("no installed linker can read this PTX", "\n".join(skipped))
+
+
+def _link_externals(ptx: str, options: CompileOptions, linker: str, externals) -> LinkOutput:
+    """Link PTX that calls external device functions together with their code: only
+    nvJitLink links several inputs in process (CUDA C++ enters as LTO-IR)."""
+    from cupric.compiler import toolchain
+
+    names = ", ".join(fn.symbol for fn in externals)
+    if linker == "ptxas":
+        raise LinkError(f"the kernel calls external device functions ({names}); linking "
+                        f"them needs nvJitLink, not ptxas")
+    try:
+        tool = toolchain.nvjitlink()
+    except ToolchainNotFoundError as exc:
+        raise ToolchainNotFoundError(f"the kernel calls external device functions "
+                                     f"({names}), which nvJitLink links: {exc}") from None
+    if not _isa_fits(ptx, tool.version):
+        raise NoLinkerError(f"the kernel calls external device functions ({names})",
+                            _too_old("nvJitLink", tool, ptx))
+    inputs = tuple(fn.link_input(options.arch, lto=True) for fn in externals)
+    return _via_nvjitlink(ptx, options, tool.version, inputs)
 
 
 def _too_old(what: str, tool, ptx: str) -> str:
