@@ -410,6 +410,20 @@ def _current_context_key() -> int:
         return 0
 
 
+#: Hooks ``explain(code, error)`` run when a kernel fault first poisons a context: one
+#: that knows more (the compiler's device-side error record: kernel, file:line, index)
+#: adds it to the error's message and attributes. They read host memory only.
+FAULT_EXPLAINERS: list = []
+
+
+def _explain_fault(code: int, error) -> None:
+    for explain in FAULT_EXPLAINERS:
+        try:
+            explain(code, error)
+        except Exception as exc:  # the fault itself must still be raised
+            error.add_note(f"(reading the device-side error record failed: {exc})")
+
+
 def error_from_code(code, message: str | None = None, *,
                     requested: int | None = None) -> CudaError:
     """The exception for a failing `CUresult` (an int or the enum), ready to raise.
@@ -426,6 +440,7 @@ def error_from_code(code, message: str | None = None, *,
             lost = first is None
             if lost:
                 first = _CLASS_BY_CODE.get(code, KernelFaultError)(code, message)
+                _explain_fault(code, first)
                 _poison[key] = first
         if lost:
             # Nothing is released through the lost context any more (see Context.reset).

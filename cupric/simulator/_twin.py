@@ -301,13 +301,6 @@ class _Builder:
                                           kwonlyargs=[], kw_defaults=[], kwarg=None,
                                           defaults=[]), product)
             return self._at(ast.Call(self._at(fn, node), [base], []), node)
-        rtype = self.runtime_type(rnode)
-        if ct.kind == "f" and isinstance(rtype, ScalarType) and rtype.kind in "iu" and \
-                rtype.bits <= 32:
-            a = self._operand(lnode, ct, left, lt)
-            b = self.expr(rnode)
-            fn = _pure(lambda x, y, t=ct, e=rtype: sem.power(x, y, t, e))
-            return self.call(fn, [a, b], node)
         a = self._operand(lnode, ct, left, lt)
         b = self.expr(rnode, ct)
         fn = _pure(lambda x, y, t=ct: sem.power(x, y, t))

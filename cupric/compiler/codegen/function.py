@@ -660,12 +660,15 @@ class FunctionCodegen:
         return b.select(b.fcmp("une", div, zero_), rounded, signed_zero)
 
     def float_mod(self, a: Value, c: Value) -> Value:
+        """Python's float a % c: the remainder takes the divisor's sign, a zero one too."""
         b = self.b
         r = self.libdevice("fmod", a.type, [a, c])
         zero_ = const_float(a.type, 0.0)
         nonzero = b.fcmp("une", r, zero_)
         differ = b.binop("xor", b.fcmp("olt", r, zero_), b.fcmp("olt", c, zero_))
-        return b.select(b.binop("and", nonzero, differ), b.binop("fadd", r, c), r)
+        r = b.select(b.binop("and", nonzero, differ), b.binop("fadd", r, c), r)
+        signed_zero = self.libdevice("copysign", a.type, [zero_, c])
+        return b.select(b.fcmp("oeq", r, zero_), signed_zero, r)
 
     def power(self, node, left: KValue, right: KValue, rt: Type, lnode, rnode) -> KValue:
         b = self.b

@@ -3,7 +3,8 @@ by default with `debug=True`): before each element access, every index is compar
 (unsigned, so negative indices fail too) with its dimension. A failing thread prints the
 array, the index, the shape and the Python line through vprintf and stops the kernel
 with `__assertfail`, so the launch fails (CUDA_ERROR_ASSERT) instead of corrupting
-memory.
+memory. Before that it writes the same facts into the device-side error record
+(`cupric.compiler.device_errors`), which the raised exception carries.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ def check_bounds(cg, array, idx, node, name) -> None:
     b.cbranch(bad, fail, ok)
     b.position_at_end(fail)
     label = name or "array"
+    # First the record the host reads after the fault (kernel, line, index, extent)...
+    from cupric.compiler.device_errors import KIND_BOUNDS, emit_record
+    emit_record(cg, KIND_BOUNDS, node, label, idx, [array.shape(k) for k in range(at.ndim)])
+    # ... then the printf, a fallback where no record is installed.
     line = getattr(node, "lineno", cg.src.tree.lineno)
     where = f"{cg.src.filename}:{line}"
     index = ", ".join(["%lld"] * len(idx))

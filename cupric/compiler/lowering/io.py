@@ -188,6 +188,8 @@ def type_assert(typer, s: ast.Assert) -> None:
         ok = cg.fn.append_block("assert.ok")
         cg.b.cbranch(cond, ok, fail)
         cg.b.position_at_end(fail)
+        from cupric.compiler.device_errors import KIND_ASSERT, emit_record
+        emit_record(cg, KIND_ASSERT, stmt, text)  # what the raised exception will say
         assert_fail(cg, text, stmt)
         cg.b.unreachable()
         cg.b.position_at_end(ok)

@@ -113,6 +113,8 @@ def mod(a, b, c_division: bool = False):
         zero = a.dtype.type(0)
         if r != zero and ((r < zero) != (b < zero)):
             return r + b
+        if r == zero:
+            return np.copysign(zero, b)  # a zero remainder takes the divisor's sign too
         return r
     if b == 0:
         return a.dtype.type(0)
@@ -124,16 +126,14 @@ def mod(a, b, c_division: bool = False):
     return a % b
 
 
-def power(a, b, t: ScalarType, exponent_type=None):
+def power(a, b, t: ScalarType):
     """`a ** b` computed in type `t`. Integers: square-and-multiply, wrapping, and a
-    negative (signed) exponent gives 0. Floats: IEEE `pow` (with an integer exponent of
-    at most 32 bits, `powi`)."""
+    negative (signed) exponent gives 0. Floats: `pow` computed in f64 and rounded
+    (compiled code calls libdevice's `pow`, or `powi` for an integer exponent of at most
+    32 bits; their last bits may differ)."""
     if t.kind == "f":
-        compute = np.float32 if t.bits <= 32 else np.float64
-        base = compute(a)
-        if exponent_type is not None and exponent_type.kind in "iu" and exponent_type.bits <= 32:
-            return t.dtype.type(np.power(base, compute(int(b))))
-        return t.dtype.type(np.power(base, compute(b)))
+        # Computed in f64 and rounded: at least as accurate as libdevice's pow/powi.
+        return t.dtype.type(np.power(np.float64(a), np.float64(b)))
     dtype = t.dtype
     if t.kind == "b":
         return np.bool_(True) if not b else np.bool_(a)

@@ -181,45 +181,48 @@ if.then:
   %v.87 = and i1 %c.6, %v.86
   %v.88 = fadd double %r.19, 0x3FE8000000000000
   %v.89 = select i1 %v.87, double %v.88, double %r.19
-  %v.90 = fadd double %v.84, %v.89
-  %v.91 = load double addrspace(1)*, double addrspace(1)** %slot.3
-  %v.92 = load i64, i64* %slot.4
-  %v.93 = load i64, i64* %slot.5
-  %v.94 = load i64, i64* %slot.6
-  %v.95 = load i64, i64* %slot.7
-  %v.96 = load i64, i64* %slot.8
-  %v.97 = mul i64 %v.96, %v.93
-  %v.98 = add i64 %v.97, 5
-  %p.6 = getelementptr inbounds double, double addrspace(1)* %v.91, i64 %v.98
-  store double %v.90, double addrspace(1)* %p.6, align 8
-  %v.99 = load double, double* %slot.9
-  %v.100 = fmul double %v.99, %v.99
-  %v.101 = load double, double* %slot.9
-  %r.20 = call double @__nv_pow(double 0x4000000000000000, double %v.101)
-  %v.102 = fadd double %v.100, %r.20
-  %v.103 = load double addrspace(1)*, double addrspace(1)** %slot.3
-  %v.104 = load i64, i64* %slot.4
-  %v.105 = load i64, i64* %slot.5
-  %v.106 = load i64, i64* %slot.6
-  %v.107 = load i64, i64* %slot.7
-  %v.108 = load i64, i64* %slot.8
-  %v.109 = mul i64 %v.108, %v.105
-  %v.110 = add i64 %v.109, 6
-  %p.7 = getelementptr inbounds double, double addrspace(1)* %v.103, i64 %v.110
-  store double %v.102, double addrspace(1)* %p.7, align 8
-  %v.111 = load double, double* %slot.9
-  %r.21 = call i32 @__nv_isnand(double %v.111)
-  %c.9 = icmp ne i32 %r.21, 0
-  %v.112 = xor i1 %c.9, true
-  br i1 %v.112, label %ifexp.then, label %ifexp.else
+  %r.20 = call double @__nv_copysign(double 0x0000000000000000, double 0x3FE8000000000000)
+  %c.9 = fcmp oeq double %v.89, 0x0000000000000000
+  %v.90 = select i1 %c.9, double %r.20, double %v.89
+  %v.91 = fadd double %v.84, %v.90
+  %v.92 = load double addrspace(1)*, double addrspace(1)** %slot.3
+  %v.93 = load i64, i64* %slot.4
+  %v.94 = load i64, i64* %slot.5
+  %v.95 = load i64, i64* %slot.6
+  %v.96 = load i64, i64* %slot.7
+  %v.97 = load i64, i64* %slot.8
+  %v.98 = mul i64 %v.97, %v.94
+  %v.99 = add i64 %v.98, 5
+  %p.6 = getelementptr inbounds double, double addrspace(1)* %v.92, i64 %v.99
+  store double %v.91, double addrspace(1)* %p.6, align 8
+  %v.100 = load double, double* %slot.9
+  %v.101 = fmul double %v.100, %v.100
+  %v.102 = load double, double* %slot.9
+  %r.21 = call double @__nv_pow(double 0x4000000000000000, double %v.102)
+  %v.103 = fadd double %v.101, %r.21
+  %v.104 = load double addrspace(1)*, double addrspace(1)** %slot.3
+  %v.105 = load i64, i64* %slot.4
+  %v.106 = load i64, i64* %slot.5
+  %v.107 = load i64, i64* %slot.6
+  %v.108 = load i64, i64* %slot.7
+  %v.109 = load i64, i64* %slot.8
+  %v.110 = mul i64 %v.109, %v.106
+  %v.111 = add i64 %v.110, 6
+  %p.7 = getelementptr inbounds double, double addrspace(1)* %v.104, i64 %v.111
+  store double %v.103, double addrspace(1)* %p.7, align 8
+  %v.112 = load double, double* %slot.9
+  %r.22 = call i32 @__nv_isnand(double %v.112)
+  %c.10 = icmp ne i32 %r.22, 0
+  %v.113 = xor i1 %c.10, true
+  br i1 %v.113, label %ifexp.then, label %ifexp.else
 
 if.end:
   ret void
 
 ifexp.then:
-  %v.113 = load double, double* %slot.9
-  %v.114 = fmul double 0x400921FB54442D18, %v.113
-  store double %v.114, double* %slot.10
+  %v.114 = load double, double* %slot.9
+  %v.115 = fmul double 0x400921FB54442D18, %v.114
+  store double %v.115, double* %slot.10
   br label %ifexp.end
 
 ifexp.else:
@@ -227,17 +230,17 @@ ifexp.else:
   br label %ifexp.end
 
 ifexp.end:
-  %v.115 = load double, double* %slot.10
-  %v.116 = load double addrspace(1)*, double addrspace(1)** %slot.3
-  %v.117 = load i64, i64* %slot.4
-  %v.118 = load i64, i64* %slot.5
-  %v.119 = load i64, i64* %slot.6
-  %v.120 = load i64, i64* %slot.7
-  %v.121 = load i64, i64* %slot.8
-  %v.122 = mul i64 %v.121, %v.118
-  %v.123 = add i64 %v.122, 7
-  %p.8 = getelementptr inbounds double, double addrspace(1)* %v.116, i64 %v.123
-  store double %v.115, double addrspace(1)* %p.8, align 8
+  %v.116 = load double, double* %slot.10
+  %v.117 = load double addrspace(1)*, double addrspace(1)** %slot.3
+  %v.118 = load i64, i64* %slot.4
+  %v.119 = load i64, i64* %slot.5
+  %v.120 = load i64, i64* %slot.6
+  %v.121 = load i64, i64* %slot.7
+  %v.122 = load i64, i64* %slot.8
+  %v.123 = mul i64 %v.122, %v.119
+  %v.124 = add i64 %v.123, 7
+  %p.8 = getelementptr inbounds double, double addrspace(1)* %v.117, i64 %v.124
+  store double %v.116, double addrspace(1)* %p.8, align 8
   br label %if.end
 }
 
