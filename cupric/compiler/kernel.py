@@ -195,8 +195,7 @@ def _geometry(shape, strides, itemsize, index: int):
     for n, s in zip(shape, strides):
         q, r = divmod(s, itemsize)
         if r:
-            raise TypeError(f"argument {index}: a stride of {s} bytes is not a multiple of "
-                            f"the item size {itemsize}")
+            _intake.check_strides(strides, itemsize, index=index)  # raises StrideError
         steps.append(q)
         if n == 0:
             empty = True
@@ -254,9 +253,11 @@ def _arg_parts(value, flat: list, extents: list, index: int, device: int = -1,
         ptr, shape, strides, dtype, _readonly, producer, own, kind, owner = \
             _intake.array_parts(value, stream, device >= 0)
     except (TypeError, ValueError) as exc:
-        if isinstance(exc, _intake.ClosedError):
+        if exc.__class__ in _INTAKE_ERRORS:
             raise exc.__class__(f"argument {index}: {exc}") from None
-        raise TypeError(f"argument {index}: {exc}") from None
+        if isinstance(exc, TypeError):
+            raise TypeError(f"argument {index}: {exc}") from None
+        raise
     if device >= 0:
         if kind is _intake.BUFFER or kind is _intake.DLPACK:
             found = _intake.buffer_device(owner, device)
@@ -269,6 +270,9 @@ def _arg_parts(value, flat: list, extents: list, index: int, device: int = -1,
     return _array_values(ptr, shape, strides, dtype.itemsize, dtype, flat, extents, index)
 
 
+#: The intake layer's typed errors: re-raised as themselves, with the argument named.
+_INTAKE_ERRORS = frozenset({_intake.ClosedError, _intake.HostMemoryError,
+                            _intake.NotAnArrayError, _intake.StrideError})
 #: Buffer classes (DeviceBuffer, its subclasses and look-alikes), shared with the intake
 #: layer; `_OWN_BUFFERS` are the DeviceBuffer ones (they carry the liveness record).
 _ARRAY_CLASSES: set = _intake.BUFFER_CLASSES
@@ -401,6 +405,8 @@ class Specialization:
             artifact = self.artifact(None)
             kind, image = artifact.image(device_arch)
             module = Module.from_data(image)
+            from cupric.compiler.device_errors import install
+            install(module)  # bounds-check and assert failures report through it
             function = module.get_function(self.kernel.symbol)
             # A kernel that can reach grid_sync launches cooperatively: the driver
             # then guarantees (or refuses) that all its blocks are resident at once.
@@ -682,7 +688,8 @@ class Kernel:
                         address_bits |= extent[3]
                 index += 1
         except TypeError as exc:
-            raise TypeError(f"{self.__name__}: {exc}") from None
+            cls = exc.__class__ if exc.__class__ in _INTAKE_ERRORS else TypeError
+            raise cls(f"{self.__name__}: {exc}") from None
         except _WrongDevice as wrong:
             raise self._device_error(*wrong.args, device) from None
         key = tuple(key)

@@ -62,7 +62,7 @@ from .stream import as_stream_handle as stream_handle
 from .stream import stream_parts
 
 __all__ = ["ArrayInfo", "read", "array_info", "as_buffer", "array_parts", "check_open",
-           "check_device", "buffer_device", "device_problem", "order_after", "stream_handle", "stream_parts",
+           "check_device", "check_strides", "buffer_device", "device_problem", "order_after", "stream_handle", "stream_parts",
            "HostMemoryError", "NotAnArrayError", "StrideError", "ReadOnlyError",
            "ClosedError", "DeviceMismatchError", "BUFFER", "CAI", "DLPACK"]
 
@@ -221,6 +221,21 @@ def check_device(info_or_ptr, own: int | None, launch: int, name: str = "array",
             f"it to device {launch} (cupric.runtime.copy_peer) or enable peer access "
             f"(cupric.runtime.enable_peer_access({found}, device={launch}))",
             argument=name, device=found, expected=launch)
+
+
+#: Kinds whose strides are whole items by construction (DeviceBuffer layouts, PyTorch's
+#: element strides, DLPack's); the others state byte strides, checked by `check_strides`.
+_ITEM_STRIDES = frozenset({"buffer", "torch", "dlpack"})
+
+
+def check_strides(strides, itemsize: int, name: str | None = None, index=None) -> None:
+    """Raise `StrideError` when a byte stride is not a whole number of items (no kernel
+    or library can address such a layout)."""
+    for s in strides:
+        if s % itemsize:
+            where = name or (f"argument {index}" if index is not None else "the array")
+            raise StrideError(f"{where}: a stride of {s} bytes is not a multiple of the "
+                              f"item size {itemsize}")
 
 
 def buffer_device(buf, launch: int) -> int | None:
@@ -407,6 +422,8 @@ def array_info(obj, stream=None, *, name: str | None = None, writable: bool = Fa
             raise
         raise type(exc)(f"{name}: {exc}") from None
     info = ArrayInfo(*parts)
+    if info.kind not in _ITEM_STRIDES:
+        check_strides(info.strides, info.itemsize, name)
     if writable and info.readonly:
         raise ReadOnlyError(f"{name or 'the array'} is read-only (its producer exported it "
                             f"read-only) but this call writes it")

@@ -123,8 +123,9 @@ def as_stream_handle(stream) -> int:
             raise ClosedError("this Stream is closed; its handle may name another stream "
                               "now")
         return stream._ptr
-    if isinstance(stream, bool):
-        raise TypeError("a bool is not a stream (pass None for the default stream)")
+    if isinstance(stream, (bool, float, str, bytes)):
+        raise TypeError(f"a {cls.__name__} is not a stream (pass None for the default "
+                        f"stream, an int handle or a stream object)")
     if isinstance(stream, int):
         return as_stream_handle(int(stream))
     proto = getattr(stream, "__cuda_stream__", None)

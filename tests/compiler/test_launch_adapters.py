@@ -592,3 +592,98 @@ def test_importing_the_launch_path_imports_no_array_library():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "[]"
+
+
+# -- several array kinds on one kernel: a generated launcher each -----------------------------
+
+class FakeCupyFields(FakeCupy):
+    """A CuPy array with the plain fields real CuPy keeps (contiguity flag, size, rank):
+    the generated launcher reads those instead of building shape tuples."""
+
+    @property
+    def _c_contiguous(self):
+        return _c_contiguous(self.shape, self.strides, self.dtype.itemsize)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape))
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+
+def _device_buffer(ptr, n):
+    return memory.borrow(ptr, (n,), None, np.float32, device=0)
+
+
+def test_each_kind_keeps_its_launcher(monkeypatch):
+    from cupric.compiler import launcher
+    aa.register_array_adapter(FakeCupyFields, aa.CupyAdapter(lambda: CUPY_STREAM.ptr))
+    try:
+        a = np.float32(2)
+        makers = [_device_buffer, lambda p, n: FakeCupy(p, (n,)),
+                  lambda p, n: FakeTensor(p, (n,)), lambda p, n: FakeCupyFields(p, (n,))]
+        calls = [(a, make(0x10000, 256), make(0x20000, 256)) for make in makers]
+        general, _ = _run(monkeypatch, calls * 2, fast=False)
+        log, used = _run(monkeypatch, calls * 2)
+        assert log == general                       # the same launches, kind by kind
+        keys = launcher.launcher_keys(_axpy._fast)
+        assert len(keys) == 4 and {k[1][1] for k in keys} == {
+            memory.DeviceBuffer, FakeCupy, FakeTensor, FakeCupyFields}
+        # Every kind's second launch went through its launcher, never the general path
+        # (which ends in `_add_launcher`); a fifth combination takes the general path
+        # every time: the chain is full.
+        general_calls = []
+        monkeypatch.setattr(kmod.Kernel, "_add_launcher",
+                            lambda self, *args: general_calls.append(args[0]))
+        for args in calls:
+            _axpy[3, 64](*args)
+        assert general_calls == [] and len(keys) == launcher.MAX_LAUNCHERS
+        mixed = (a, _device_buffer(0x10000, 256), FakeCupy(0x20000, (256,)))
+        _axpy[3, 64](*mixed)
+        _axpy[3, 64](*mixed)
+        assert len(general_calls) == 2
+    finally:
+        aa.unregister_array_adapter(FakeCupyFields)
+
+
+def test_cupy_fields_launcher_falls_back_like_the_shape_one(monkeypatch):
+    aa.register_array_adapter(FakeCupyFields, aa.CupyAdapter(lambda: CUPY_STREAM.ptr))
+    try:
+        x, y = FakeCupyFields(0x10000, (256,)), FakeCupyFields(0x20000, (256,))
+        a = np.float32(2)
+        calls = [(a, x, y), (a, x, y),
+                 (a, FakeCupyFields(0x10008, (256,)), y),              # misaligned
+                 (a, x, FakeCupyFields(0x30000, (0,))),                # empty
+                 (a, FakeCupyFields(0x10000, (64,), strides=(8,)), y),  # strided
+                 (a, FakeCupyFields(0x10000, (8, 8)), y),              # 2-d: refused
+                 (a, x, y)]
+        outcomes = []
+        for fast in (False, True):
+            try:
+                log, _ = _run(monkeypatch, calls, fast=fast)
+            except TypeError as exc:
+                log = str(exc)
+            outcomes.append(log)
+        assert outcomes[0] == outcomes[1]
+    finally:
+        aa.unregister_array_adapter(FakeCupyFields)
+
+
+def test_generated_launcher_refuses_closed_buffers_and_views(monkeypatch):
+    from cupric.runtime.errors import ClosedError
+    x, y = _device_buffer(0x10000, 256), _device_buffer(0x20000, 256)
+    a = np.float32(2)
+    log, used = _run(monkeypatch, [(a, x, y), (a, x, y)])
+    assert used == [False, True] and len(log) == 2
+    view = x[:128]
+    _axpy[3, 64](a, view, y)
+    x.close()
+    for closed in (x, view):
+        with pytest.raises(ClosedError, match="argument 1 is a closed DeviceBuffer"):
+            _axpy[3, 64](a, closed, y)                      # the launcher, then general
+        with pytest.raises(ClosedError):
+            _axpy.launch(a, closed, y, grid=3, block=64)    # the general path alone
+    assert len(log) == 3                                    # nothing more was launched
+    assert x.ptr == 0 and view.ptr == 0x10000               # the view kept its address
