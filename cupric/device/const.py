@@ -70,8 +70,7 @@ def constant(values, dtype=None) -> ConstantArray:
     --------
     >>> WEIGHTS = constant([0.25, 0.5, 0.25], dtype=np.float32)
     """
-    arr = np.array(values, dtype=dtype, copy=True, order="C").view(ConstantArray)
-    arr.flags.writeable = False
+    arr = _marked(values, dtype, ConstantArray)
     if arr.nbytes > CONSTANT_MEMORY_BYTES:
         raise ValueError(f"constant array of {arr.nbytes} bytes exceeds the "
                          f"{CONSTANT_MEMORY_BYTES}-byte constant bank")
@@ -102,7 +101,12 @@ def global_memory(values, dtype=None) -> GlobalArray:
     --------
     >>> TABLE = global_memory(np.arange(1 << 16, dtype=np.uint32))
     """
-    arr = np.array(values, dtype=dtype, copy=True, order="C").view(GlobalArray)
+    return _marked(values, dtype, GlobalArray)
+
+
+def _marked(values, dtype, cls):
+    """A read-only C-ordered copy of `values` viewed as the marker class `cls`."""
+    arr = np.array(values, dtype=dtype, copy=True, order="C").view(cls)
     arr.flags.writeable = False
     return arr
 

@@ -227,28 +227,13 @@ class Graph(Resource):
         KernelArgumentError, TypeError, LaunchConfigError
             As the same launch would, before anything is added.
         """
-        from .launch import PreparedLaunch, check_config, validate_launch
-        keep = list(args)
-        if getattr(kernel, "_cupric_kernel", False):
-            # The compiler binds a cupric kernel's arguments (the runtime knows nothing
-            # of its types): the launch's own checks, then the flattened ABI values.
-            from cupric.compiler.node_args import launch_parts
-            self._device.make_current()
-            prepared, values, extra = launch_parts(kernel, grid, block, shared_bytes, args)
-            keep += extra
-            name = kernel.__name__
-        elif isinstance(kernel, PreparedLaunch):
-            prepared, values, name = kernel, list(args), kernel.function.name
-            validate_launch(prepared.function, grid, block, shared_bytes)
-        else:
+        from .launch import PreparedLaunch
+        if not (getattr(kernel, "_cupric_kernel", False) or
+                isinstance(kernel, PreparedLaunch)):
             raise TypeError(f"add_kernel takes a cupric kernel or a PreparedLaunch "
                             f"(function.prepare(param_types)), got {type(kernel).__name__}")
-        (gx, gy, gz), (bx, by, bz), shared_bytes = check_config(name, grid, block,
-                                                                shared_bytes)
-        params, argv = _kernel_params(prepared, values)
-        params.gridDimX, params.gridDimY, params.gridDimZ = gx, gy, gz
-        params.blockDimX, params.blockDimY, params.blockDimZ = bx, by, bz
-        params.sharedMemBytes = shared_bytes
+        params, argv, keep, prepared, name = _kernel_node(self._device, kernel, kernel,
+                                                          grid, block, shared_bytes, args)
         deps, n = self._deps(depends_on)
         result = driver().cuGraphAddKernelNode(self.handle, deps, n, params)
         del argv  # the driver copied the values during the call
@@ -483,7 +468,6 @@ class GraphExec(Resource):
         ValueError
             `node` is not a kernel node of the graph this was instantiated from.
         """
-        from .launch import check_config, validate_launch
         graph = self._graph
         if graph is None or not isinstance(node, GraphNode) or node.graph is not graph \
                 or node.kind != "kernel":
@@ -496,22 +480,8 @@ class GraphExec(Resource):
         block = block if block is not None else (old.blockDimX, old.blockDimY,
                                                  old.blockDimZ)
         shared_bytes = old.sharedMemBytes if shared_bytes is None else shared_bytes
-        keep = list(args)
-        if getattr(kernel, "_cupric_kernel", False):
-            from cupric.compiler.node_args import launch_parts
-            self._device.make_current()
-            prepared, values, extra = launch_parts(kernel, grid, block, shared_bytes, args)
-            keep += extra
-            name = kernel.__name__
-        else:
-            values, name = list(args), prepared.function.name
-            validate_launch(prepared.function, grid, block, shared_bytes)
-        (gx, gy, gz), (bx, by, bz), shared_bytes = check_config(name, grid, block,
-                                                                shared_bytes)
-        params, argv = _kernel_params(prepared, values)
-        params.gridDimX, params.gridDimY, params.gridDimZ = gx, gy, gz
-        params.blockDimX, params.blockDimY, params.blockDimZ = bx, by, bz
-        params.sharedMemBytes = shared_bytes
+        params, argv, keep, prepared, _ = _kernel_node(self._device, kernel, prepared, grid,
+                                                       block, shared_bytes, args)
         check(d.cuGraphExecKernelNodeSetParams(self.handle, node.handle, params))
         del argv
         graph._keep.extend(keep + [prepared])
@@ -587,6 +557,31 @@ def _node_dependencies(handle) -> list:
         return []
     found = check(d.cuGraphNodeGetDependencies(handle, count))
     return [n for n in list(found[0])[:count] if n is not None and int(n)]
+
+
+def _kernel_node(device, kernel, prepared, grid, block, shared_bytes, args):
+    """Kernel node parameters for launching `kernel` (a cupric kernel, else the
+    `prepared` launch's function) with `args`: (params, buffers to keep until the driver
+    copied them, objects the graph keeps, PreparedLaunch, kernel name)."""
+    from .launch import check_config, validate_launch
+    keep = list(args)
+    if getattr(kernel, "_cupric_kernel", False):
+        # The compiler binds a cupric kernel's arguments (the runtime knows nothing of
+        # its types): the launch's own checks, then the flattened ABI values.
+        from cupric.compiler.node_args import launch_parts
+        device.make_current()
+        prepared, values, extra = launch_parts(kernel, grid, block, shared_bytes, args)
+        keep += extra
+        name = kernel.__name__
+    else:
+        values, name = list(args), prepared.function.name
+        validate_launch(prepared.function, grid, block, shared_bytes)
+    (gx, gy, gz), (bx, by, bz), shared_bytes = check_config(name, grid, block, shared_bytes)
+    params, argv = _kernel_params(prepared, values)
+    params.gridDimX, params.gridDimY, params.gridDimZ = gx, gy, gz
+    params.blockDimX, params.blockDimY, params.blockDimZ = bx, by, bz
+    params.sharedMemBytes = shared_bytes
+    return params, argv, keep, prepared, name
 
 
 def _kernel_params(prepared, values):
