@@ -1,8 +1,12 @@
 """`python -m cupric`: the command line.
 
-    python -m cupric info                 what cupric found: driver, GPUs, toolchain, libraries
-    python -m cupric demo                 compile and run the demo kernels (simulator without a GPU)
+    python -m cupric info [--json]        what cupric found: driver, GPUs, toolchain, libraries
+    python -m cupric demo [--simulator]   compile and run the demo kernels (simulator without a GPU)
     python -m cupric compile FILE::KERNEL --signature ... [--arch sm_90] [--emit ptx] [-o OUT]
+    python -m cupric compile FILE::KERNEL --report [--json]     constant-memory placement
+    python -m cupric compile --fatbin --arch sm_80,sm_90 FILE::KERNEL ... -o K.cubundle
+
+`python -m cupric COMMAND --help` explains each command.
 """
 
 from __future__ import annotations
