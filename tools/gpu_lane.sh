@@ -20,18 +20,25 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 status=0
 summary=()
+skips=/tmp/cupric-skipped.txt   # every skipped test and its reason, from pytest's -rs
+: > "$skips"
 if [ "${TESTS:-1}" = 1 ]; then
   marker=(-m gpu); [ "${LANE:-gpu}" = all ] && marker=()
+  # One SKIPPED line per test (pytest >= 8.3), not one per skip location.
+  report=(-rfEs); python3 -m pytest --help 2>/dev/null | grep -q -- --no-fold-skipped \
+    && report+=(--no-fold-skipped)
   if [ $# -gt 0 ]; then targets=("$@"); else
     targets=(); for d in tests/*/; do targets+=("${d%/}"); done; fi
   for target in "${targets[@]}"; do
     name=$(basename "$target" .py)
-    python3 -m pytest "${marker[@]}" -q -rfE -p no:cacheprovider --timeout=300 \
+    python3 -m pytest "${marker[@]}" -q "${report[@]}" -p no:cacheprovider --timeout=300 \
       "$target" > "$logs/$name.log" 2>&1
     rc=$?
+    grep -E "^SKIPPED " "$logs/$name.log" >> "$skips"
     # rc 5: nothing selected (a folder without GPU tests) is not a failure.
     [ $rc -ne 0 ] && [ $rc -ne 5 ] && status=1
-    line=$(grep -E "(passed|failed|error|no tests ran)" "$logs/$name.log" | tail -1)
+    line=$(grep -vE "^(SKIPPED|FAILED|ERROR) " "$logs/$name.log" \
+      | grep -E "(passed|failed|skipped|error|no tests ran)" | tail -1)
     [ $rc -ne 0 ] && [ $rc -ne 5 ] && grep -E "^(FAILED|ERROR) " "$logs/$name.log" | head -40
     if [ $rc -eq 5 ]; then
       line="no GPU tests"
@@ -52,6 +59,11 @@ if [ "${BENCH:-0}" = 1 ]; then
   [ "${BENCH_QUICK:-0}" = 1 ] && bench+=(--quick)
   python3 benchmarks/run_all.py "${bench[@]}" > "$out/bench.log" 2>&1 || status=1
   grep -E "^(=== |FAILED|wrote )| ERROR " "$out/bench.log" | tail -60
+fi
+if [ -s "$skips" ]; then
+  cp "$skips" "$out/gpu_skipped.txt"
+  echo "--- skipped: $(wc -l < "$skips") lines (test - reason) ---"
+  cat "$skips"
 fi
 if [ ${#summary[@]} -gt 0 ]; then
   echo "--- GPU lane ---"

@@ -566,20 +566,31 @@ def check_bit_reductions(run, rng):
 def clocks(out):
     i = grid(1)
     a = clock64()
+    c = clock()
     b = clock64()
     t0 = globaltimer()
     t1 = globaltimer()
-    c = clock()
-    out[i, 0] = i64(b >= a)
-    out[i, 1] = i64(t1 >= t0)
-    out[i, 2] = i64(c) * 0 + 1
+    spins = 0
+    while t1 == t0 and spins < 100_000:  # the timer ticks in steps of up to a microsecond
+        t1 = globaltimer()
+        spins += 1
+    out[i, 0] = a
+    out[i, 1] = i64(c)
+    out[i, 2] = b
+    out[i, 3] = i64(t0)
+    out[i, 4] = i64(t1)
 
 
 @case(clocks, "Array[i64, 2, 'C']", [r"%clock64", r"%globaltimer", r"%clock\b"])
 def check_clocks(run, rng):
-    out = poisoned((64, 3), np.int64)
+    out = poisoned((64, 5), np.int64)
     (got,) = run(clocks, 2, 32, out)
-    assert (got == 1).all()
+    a, c, b, t0, t1 = (got[:, k] for k in range(5))
+    assert (a > 0).all() and (b >= a).all() and (b - a < 10**9).all()
+    # %clock is the low 32 bits of %clock64, read between the two 64-bit reads.
+    assert (((c & 0xFFFFFFFF) - (a & 0xFFFFFFFF)) % 2**32 <= b - a).all()
+    # The global timer counts nanoseconds: it moves forward, and not by a second here.
+    assert (t0 > 0).all() and (t1 > t0).all() and (t1 - t0 < 10**9).all()
 
 
 @cupric.kernel

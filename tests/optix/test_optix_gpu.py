@@ -421,12 +421,26 @@ def test_denoiser_lowers_error(ctx, rng, model, guides):
 def test_closing_order_is_safe(ctx):
     # Objects keep what they use alive: dropping the module before its group and
     # pipeline must not destroy it first.
+    import gc
+    import weakref
     module = ctx.compile_module([camera, nothing], pipeline_options=PIPELINE_OPTIONS)
     group = ctx.raygen_group(module, camera)
+    module_ref = weakref.ref(module)
     del module
+    gc.collect()
+    # The group kept its module alive and open, so OptiX still packs its header.
+    assert module_ref() is not None and not module_ref().closed
+    assert group.modules == (module_ref(),)
+    header = group.pack_header()
+    assert len(header) == 32 and any(header)
     pipeline = ctx.create_pipeline([group, ctx.miss_group()], PIPELINE_OPTIONS)
     pipeline.close()
+    assert pipeline.closed and not group.closed
+    assert group.pack_header() == header  # closing the pipeline left the group usable
     group.close()
+    assert group.closed
+    with pytest.raises(rt.ClosedError):
+        group.pack_header()
 
 
 def test_closing_the_context_first_is_safe(ctx):
