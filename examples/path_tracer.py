@@ -703,6 +703,10 @@ def _size(text: str) -> tuple[int, int]:
     return w, h
 
 
+#: Paths (pixels x samples) the simulator backend traces, about a minute at most.
+SIMULATOR_MAX_PATHS = 65536
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -737,6 +741,14 @@ def parse_args(argv=None) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')} must be positive")
     if not 0 <= args.seed < 2 ** 32:
         parser.error("--seed must be in [0, 2**32)")
+    w, h = args.cpu_size
+    if w * h * args.cpu_spp > SIMULATOR_MAX_PATHS:
+        # Every simulated path runs in Python (about a millisecond each): refuse what
+        # would take minutes, naming the limit (--width/--height size the GPU renders).
+        paths = w * h * args.cpu_spp
+        parser.error(f"--cpu-size {w}x{h} with --cpu-spp {args.cpu_spp} is {paths} "
+                     f"paths, past the CPU simulator's limit of {SIMULATOR_MAX_PATHS} "
+                     f"(e.g. 64x64 at 16 spp); --width/--height size the GPU backends")
     return args
 
 

@@ -130,3 +130,9 @@ def test_examples_on_the_gpu(tmp_path):
         assert phase in out
     assert re.search(r"largest difference from NumPy: [01] gray", out)
     print(out)
+
+
+def test_path_tracer_refuses_a_simulator_render_past_the_limit():
+    proc = run("path_tracer.py", "--backend", "cpu", "--cpu-size", "640x360")
+    assert proc.returncode == 2
+    assert "921600 paths, past the CPU simulator's limit of 65536" in proc.stderr
