@@ -4,7 +4,8 @@
 # (tools/sanitizer_workload.py) and the compiler's GPU tests, on the GPU machine.
 #   device run:  bash tools/sanitizer_lane.sh                 (carry: .whl)
 #                TOOLS="memcheck initcheck" WORKLOADS="kernels rand" bash tools/sanitizer_lane.sh
-#                STEP_TIMEOUT=120 JOBS=4 bash tools/sanitizer_lane.sh
+#                STEP_TIMEOUT=120 JOBS=4 WARMUP_TIMEOUT=90 bash tools/sanitizer_lane.sh
+#                SKIP_INSTALL=1 ...   (the wheels are already in /tmp/site)
 # compute-sanitizer comes from the CUDA toolkit there (PATH, $CUDA_HOME/bin,
 # /usr/local/cuda/bin), else from the nvidia-cuda-sanitizer-api wheel carried in .whl/.
 # Each (tool, workload) pair runs in its own process, JOBS at a time, at most
@@ -14,9 +15,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/cupric-out}
-logs=$out/sanitizer
-mkdir -p "$logs"
-if ls .whl/*.whl >/dev/null 2>&1; then
+logs=/tmp/cupric-sanitizer-logs   # one per (tool, workload); joined into $out/sanitizer.log
+rm -rf "$logs"
+mkdir -p "$logs" "$out"
+if [ "${SKIP_INSTALL:-0}" != 1 ] && ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
@@ -45,14 +47,16 @@ JOBS=${JOBS:-4}
 
 # Compile every kernel once without the tool: the sanitized runs then load cubins from
 # the cache instead of spending their time limit in libNVVM.
-timeout 300 python3 tools/sanitizer_workload.py kernels rand > "$logs/warmup.log" 2>&1 \
+timeout "${WARMUP_TIMEOUT:-300}" python3 tools/sanitizer_workload.py kernels rand > "$logs/warmup.log" 2>&1 \
   || { echo "warm-up failed:"; tail -30 "$logs/warmup.log"; }
 
 run_one() {  # tool workload
   local tool=$1 workload=$2 log=$logs/$1-$2.log cmd
   if [ "$workload" = compiler ]; then
-    cmd=(python3 -m pytest -q -m gpu -p no:cacheprovider -x tests/compiler/test_lang_gpu.py
-         tests/compiler/test_backend_gpu.py)
+    # The compiler's GPU tests but the fuzzer (randomized, and long under the tool).
+    cmd=(python3 -m pytest -q -m gpu -p no:cacheprovider tests/compiler/test_lang_gpu.py
+         tests/compiler/test_backend_gpu.py tests/compiler/test_device_lowering_gpu.py
+         tests/compiler/test_launch_checks_gpu.py)
   else
     cmd=(python3 tools/sanitizer_workload.py "$workload")
   fi
@@ -77,13 +81,17 @@ for tool in $TOOLS; do for workload in $WORKLOADS; do pairs+=("$tool $workload")
 printf '%s\n' "${pairs[@]}" | xargs -P "$JOBS" -L 1 bash -c 'run_one $0 $1'
 
 status=0
+for pair in "${pairs[@]}"; do
+  set -- $pair
+  { echo "=== $1 $2"; tail -300 "$logs/$1-$2.log"; } >> "$out/sanitizer.log"
+done
 echo "--- sanitizer lane ---"
 for pair in "${pairs[@]}"; do
   set -- $pair
   line=$(cat "$logs/$1-$2.log.status" 2>/dev/null || echo "$1 $2 missing")
   echo "$line"
   case $line in *" ok "*) ;; *) status=1
-    grep -E "^=========  (Invalid|Uninitialized|Race|Barrier|Error|    at)" \
+    grep -E "^========= +(Invalid|Uninitialized|Race|Barrier|Error|Program hit|    at)|Error:|Traceback" \
       "$logs/$1-$2.log" | head -12 ;; esac
 done
 exit $status

@@ -188,9 +188,25 @@ def _forget_device(ordinal: int) -> None:
                 del histogram._EDGES[key]
 
 
+def _forget_stream(handle) -> None:
+    """Before stream `handle` is destroyed: a workspace whose last user it was waits for
+    its work now, since the next user can no longer order itself after a stream that
+    is gone (and whose address a new stream may get)."""
+    h = int(handle)
+    for ws in list(_WORKSPACES.values()):
+        with ws.lock:
+            if ws.last_stream == h:
+                from cupric.runtime._driver import check, driver
+                check(driver().cuStreamSynchronize(h))
+                ws.last_stream = None
+
+
 def _register_reset_hook() -> None:
+    from cupric.runtime import _lifetime
     from cupric.runtime.context import on_reset
+    from cupric.runtime.stream import _destroy_stream
     on_reset(_forget_device)
+    _lifetime.before_release(_destroy_stream, _forget_stream)
 
 
 _register_reset_hook()

@@ -59,7 +59,7 @@ import weakref
 from .errors import ClosedError
 
 __all__ = ["Resource", "TrackedResource", "drain", "pending_count", "live_count",
-           "retire_epoch", "forget"]
+           "retire_epoch", "forget", "before_release"]
 
 # (release, handle, args, label) tuples waiting for a safe moment. deque.append and
 # popleft are atomic, so finalizers in any thread may push without a lock.
@@ -160,33 +160,50 @@ def retire_epoch() -> None:
     old.alive = False
 
 
+# release function -> callbacks run with the handle just before it is released (while
+# it is still valid): caches that remember raw handles of that kind forget them.
+_before_release: dict = {}
+
+
+def before_release(release, callback) -> None:
+    """Run ``callback(handle)`` before each release through `release` of a context-bound
+    resource (e.g. `stream._destroy_stream`: tables holding raw stream handles must not
+    use one once the driver may give its address to a new stream)."""
+    _before_release.setdefault(release, []).append(callback)
+
+
 def _bound_release(handle, epoch, release, *args) -> None:
     # The release of a context-bound resource: skipped once its context was reset.
     if epoch.alive:
+        hooks = _before_release.get(release)
+        if hooks is not None:
+            for hook in hooks:
+                hook(handle)
         release(handle, *args)
 
 
-def forget(predicate) -> int:
-    """Drop the releases, queued or of live `TrackedResource` objects, for which
-    ``predicate(release, handle, args)`` is true; returns how many. Used when a context
-    is reset or lost: its memory is gone, and the addresses may be handed out again.
+def forget(predicate, *, live: bool = True) -> list:
+    """Drop the releases, queued or (with `live`) of live `TrackedResource` objects, for
+    which ``predicate(release, handle, args)`` is true; returns the dropped entries. Used
+    when a context is reset or lost: its memory is gone, and the addresses may be handed
+    out again.
 
     Thread safety
     -------------
     Safe against concurrent allocations and frees: a table entry is taken by exactly one
     of `forget`, `close()` and the object's death.
     """
-    dropped = 0
-    for key, entry in list(_live.items()):  # one atomic copy under the GIL
+    dropped = []
+    for key, entry in list(_live.items()) if live else ():  # one atomic copy (GIL)
         if predicate(entry[0], entry[1], entry[2]) and _live.pop(key, None) is not None:
-            dropped += 1
+            dropped.append(entry)
     for _ in range(len(_pending)):
         try:
             entry = _pending.popleft()
         except IndexError:
             break
         if predicate(entry[0], entry[1], entry[2]):
-            dropped += 1
+            dropped.append(entry)
         else:
             _pending.append(entry)
     return dropped

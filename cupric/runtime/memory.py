@@ -565,9 +565,41 @@ def _forget_frees(ordinal: int) -> None:
     _lifetime.forget(of_device)
 
 
+class _GoneStream:
+    """Stands for the stream of an allocation whose stream was destroyed before the
+    allocation was freed: `_free_async` then waits for the device and frees on the
+    legacy default stream, as for a closed `Stream` object."""
+
+    closed = True
+
+
+_GONE_STREAM = _GoneStream()
+
+
+def _forget_stream(handle) -> None:
+    """Before stream `handle` is destroyed: frees still to be ordered on it (allocations
+    made on the raw handle by library wrappers) must not name it once the driver may give
+    its address to a new stream."""
+    h = int(handle)
+
+    def on_it(release, ptr, args) -> bool:
+        return release is _free_async and type(args[0]) is int and args[0] == h
+
+    for key, entry in list(_live.items()):  # one atomic copy under the GIL
+        if on_it(entry[0], entry[1], entry[2]):
+            # Taken and put back: a close() racing with this finds no entry and frees
+            # nothing, and the exit hook frees it then (never twice).
+            if _live.pop(key, None) is not None:
+                _live[key] = (entry[0], entry[1], (_GONE_STREAM, entry[2][1]), entry[3])
+    for release, ptr, args, label in _lifetime.forget(on_it, live=False):
+        _lifetime._pending.append((release, ptr, (_GONE_STREAM, args[1]), label))
+
+
 def _register_reset_hook() -> None:
     from . import context
+    from .stream import _destroy_stream
     context._retire_callbacks.append(_forget_frees)
+    _lifetime.before_release(_destroy_stream, _forget_stream)
 
 
 _register_reset_hook()

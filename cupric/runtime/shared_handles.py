@@ -47,14 +47,18 @@ class SharedHandles:
         self._lock = threading.Lock()
         _tables.add(self)
 
-    def _forget_device(self, ordinal: int) -> None:
-        """Close and forget the handles of device `ordinal` (its context was reset: their
-        releases were turned off, so closing only marks them closed)."""
+    def _forget(self, which) -> None:
+        """Close and forget the handles whose key satisfies `which`."""
         with self._lock:
-            gone = [key for key in self._handles if key[0] == ordinal]
+            gone = [key for key in self._handles if which(key)]
             handles = [self._handles.pop(key) for key in gone]
         for handle in handles:  # outside the lock: close() calls discard()
             handle.close()
+
+    def _forget_device(self, ordinal: int) -> None:
+        """Close and forget the handles of device `ordinal` (its context was reset: their
+        releases were turned off, so closing only marks them closed)."""
+        self._forget(lambda key: key[0] == ordinal)
 
     def get(self, device, stream, create: Callable[[int], object]):
         """The shared handle of (`device`, `stream`), made by `create(ordinal)` if none
@@ -93,9 +97,20 @@ def _forget_device(ordinal: int) -> None:
         table._forget_device(ordinal)
 
 
+def _forget_stream(handle) -> None:
+    # Before a stream is destroyed: its handles go with it (a new stream may get the
+    # same address, and must not find a handle bound to the old one).
+    h = int(handle)
+    for table in list(_tables):
+        table._forget(lambda key: key[1] == h)
+
+
 def _register_reset_hook() -> None:
+    from . import _lifetime
     from .context import on_reset
+    from .stream import _destroy_stream
     on_reset(_forget_device)
+    _lifetime.before_release(_destroy_stream, _forget_stream)
 
 
 _register_reset_hook()

@@ -7,28 +7,9 @@ import numpy as np
 import pytest
 
 from cupric.cublas import api as cb
-from cupric.cublas import handle as handle_mod
 
-from _cublas_fake import Emulator, dev, host_uploads
-
-lib = pytest.importorskip("cupric.cublas.lib")
-if not lib.is_available():
-    pytest.skip("cuBLAS bindings cannot be generated/loaded here", allow_module_level=True)
-
-
-@pytest.fixture
-def h():
-    handle = handle_mod.Handle.from_handle(0xDEAD0, device=0)
-    yield handle
-    handle.close()
-
-
-@pytest.fixture
-def emu(monkeypatch):
-    e = Emulator()
-    e.install(monkeypatch)
-    host_uploads(monkeypatch)
-    return e
+from _cublas_fake import dev
+from test_cublas_cpu import emu, h  # noqa: F401  (fixtures: a fake handle, the GEMM emulator)
 
 
 @pytest.mark.parametrize("which", ["a", "b"])

@@ -227,3 +227,68 @@ def test_reset_forgets_caches_first_and_makes_the_new_context_current(isolated, 
     finally:
         context._primary_ordinals.pop(0xC2, None)
         ctx._finalizer.detach()
+
+
+# -- a destroyed stream ----------------------------------------------------------------------
+# Stream handles are addresses the driver hands out again: once a stream is destroyed, no
+# table may keep its raw handle (found by the soak: a later free or event record on it
+# failed with CUDA_ERROR_CONTEXT_IS_DESTROYED).
+
+
+def test_hooks_run_before_a_release_while_the_handle_is_valid(isolated, monkeypatch):
+    log = []
+
+    def release(handle, tag):
+        log.append(("released", tag))
+
+    monkeypatch.setattr(_lifetime, "_before_release", {})
+    _lifetime.before_release(release, lambda handle: log.append(("hook", handle)))
+    resource = Recorder.__new__(Recorder)
+    resource._init_resource(0x5, release, "x")
+    resource.close()
+    assert log == [("hook", 0x5), ("released", "x")]
+    log.clear()
+    gone = Recorder.__new__(Recorder)
+    gone._init_resource(0x6, release, "y")
+    _lifetime.retire_epoch()
+    gone.close()
+    assert log == []  # neither: the context is gone
+
+
+def test_frees_ordered_on_a_destroyed_stream_are_moved_off_it(isolated):
+    holders = [object(), object()]
+    _lifetime._live[id(holders[0])] = (m._free_async, 0x1000, (0xABC, 0), "on it")
+    _lifetime._live[id(holders[1])] = (m._free_async, 0x2000, (0xDEF, 0), "elsewhere")
+    _lifetime._pending.append((m._free_async, 0x3000, (0xABC, 0), "queued on it"))
+    try:
+        m._forget_stream(0xABC)
+        assert _lifetime._live[id(holders[0])][2] == (m._GONE_STREAM, 0)
+        assert _lifetime._live[id(holders[1])][2] == (0xDEF, 0)
+        assert [e[2] for e in _lifetime._pending] == [(m._GONE_STREAM, 0)]
+    finally:
+        for holder in holders:
+            _lifetime._live.pop(id(holder), None)
+
+
+def test_workspace_and_shared_handles_forget_a_destroyed_stream(monkeypatch):
+    import cupric.kernels._common as common
+    from cupric.runtime import _driver
+    from cupric.runtime import shared_handles as sh
+
+    calls = []
+    monkeypatch.setattr(_driver, "driver", lambda: types.SimpleNamespace(
+        cuStreamSynchronize=lambda h: calls.append(h) or (0,)))
+    monkeypatch.setattr(_driver, "check", lambda result: None)
+    ws = common.Workspace(7)
+    ws.last_stream = 0xABC
+    monkeypatch.setitem(common._WORKSPACES, 7, ws)
+    common._forget_stream(0xABC)
+    assert calls == [0xABC] and ws.last_stream is None  # waited for, then forgotten
+
+    closed = []
+    table = sh.SharedHandles()
+    for key in ((0, 0xABC), (0, 0xDEF)):
+        table._handles[key] = types.SimpleNamespace(
+            _key=key, close=lambda key=key: closed.append(key))
+    sh._forget_stream(0xABC)
+    assert closed == [(0, 0xABC)] and list(table._handles) == [(0, 0xDEF)]
