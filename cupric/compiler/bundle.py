@@ -14,14 +14,11 @@ reads), the parameter types, the launch variant (noalias, aligned) and the optio
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import inspect
-import io
-import json
 import os
-import textwrap
 import threading
-import zipfile
+
+# json, zipfile, hashlib and inspect load on first use: every kernel's first compile asks
+# this module (`lookup`), which must cost nothing when no bundle is registered.
 
 __all__ = ["BUNDLE_FORMAT", "Bundle", "BundleEntry", "BundleMissError", "kernel_identity",
            "register_bundle", "unregister_bundle", "registered_bundles", "write_bundle",
@@ -37,27 +34,42 @@ class BundleMissError(LookupError):
     the bundles do hold."""
 
 
-@dataclasses.dataclass(frozen=True)
 class BundleEntry:
-    """One compiled variant in a bundle (a manifest row)."""
+    """One compiled variant in a bundle (a manifest row).
 
-    kernel: str          # qualified name
-    identity: str        # `kernel_identity` digest
-    signature: str       # repr of the parameter types
-    noalias: bool
-    aligned: bool
-    options: str         # CompileOptions.cache_key() with arch=auto
-    symbol: str
-    cubins: dict         # arch -> member name
-    ptx: str | None      # member name of the PTX (lowest arch), or None
-    ptx_arch: str | None
-    linker_release: tuple | None
+    A plain class, not a dataclass: this module is imported by every first compile,
+    and generating a dataclass costs a millisecond.
+    """
+
+    FIELDS = ("kernel", "identity", "signature", "noalias", "aligned", "options", "symbol",
+              "cubins", "ptx", "ptx_arch", "linker_release")
+    __slots__ = FIELDS
+
+    def __init__(self, *, kernel: str, identity: str, signature: str, noalias: bool,
+                 aligned: bool, options: str, symbol: str, cubins: dict, ptx: str | None,
+                 ptx_arch: str | None, linker_release: tuple | None) -> None:
+        self.kernel = kernel            # qualified name
+        self.identity = identity        # `kernel_identity` digest
+        self.signature = signature      # repr of the parameter types
+        self.noalias = noalias
+        self.aligned = aligned
+        self.options = options          # CompileOptions.cache_key() with arch=auto
+        self.symbol = symbol
+        self.cubins = cubins            # arch -> member name
+        self.ptx = ptx                  # member name of the PTX (lowest arch), or None
+        self.ptx_arch = ptx_arch
+        self.linker_release = linker_release
+
+    def as_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self.FIELDS}
 
     def describe(self) -> str:
         return f"{self.kernel}({self.signature}) for {', '.join(sorted(self.cubins))}"
 
 
 def _source_text(func) -> str:
+    import inspect
+    import textwrap
     try:
         return textwrap.dedent(inspect.getsource(func))
     except (OSError, TypeError):
@@ -69,6 +81,8 @@ def kernel_identity(py_func) -> str:
     versions (unlike the kernel cache's bytecode fingerprint): the source of the kernel
     and of the device functions it reaches, and the values of the module constants and
     arrays they name."""
+    import hashlib
+
     from cupric.compiler.frontend.resolve import MISSING, is_constant_value, lookup
     h = hashlib.blake2b(digest_size=16)
     seen: set = set()
@@ -109,6 +123,9 @@ class Bundle:
     """A bundle file opened for lookups (members are read on first use)."""
 
     def __init__(self, data: bytes, origin: str) -> None:
+        import io
+        import json
+        import zipfile
         self.origin = origin
         self._zip = zipfile.ZipFile(io.BytesIO(data))
         try:
@@ -273,6 +290,9 @@ def write_bundle(path, variants, *, archs, ptx_arch=None) -> list[BundleEntry]:
     CompileError, ToolchainNotFoundError, LinkError
         As compiling the kernels does.
     """
+    import json
+    import zipfile
+
     from cupric.compiler import backend
     from cupric.compiler.options import normalize_arch
     archs = [normalize_arch(a) for a in archs]
@@ -303,7 +323,7 @@ def write_bundle(path, variants, *, archs, ptx_arch=None) -> list[BundleEntry]:
             cubins=cubins, ptx=ptx_member, ptx_arch=ptx_arch,
             linker_release=tuple(release) if release else None))
     manifest = {"format": BUNDLE_FORMAT, "archs": archs, "ptx_arch": ptx_arch,
-                "entries": [dataclasses.asdict(e) for e in entries]}
+                "entries": [e.as_dict() for e in entries]}
     tmp = f"{os.fspath(path)}.tmp"
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("manifest.json", json.dumps(manifest, indent=1))
