@@ -195,9 +195,13 @@ def _borrow(obj, name: str, stream) -> tuple[DeviceBuffer, str | None]:
         raise TypeError(f"{name} is a PyTorch tensor that requires grad; cupric.cudnn "
                         f"does not record autograd: pass .detach() (the same memory, no "
                         f"copy) and compute gradients with the *_backward functions")
-    from cupric.runtime.interop import as_device_array
+    from cupric.runtime.intake import StrideError, as_buffer
     try:
-        buf = as_device_array(obj, stream)
+        buf = as_buffer(obj, stream)
+    except StrideError as exc:
+        # Both a TypeError and a ValueError: the class is kept, the argument named.
+        raise StrideError(f"{name}: its strides are not whole multiples of the element "
+                          f"size ({exc})") from None
     except BufferError as exc:
         # DLPack's way of saying no (a producer refusing to export, e.g. PyTorch's
         # conjugate bit, or a capsule cupric cannot read): name the operation and the
@@ -218,7 +222,7 @@ def _borrow(obj, name: str, stream) -> tuple[DeviceBuffer, str | None]:
     import sys
     torch = sys.modules["torch"]
     try:
-        buf = as_device_array(obj.view(getattr(torch, foreign[1])), stream)
+        buf = as_buffer(obj.view(getattr(torch, foreign[1])), stream)
     except TypeError as exc:
         raise TypeError(f"{name}: {exc}") from None
     return buf, foreign[0]
