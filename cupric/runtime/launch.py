@@ -129,6 +129,8 @@ class DeviceLimits:
 
 
 SM90_LIMITS = DeviceLimits()
+# Only the shape of a configuration (the driver checks the device's limits itself).
+_UNCHECKED = DeviceLimits(2**32, (2**32,) * 3, (2**32,) * 3, 2**32, 2**32)
 
 
 def dim3(value, what: str) -> tuple[int, int, int]:
@@ -624,6 +626,9 @@ class PreparedLaunch:
             by = bz = 1
         else:
             bx, by, bz = dim3(block, "block")
+        if shared_bytes.__class__ is not int or not 0 <= shared_bytes <= 0xFFFFFFFF:
+            shared_bytes = check_config(self.function.name, (gx, gy, gz), (bx, by, bz),
+                                        shared_bytes, _UNCHECKED)[2]
         if stream.__class__ is _Stream and not stream._closed:
             s = stream._ptr
         elif stream is None:
@@ -789,6 +794,9 @@ class _BindingsPreparedLaunch(PreparedLaunch):
             by = bz = 1
         else:
             bx, by, bz = dim3(block, "block")
+        if shared_bytes.__class__ is not int or not 0 <= shared_bytes <= 0xFFFFFFFF:
+            shared_bytes = check_config(self.function.name, (gx, gy, gz), (bx, by, bz),
+                                        shared_bytes, _UNCHECKED)[2]
         if stream.__class__ is _Stream and not stream._closed:
             s = stream._handle
         elif stream is None:
