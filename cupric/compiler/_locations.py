@@ -86,12 +86,14 @@ def _load(path: Path) -> dict:
     key = str(path)
     record = _records.get(key)
     if record is None:
+        from cupric import _cache
         try:
-            with open(path, "rb") as file:
-                # Remembered paths get loaded into this process: trust only our own record.
-                if hasattr(os, "getuid") and os.fstat(file.fileno()).st_uid != os.getuid():
-                    raise ValueError("record owned by another user")
-                record = json.loads(file.read())
+            # Remembered paths get loaded into this process: trust only a private record
+            # of this user in a folder of this user (`cupric._cache`).
+            text = None
+            if _cache.secure_folder(path.parent, path.parent.parent, create=False):
+                text = _cache.read_trusted(path, limit=1 << 20)
+            record = json.loads(text) if text is not None else {}
             if not isinstance(record, dict) or record.get("version") != RECORD_VERSION:
                 record = {}
         except (OSError, ValueError):
@@ -149,18 +151,10 @@ def forget() -> None:
 
 
 def _write(target: Path, record: dict) -> None:
-    import tempfile
+    from cupric import _cache
 
-    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
-                                         dir=target.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            json.dump(record, file, indent=1, sort_keys=True)
-        os.replace(temporary, target)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except FileNotFoundError:
-            pass
-        raise
+    if _cache.secure_folder(target.parent, target.parent.parent) is None:
+        raise OSError(f"cannot write {target.parent}")
+    text = json.dumps(record, indent=1, sort_keys=True).encode("utf-8")
+    if not _cache.write_atomic(target, text):
+        raise OSError(f"cannot write {target}")
