@@ -242,8 +242,11 @@ def _allow_shared(kern, out_kind: str, config: Config) -> None:
     """Raise the kernel's dynamic shared memory limit past the default 48 KiB (once per
     kernel and device): the launch path compiles the same specialization."""
     from cupric.runtime import current_device
+    from cupric.runtime.context import generation
 
-    key = (id(kern), current_device().ordinal)
+    ordinal = current_device().ordinal
+    # A context reset (generation) loads the kernel again: the limit is raised again.
+    key = (id(kern), ordinal, generation(ordinal))
     if key in _RAISED or config.shared_bytes <= 48 * 1024:
         return
     word = "u32" if out_kind == "bf16" else "f32"
@@ -326,7 +329,9 @@ def matmul(a, b, out=None, *, kind: str = "bf16", config: Config = DEFAULT, stre
     bits = np.dtype(np.uint16)
     flat_a = call.flat(am, "a", bits)
     flat_b = call.flat(bm, "b", bits)
-    flat_out = call.flat(dst, "out", np.dtype(np.uint32) if out_kind == "bf16" else None)
+    flat_out = call.flat(dst, "out")
+    if out_kind == "bf16":  # pairs of results leave as one u32 word (n is even)
+        flat_out = flat_out.view(np.uint32)
     if k == 0:
         raise ValueError("gemm_tc: k is 0")
     kern = kernel(kind, out_kind, config)
