@@ -804,7 +804,13 @@ class Kernel:
         actual = []
         for index, value in enumerate(args):
             try:
-                actual.append(type_of_value(value))
+                try:
+                    actual.append(type_of_value(value))
+                except TypeError:
+                    if not hasattr(value, "__dlpack__"):
+                        raise
+                    # A DLPack-only producer: its layout, as the intake layer reads it.
+                    actual.append(type_of_value(_intake.read(value)))
             except TypeError as exc:
                 raise self._argument_error(f"argument {index} of {self.__name__}(): {exc}",
                                            index if index < len(names) else None) from None

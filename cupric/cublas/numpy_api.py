@@ -50,7 +50,7 @@ _FOREIGN = {"torch.bfloat16": ("bf16", "int16"), "torch.float8_e4m3fn": ("f8e4m3
             "torch.float8_e5m2": ("f8e5m2", "uint8")}
 
 
-def _operand(obj, name, stream):
+def _operand(obj, name, stream, multi=True):
     """(layout, element type override or None) of an argument, read through the runtime's
     intake layer (`cupric.runtime.intake`): the DeviceBuffer itself, or an `ArrayInfo`
     (pointer, shape, strides, dtype, device, read-only) of any other device array, with
@@ -64,7 +64,7 @@ def _operand(obj, name, stream):
             intake.check_open(obj, name)
         return obj, None
     try:
-        info = intake.array_info(obj, stream, name=name)
+        info = intake.array_info(obj, stream, name=name, with_device=multi)
     except TypeError:
         foreign = _FOREIGN.get(str(getattr(obj, "dtype", "")))
         if foreign is None or not hasattr(obj, "view"):
@@ -73,7 +73,7 @@ def _operand(obj, name, stream):
         import sys
         torch = sys.modules["torch"]
         return intake.array_info(obj.view(getattr(torch, foreign[1])), stream,
-                                 name=name), foreign[0]
+                                 name=name, with_device=multi), foreign[0]
     foreign = _FOREIGN.get(info.torch_dtype) if info.dtype.kind == "V" else None
     if foreign is not None and info.itemsize == (2 if foreign[0] == "bf16" else 1):
         return info, foreign[0]
@@ -227,11 +227,12 @@ def matmul(a, b, out=None, alpha=_ONE, beta=_ZERO, *, precision=None, handle=Non
         if plan is not None and not h._device_scalars and not h._multi:
             return _replay(plan, h, a, b, out, alpha, beta, key)
     stream = h._stream_ptr
-    ab, a_type = _operand(a, "a", stream)
-    bb, b_type = _operand(b, "b", stream)
+    multi = h._multi
+    ab, a_type = _operand(a, "a", stream, multi)
+    bb, b_type = _operand(b, "b", stream, multi)
     out_read = None
     if out is not None:
-        out_read = _operand(out, "out", stream)
+        out_read = _operand(out, "out", stream, multi)
         if (precision is None and a_type is None and out_read[1] is None
                 and not h._device_scalars and not h._multi):
             # Any array kind replays a plan checked before for the same layouts.

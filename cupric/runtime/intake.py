@@ -288,10 +288,17 @@ _TRUSTED = frozenset({"cupy", "torch", "numba"})
 _BUFFER_ATTRIBUTES = ("ptr", "shape", "strides", "itemsize", "dtype")
 
 
+_FOREIGN: set = set()  # classes known not to be DeviceBuffers (hashable ones)
+
+
 def _is_own(cls) -> bool:
     """Whether `cls` is DeviceBuffer or a subclass (remembered in both sets)."""
+    if cls in _FOREIGN:
+        return False
     from .memory import DeviceBuffer
     if not issubclass(cls, DeviceBuffer):
+        if len(_FOREIGN) < 4096:
+            _FOREIGN.add(cls)
         return False
     OWN_BUFFERS.add(cls)
     BUFFER_CLASSES.add(cls)
@@ -337,7 +344,7 @@ def array_parts(obj, stream=None, with_device: bool = True):
     adapter = _ADAPTERS.get(cls, _UNSEEN)
     if adapter is _UNSEEN:
         adapter = _aa.adapter_for(cls)
-    if _is_buffer(obj, cls, adapter):
+    if adapter is None and _is_buffer(obj, cls, adapter):
         return _buffer_parts(obj)
     if adapter is not None:
         parts = adapter.read(obj)
@@ -386,7 +393,8 @@ def read(obj, stream=None) -> ArrayInfo:
 
 
 def array_info(obj, stream=None, *, name: str | None = None, writable: bool = False,
-               device: int | None = None, order: bool = True) -> ArrayInfo:
+               device: int | None = None, order: bool = True,
+               with_device: bool = True) -> ArrayInfo:
     """One array argument, read and checked, with `stream` ordered after its producer.
 
     Parameters
@@ -405,6 +413,9 @@ def array_info(obj, stream=None, *, name: str | None = None, writable: bool = Fa
     order : bool
         False reports the producer in `ArrayInfo.producer` without ordering (the caller
         orders all arguments at once with `order_after`, after its own checks).
+    with_device : bool
+        False leaves `ArrayInfo.device` at -1 for adapter-read arrays unless `device` is
+        given (machines with one GPU have nothing to compare it with).
 
     Raises
     ------
@@ -412,7 +423,7 @@ def array_info(obj, stream=None, *, name: str | None = None, writable: bool = Fa
         See the module docstring; TypeError/ValueError of a malformed interface.
     """
     try:
-        parts = array_parts(obj, stream)
+        parts = array_parts(obj, stream, with_device or device is not None)
     except (ClosedError, HostMemoryError, NotAnArrayError) as exc:
         if name is None:
             raise

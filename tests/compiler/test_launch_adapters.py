@@ -687,3 +687,25 @@ def test_generated_launcher_refuses_closed_buffers_and_views(monkeypatch):
             _axpy.launch(a, closed, y, grid=3, block=64)    # the general path alone
     assert len(log) == 3                                    # nothing more was launched
     assert x.ptr == 0 and view.ptr == 0x10000               # the view kept its address
+
+
+class DLPackOnly:
+    """A DLPack producer and nothing else (here: a DeviceBuffer exported by the
+    protocol)."""
+
+    def __init__(self, buf):
+        self.buf = buf
+
+    def __dlpack__(self, **kwargs):
+        return self.buf.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.buf.__dlpack_device__()
+
+
+def test_dlpack_only_producers_bind_and_launch_like_buffers(monkeypatch):
+    x, y = _device_buffer(0x10000, 256), _device_buffer(0x20000, 256)
+    a = np.float32(2)
+    by_buffer, _ = _run(monkeypatch, [(a, x, y)] * 2)
+    by_dlpack, _ = _run(monkeypatch, [(a, DLPackOnly(x), DLPackOnly(y))] * 2)
+    assert by_dlpack == by_buffer

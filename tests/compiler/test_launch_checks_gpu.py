@@ -273,6 +273,12 @@ def test_capture_gets_no_wait_and_replays_right(cp, rt, waits, rng):
         kern[N // 256, 256, stream, 0](x, y)
     stream.synchronize()
     cp.cuda.Device().synchronize()
+    # Releases deferred from earlier tests' garbage (modules, memory) must not land inside
+    # the global-mode capture, where a module unload invalidates it: run them now.
+    import gc
+    gc.collect()
+    from cupric.runtime import _lifetime
+    _lifetime.drain()
     waits.clear()
     with producer:
         with stream.capture() as capture:

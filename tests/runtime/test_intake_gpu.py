@@ -118,7 +118,7 @@ def test_read_matches_what_the_array_says(rt, intake, kind):
     arr, _ = _upload(kind, host, rt)
     info = intake.read(arr)
     assert info.shape == (300,) and info.strides == (4,) and info.dtype == np.float32
-    assert info.ptr != 0 and not info.readonly
+    assert info.ptr != 0 and info.readonly == (kind == "jax")  # JAX exports read-only
     # The pointer is the memory's: a DeviceBuffer borrowing it reads the same values.
     from cupric.runtime import memory
     back = memory.borrow(info.ptr, info.shape, info.strides, info.dtype, owner=arr)
@@ -127,7 +127,7 @@ def test_read_matches_what_the_array_says(rt, intake, kind):
         assert intake.array_info(arr, device=0).device == 0
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", [k for k in KINDS if k != "jax"])  # JAX: immutable
 def test_kernel_results_for_every_kind_on_both_paths(rt, kind):
     rng = np.random.default_rng()
 
@@ -144,7 +144,9 @@ def test_kernel_results_for_every_kind_on_both_paths(rt, kind):
         y, read_y = _upload(kind, hy, rt)
         axpy[4, 256](np.float32(2.5), x, y, 1000)
         rt.Device(0).synchronize()
-        np.testing.assert_allclose(read_y(), 2.5 * hx + hy, rtol=1e-6)
+        # The kernel contracts a * x + y into one FMA: within an ulp or two of NumPy's.
+        expect = 2.5 * hx.astype(np.float64) + hy
+        np.testing.assert_allclose(read_y(), expect, rtol=1e-6, atol=1e-6)
 
 
 def test_several_kinds_keep_a_launcher_each(rt):
