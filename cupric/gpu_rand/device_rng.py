@@ -130,6 +130,14 @@ def _lemire64(draw):
     return lemire64
 
 
+@device_function
+def _splitmix_pair(counter):
+    """Two SplitMix64 outputs and the next counter."""
+    a, counter = splitmix64(counter)
+    b, counter = splitmix64(counter)
+    return a, b, counter
+
+
 def _seeder(alg: _alg.Algorithm):
     """seed_from_u64(seed) -> state: rand_xoshiro's seeding (SplitMix64 outputs as the
     little-endian byte seed; an all-zero state becomes seed 0's), as `seed_words`."""
@@ -138,30 +146,23 @@ def _seeder(alg: _alg.Algorithm):
     if alg.word_bits == 64 and n64 == 2:
         @device_function
         def raw(c):
-            a, c = splitmix64(c)
-            b, c = splitmix64(c)
+            a, b, c = _splitmix_pair(c)
             return (a, b), a | b
     elif alg.word_bits == 64 and n64 == 4:
         @device_function
         def raw(c):
-            a, c = splitmix64(c)
-            b, c = splitmix64(c)
-            d, c = splitmix64(c)
-            e, c = splitmix64(c)
+            a, b, c = _splitmix_pair(c)
+            d, e, c = _splitmix_pair(c)
             return (a, b, d, e), a | b | d | e
     elif alg.word_bits == 64:
         @device_function
         def raw(c):
-            a, c = splitmix64(c)
-            b, c = splitmix64(c)
-            d, c = splitmix64(c)
-            e, c = splitmix64(c)
-            f, c = splitmix64(c)
-            g, c = splitmix64(c)
-            h, c = splitmix64(c)
-            k, c = splitmix64(c)
+            a, b, c = _splitmix_pair(c)
+            d, e, c = _splitmix_pair(c)
+            f, g, c = _splitmix_pair(c)
+            h, k, c = _splitmix_pair(c)
             return (a, b, d, e, f, g, h, k), a | b | d | e | f | g | h | k
-    elif n64 == 1:
+    elif n64 == 1:  # 32-bit words: each output is (low word, high word), little-endian
         @device_function
         def raw(c):
             a, c = splitmix64(c)
@@ -169,8 +170,7 @@ def _seeder(alg: _alg.Algorithm):
     else:
         @device_function
         def raw(c):
-            a, c = splitmix64(c)
-            b, c = splitmix64(c)
+            a, b, c = _splitmix_pair(c)
             return (u32(a), u32(a >> 32), u32(b), u32(b >> 32)), a | b
 
     @device_function

@@ -14,7 +14,7 @@ from cupric.compiler.lowering.registry import register
 from cupric.compiler.typing.ktypes import TupleType, WeakType
 from cupric.types import ScalarType, f16, f32, u16, u32
 
-__all__ = ["bf16_bits_value", "bf16_from_bits_value", "bf16_directed_bits"]
+__all__ = ["bf16_bits_value", "bf16_from_bits_value", "bf16_directed_bits", "unpack_pair"]
 
 
 def bf16_bits_value(cg, x: Value) -> Value:
@@ -204,17 +204,21 @@ _packed_rules("f16")
 _packed_rules("bf16")
 
 
+def unpack_pair(cg, word: Value, kind: str) -> list:
+    """The two values of an i32 holding a packed pair ("f16": f16 values; "bf16": f32
+    values), the low half first."""
+    b = cg.b
+    lo = b.cast("trunc", word, ll.i16)
+    hi = b.cast("trunc", b.binop("lshr", word, const_int(ll.i32, 16)), ll.i16)
+    if kind == "f16":
+        return [b.cast("bitcast", lo, ll.half), b.cast("bitcast", hi, ll.half)]
+    return [bf16_from_bits_value(cg, lo), bf16_from_bits_value(cg, hi)]
+
+
 def _unpack_lower(kind: str):
     def lower(cg, call, args):
-        b = cg.b
-        w = _as(cg, args[0], u32, call.node)
-        lo = b.cast("trunc", w, ll.i16)
-        hi = b.cast("trunc", b.binop("lshr", w, const_int(ll.i32, 16)), ll.i16)
-        if kind == "f16":
-            vals = [b.cast("bitcast", lo, ll.half), b.cast("bitcast", hi, ll.half)]
-        else:
-            vals = [bf16_from_bits_value(cg, lo), bf16_from_bits_value(cg, hi)]
-        return KValue(call.result_type, vals)
+        word = _as(cg, args[0], u32, call.node)
+        return KValue(call.result_type, unpack_pair(cg, word, kind))
     return lower
 
 
