@@ -17,6 +17,7 @@ import types as pytypes
 
 import numpy as np
 
+from cupric.compiler.errors import CompileError
 from cupric.compiler.frontend.resolve import MISSING, is_constant_value, lookup
 from cupric.compiler.frontend.source import FunctionSource
 from cupric.compiler.lowering.mathlib import MATH, MATH_CONSTANTS
@@ -240,7 +241,15 @@ class Typer:
 
     def _block(self, stmts) -> None:
         for s in stmts:
-            self._stmt(s)
+            try:
+                self._stmt(s)
+            except CompileError:
+                raise
+            except Exception as exc:  # an internal error still names the user's line
+                raise self.error(s, f"internal compiler error while typing this statement "
+                                 f"({type(exc).__name__}: {exc})",
+                                 hint="this is a bug in cupric; please report it with this "
+                                 "kernel") from None
 
     def _stmt(self, s: ast.stmt) -> None:
         kind = type(s)
