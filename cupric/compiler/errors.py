@@ -3,7 +3,8 @@ linker failures with their logs, and missing toolchain pieces."""
 
 from __future__ import annotations
 
-__all__ = ["CompilerError", "CompileError", "NvvmError", "LinkError", "ToolchainNotFoundError"]
+__all__ = ["CompilerError", "CompileError", "NvvmError", "LinkError", "ToolchainNotFoundError",
+           "internal_error"]
 
 
 class CompilerError(Exception):
@@ -65,3 +66,12 @@ class ToolchainNotFoundError(ImportError, CompilerError):
 
     The message names the pip package that provides it.
     """
+
+
+def internal_error(src, node, exc: BaseException, doing: str) -> CompileError:
+    """The CompileError for an internal failure (a bug) of the compiler while `doing`
+    (typing, compiling) the statement `node` of `src` (a FunctionSource): located at the
+    user's line, never a bare internal exception."""
+    return src.error(node, f"internal compiler error while {doing} this statement "
+                     f"({type(exc).__name__}: {exc})",
+                     hint="this is a bug in cupric; please report it with this kernel")

@@ -273,16 +273,38 @@ def _build(func: types.FunctionType, fdef: ast.FunctionDef, refs: list):
         args.kwarg.annotation = None
     args.defaults = [ast.Constant(None) for _ in args.defaults]
     args.kw_defaults = [None if d is None else ast.Constant(None) for d in args.kw_defaults]
-    free = list(func.__code__.co_freevars)
-    outer = ast.FunctionDef(
-        name="__cupric_outer",
-        args=ast.arguments(posonlyargs=[], args=[ast.arg("__cupric_refs")]
-                           + [ast.arg(n) for n in free],
-                           vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
-                           defaults=[]),
-        body=[fdef, ast.Return(ast.Name(fdef.name, ast.Load()))],
-        decorator_list=[], returns=None, type_comment=None,
+    try:
+        gen = build_function(fdef, func, ["__cupric_refs"], [refs])
+    except ValueError:
+        raise _Unsupported("a closure variable is not bound yet") from None
+    gen.__defaults__ = func.__defaults__
+    gen.__kwdefaults__ = func.__kwdefaults__
+    return gen
+
+
+def function_def(name: str, params, body) -> ast.FunctionDef:
+    """A plain `def name(params): body` node."""
+    return ast.FunctionDef(
+        name=name,
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(n) for n in params], vararg=None,
+                           kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
+        body=body, decorator_list=[], returns=None, type_comment=None,
         **({"type_params": []} if "type_params" in ast.FunctionDef._fields else {}))
+
+
+def build_function(fdef: ast.FunctionDef, func: types.FunctionType, names, values):
+    """Compile `fdef` in `func`'s file and globals, inside an outer function whose
+    parameters bind `names` to `values` and `func`'s free variables to its closure's
+    contents (so the new function sees them as closure cells too).
+
+    Raises
+    ------
+    ValueError
+        A closure variable of `func` is not bound yet.
+    """
+    free = list(func.__code__.co_freevars)
+    outer = function_def("__cupric_outer", list(names) + free,
+                         [fdef, ast.Return(ast.Name(fdef.name, ast.Load()))])
     module = ast.Module([outer], type_ignores=[])
     ast.fix_missing_locations(module)
     code = compile(module, func.__code__.co_filename, "exec")
@@ -290,13 +312,5 @@ def _build(func: types.FunctionType, fdef: ast.FunctionDef, refs: list):
     # Executed with the original's globals, so the rewrite reads the same module state;
     # the outer function lands in `namespace`, not in the user's module.
     exec(code, func.__globals__, namespace)
-    closure = []
-    for cell in func.__closure__ or ():
-        try:
-            closure.append(cell.cell_contents)
-        except ValueError:
-            raise _Unsupported("a closure variable is not bound yet") from None
-    gen = namespace["__cupric_outer"](refs, *closure)
-    gen.__defaults__ = func.__defaults__
-    gen.__kwdefaults__ = func.__kwdefaults__
-    return gen
+    closure = [cell.cell_contents for cell in func.__closure__ or ()]
+    return namespace["__cupric_outer"](*values, *closure)

@@ -26,6 +26,7 @@ from cupric.compiler.typing.promote import promote
 from cupric.types import ArrayType, ScalarType, bool_, i64
 
 from ._impl_math import _BINARY, _UNARY
+from ._transform import build_function, function_def
 
 __all__ = ["twin_of"]
 
@@ -560,32 +561,9 @@ class _Builder:
         for stmt in body:
             ast.copy_location(stmt, tree)
         body += self.block(tree.body)
-        fdef = ast.FunctionDef(
-            name=tree.name,
-            args=ast.arguments(posonlyargs=[], args=[ast.arg(n) for n in typed.arg_names],
-                               vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
-                               defaults=[]),
-            body=body, decorator_list=[], returns=None, type_comment=None,
-            **({"type_params": []} if "type_params" in ast.FunctionDef._fields else {}))
+        fdef = function_def(tree.name, typed.arg_names, body)
         ast.copy_location(fdef, tree)
-        free = list(py_func.__code__.co_freevars)
-        names = list(self.refs) + free
-        outer = ast.FunctionDef(
-            name="__cupric_twin",
-            args=ast.arguments(posonlyargs=[], args=[ast.arg(n) for n in names], vararg=None,
-                               kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
-            body=[fdef, ast.Return(ast.Name(tree.name, ast.Load()))], decorator_list=[],
-            returns=None, type_comment=None,
-            **({"type_params": []} if "type_params" in ast.FunctionDef._fields else {}))
-        module = ast.Module([outer], type_ignores=[])
-        ast.fix_missing_locations(module)
-        code = compile(module, py_func.__code__.co_filename, "exec")
-        namespace: dict = {}
-        exec(code, py_func.__globals__, namespace)
-        closure = []
-        for cell in py_func.__closure__ or ():
-            closure.append(cell.cell_contents)
-        func = namespace["__cupric_twin"](*self.refs.values(), *closure)
+        func = build_function(fdef, py_func, list(self.refs), list(self.refs.values()))
         func.__cupric_ast__ = fdef
         func.__cupric_original__ = py_func
         func.__qualname__ = py_func.__qualname__

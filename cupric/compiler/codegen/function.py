@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ast
 
-from cupric.compiler.errors import CompileError
+from cupric.compiler.errors import CompileError, internal_error
 from cupric.compiler.codegen.values import (KValue, abi_lltypes, element_pointer_type,
                                             flat_lltypes, scalar_lltype, struct_field_index)
 from cupric.compiler.ir import types as ll
@@ -194,10 +194,7 @@ class FunctionCodegen:
             except CompileError:
                 raise
             except Exception as exc:  # an internal error still names the user's line
-                raise self.error(s, f"internal compiler error while compiling this statement "
-                                 f"({type(exc).__name__}: {exc})",
-                                 hint="this is a bug in cupric; please report it with this "
-                                 "kernel") from None
+                raise internal_error(self.src, s, exc, "compiling") from None
 
     def stmt(self, s) -> None:
         kind = type(s)

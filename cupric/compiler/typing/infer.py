@@ -17,7 +17,7 @@ import types as pytypes
 
 import numpy as np
 
-from cupric.compiler.errors import CompileError
+from cupric.compiler.errors import CompileError, internal_error
 from cupric.compiler.frontend.resolve import MISSING, is_constant_value, lookup
 from cupric.compiler.frontend.source import FunctionSource
 from cupric.compiler.lowering.mathlib import MATH, MATH_CONSTANTS
@@ -246,10 +246,7 @@ class Typer:
             except CompileError:
                 raise
             except Exception as exc:  # an internal error still names the user's line
-                raise self.error(s, f"internal compiler error while typing this statement "
-                                 f"({type(exc).__name__}: {exc})",
-                                 hint="this is a bug in cupric; please report it with this "
-                                 "kernel") from None
+                raise internal_error(self.src, s, exc, "typing") from None
 
     def _stmt(self, s: ast.stmt) -> None:
         kind = type(s)
