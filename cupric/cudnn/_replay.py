@@ -85,7 +85,7 @@ def _configure(module) -> None:
 
     from . import lib
     from .backend import check as backend_check
-    from .handle import Handle, _Owned, _tls
+    from .handle import Handle, _Owned, _tls, resolve
     ffi, L = lib.ffi, lib.lib
     fns = tuple(int(ffi.cast("uintptr_t", getattr(L, name))) for name in (
         "cudnnBackendCreateDescriptor", "cudnnBackendSetAttribute", "cudnnBackendFinalize",
@@ -96,7 +96,7 @@ def _configure(module) -> None:
              int(L.CUDNN_ATTR_VARIANT_PACK_WORKSPACE), int(L.CUDNN_TYPE_INT64),
              int(L.CUDNN_TYPE_VOID_PTR))
     module.configure(DeviceBuffer, _Allocation, Resource, Handle, _Owned, _tls, empty,
-                     backend_check, lib.check, fns, enums)
+                     backend_check, lib.check, resolve, fns, enums)
 
 
 def _first_call(head, arrays, outs, handle, stream):

@@ -66,7 +66,7 @@ typedef struct {
 
 static int configured = 0;
 static PyTypeObject *buffer_type, *alloc_type, *handle_type, *torch_type;
-static PyObject *tls, *empty_fn, *graph_check, *legacy_check, *torch_strided;
+static PyObject *tls, *empty_fn, *graph_check, *legacy_check, *torch_strided, *resolve_fn;
 static Py_ssize_t off_ptr, off_shape, off_strides, off_dtype, off_readonly, off_alloc,
     off_stream, off_closed, off_alloc_closed, off_h_ptr, off_h_multi, off_h_stream,
     off_h_stream_obj, off_h_device, off_h_owned, off_h_replays, off_owned_ws;
@@ -115,13 +115,13 @@ static int as_u64(PyObject *o, uint64_t *out) {
 }
 
 /* configure(DeviceBuffer, _Allocation, Resource, Handle, _Owned, tls, empty, graph_check,
-             legacy_check, (create, set, finalize, destroy, execute),
+             legacy_check, resolve, (create, set, finalize, destroy, execute),
              (VARIANT_PACK, UNIQUE_IDS, DATA_POINTERS, WORKSPACE, TYPE_INT64, TYPE_VOID_PTR)) */
 static PyObject *configure(PyObject *module, PyObject *args) {
-    PyObject *bt, *at, *rt, *ht, *ot, *t, *e, *gc, *lc, *fns, *enums;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!OOOOO!O!", &PyType_Type, &bt, &PyType_Type, &at,
+    PyObject *bt, *at, *rt, *ht, *ot, *t, *e, *gc, *lc, *rf, *fns, *enums;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!OOOOOO!O!", &PyType_Type, &bt, &PyType_Type, &at,
                           &PyType_Type, &rt, &PyType_Type, &ht, &PyType_Type, &ot, &t, &e,
-                          &gc, &lc, &PyTuple_Type, &fns, &PyTuple_Type, &enums))
+                          &gc, &lc, &rf, &PyTuple_Type, &fns, &PyTuple_Type, &enums))
         return NULL;
     PyTypeObject *B = (PyTypeObject *)bt, *A = (PyTypeObject *)at, *R = (PyTypeObject *)rt,
         *H = (PyTypeObject *)ht, *O = (PyTypeObject *)ot;
@@ -156,9 +156,9 @@ static PyObject *configure(PyObject *module, PyObject *args) {
     INTERN(s_dtype, "dtype"); INTERN(s_shape, "shape"); INTERN(s_stride, "stride");
     INTERN(s_data_ptr, "data_ptr"); INTERN(s_get_device, "get_device");
     Py_INCREF(bt); Py_INCREF(at); Py_INCREF(ht); Py_INCREF(t); Py_INCREF(e); Py_INCREF(gc);
-    Py_INCREF(lc);
+    Py_INCREF(lc); Py_INCREF(rf);
     buffer_type = B; alloc_type = A; handle_type = H;
-    tls = t; empty_fn = e; graph_check = gc; legacy_check = lc;
+    tls = t; empty_fn = e; graph_check = gc; legacy_check = lc; resolve_fn = rf;
     configured = 1;
     Py_RETURN_NONE;
 }
@@ -176,12 +176,15 @@ static PyObject *set_torch(PyObject *module, PyObject *args) {
 /* The handle of a call (new reference), or NULL with no error set: the Python path. */
 static PyObject *usable_handle(PyObject *handle, PyObject *stream) {
     PyObject *h;
-    if (handle == Py_None) {
-        if (stream != Py_None) return NULL;
+    if (stream != Py_None) {
+        /* The shared handle of that stream (or `handle`, checked to be on it), as the
+           Python path resolves it; its errors are raised there. */
+        h = PyObject_CallFunctionObjArgs(resolve_fn, handle, stream, NULL);
+        if (h == NULL) { PyErr_Clear(); return NULL; }
+    } else if (handle == Py_None) {
         h = PyObject_GetAttr(tls, s_handle);
         if (h == NULL) { PyErr_Clear(); return NULL; }
     } else {
-        if (stream != Py_None) return NULL;
         Py_INCREF(handle);
         h = handle;
     }

@@ -88,7 +88,7 @@ class Resource:
 @pytest.fixture
 def fake(ext, monkeypatch):
     from cupric.cudnn import lib
-    from cupric.cudnn.handle import Handle, _Owned, _tls
+    from cupric.cudnn.handle import Handle, _Owned, _tls, resolve
     from cupric.runtime._lifetime import Resource as RealResource
     from cupric.runtime.memory import DeviceBuffer, _Allocation
     f = FakeCudnn()
@@ -103,7 +103,7 @@ def fake(ext, monkeypatch):
 
     from cupric.cudnn.backend import check as backend_check
     ext.configure(DeviceBuffer, _Allocation, RealResource, Handle, _Owned, _tls, empty,
-                  backend_check, lib.check, tuple(f.address(fn) for fn in f.fns),
+                  backend_check, lib.check, resolve, tuple(f.address(fn) for fn in f.fns),
                   (7, 11, 12, 13, 99, 98))
     f.made = made
     f.handles = []
@@ -162,6 +162,9 @@ def test_legacy_call_patches_pointers_and_keeps_constants(ext, fake):
     assert ext.run(head, (buf(0x70000), ), (y2,), h, None) == (y2,)
     assert fake.log == [("legacy", 0xDEAD0, 0x111, 0x222, 0x333, 0x70000, 0x444, 0x555,
                          0x30000)]
+    # The handle's own stream named beside it: resolved as the Python path does.
+    assert ext.run(head, (x,), (y,), h, 0) == (y,)
+    assert fake.log[-1][5] == 0x10000
 
 
 def test_refusals_fall_back_to_the_python_path(ext, fake):
@@ -179,7 +182,7 @@ def test_refusals_fall_back_to_the_python_path(ext, fake):
     ]
     for arrays, outs in cases:
         assert ext.run(head, arrays, outs, h, None) is None, (arrays, outs)
-    assert ext.run(head, (x,), (y,), h, 0) is None          # a stream with the handle
+    assert ext.run(head, (x,), (y,), h, 5) is None          # another stream than the handle's
     closed = buf(0x10000)
     closed.close()
     assert ext.run(head, (closed,), (y,), h, None) is None
