@@ -164,7 +164,10 @@ class _Builder:
             return expr
         fn = sem.converter(src, to) if src is not None else None
         if fn is None:
-            fn = _pure(lambda v, to=to: sem.convert(v, to))
+            # Unknown source (an intrinsic's result, a struct field): usually already of
+            # the type; one class test then.
+            exact = to.dtype.type if to.kind != "b" else np.bool_
+            fn = _pure(lambda v, to=to, t=exact: v if v.__class__ is t else sem.convert(v, to))
         elif not hasattr(fn, "_cupric_pure") and not isinstance(fn, type):
             _pure(fn)
         return self.call(fn, [expr], node)
