@@ -104,5 +104,10 @@ def simulate(kern, grid, block, shared_bytes, args) -> None:
     grid, block, shared_bytes = check_config(kern.__name__, grid, block, shared_bytes,
                                              SM90_LIMITS)
     values = kernel_values(kern, arg_types, args)
-    twin = twin_of(spec.typed, kern.c_division)
+    try:
+        twin = twin_of(spec.typed, kern.c_division)
+    except Exception as exc:  # a bug of the simulator: still located at the kernel
+        from cupric.compiler.errors import internal_error
+        src = spec.typed.source
+        raise internal_error(src, src.tree, exc, "preparing the simulation of") from None
     run(kern.py_func, twin, grid, block, values, shared_bytes=shared_bytes)
