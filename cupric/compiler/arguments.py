@@ -44,6 +44,12 @@ def scalar_value(value, t: ScalarType):
 def _value(value, t, where: str):
     if isinstance(t, ScalarType):
         return scalar_value(value, t)
+    if not (hasattr(value, "to_numpy") and hasattr(value, "copy_from")) and (
+            hasattr(value, "__cuda_array_interface__") or hasattr(value, "__dlpack_device__")
+            and not isinstance(value, np.ndarray)):
+        raise TypeError(f"the simulator cannot read the device memory of a "
+                        f"{type(value).__name__}; pass a NumPy array (or a DeviceBuffer, "
+                        f"which it copies)")
     if isinstance(value, np.void) and value.dtype.names:
         # A struct by value: a record, whose fields read as attributes (`p.x`).
         return np.array(value).view(np.recarray)[()]

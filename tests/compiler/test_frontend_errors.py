@@ -240,3 +240,19 @@ def test_bad_launch_config():
 def test_signature_string_errors():
     with pytest.raises(ValueError, match="cannot parse signature"):
         _scale.inspect_ir("Array[f32, 1, 'C'], float32")
+
+
+def test_device_memory_the_simulator_cannot_read_is_an_argument_error():
+    """A GPU array that is not a DeviceBuffer (CuPy, PyTorch CUDA, any
+    __cuda_array_interface__ producer) cannot be read by the simulator: refused at the
+    parameter before anything runs."""
+    from cupric.compiler.kernel import KernelArgumentError
+
+    class ForeignDeviceArray:
+        shape, strides, dtype, ptr = (4,), (4,), np.dtype(np.float32), 1 << 40
+        __cuda_array_interface__ = {"shape": (4,), "typestr": "<f4", "version": 3,
+                                    "data": (1 << 40, False)}
+    with pytest.raises(KernelArgumentError, match="cannot read the device memory of a "
+                                                  "ForeignDeviceArray") as info:
+        launches.scale.simulate[1, 4](ForeignDeviceArray(), 2.0, 4)
+    assert info.value.source_line[info.value.col:].startswith("x: Array")
