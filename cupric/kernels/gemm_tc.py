@@ -24,7 +24,7 @@ from cupric.device import blockIdx, cp_async, local, mma, shared, syncthreads, t
 from cupric.kernels._common import Call
 from cupric.types import f32, i32, u16, u32
 
-__all__ = ["matmul", "kernel", "Config", "DEFAULT", "KINDS", "BM", "BN", "BK", "STAGES",
+__all__ = ["matmul", "kernel", "allow_dynamic_shared", "Config", "DEFAULT", "KINDS", "BM", "BN", "BK", "STAGES",
            "THREADS"]
 
 
@@ -238,23 +238,23 @@ def kernel(kind: str = "bf16", out: str = "f32", config: Config = DEFAULT):
 _RAISED: set = set()
 
 
-def _allow_shared(kern, out_kind: str, config: Config) -> None:
-    """Raise the kernel's dynamic shared memory limit past the default 48 KiB (once per
-    kernel and device): the launch path compiles the same specialization."""
+def allow_dynamic_shared(kern, signature: str, nbytes: int) -> None:
+    """Raise `kern`'s dynamic shared memory limit to `nbytes` where that is past the
+    default 48 KiB (once per kernel and device), for the specialization `signature` (the
+    one the launch path compiles for these arrays: noalias, aligned)."""
     from cupric.runtime import current_device
-    from cupric.runtime.context import generation
 
-    ordinal = current_device().ordinal
-    # A context reset (generation) loads the kernel again: the limit is raised again.
-    key = (id(kern), ordinal, generation(ordinal))
-    if key in _RAISED or config.shared_bytes <= 48 * 1024:
+    key = (id(kern), signature, current_device().ordinal)
+    if key in _RAISED or nbytes <= 48 * 1024:
         return
-    word = "u32" if out_kind == "bf16" else "f32"
-    spec = kern.specialize(f"Array[u16, 1, 'C'], Array[u16, 1, 'C'], Array[{word}, 1, 'C'], "
-                           f"i32, i32, i32")
-    spec.prepared().function.set_attribute("max_dynamic_shared_size_bytes",
-                                           config.shared_bytes)
+    spec = kern.specialize(signature)
+    spec.prepared().function.set_attribute("max_dynamic_shared_size_bytes", nbytes)
     _RAISED.add(key)
+
+
+def _signature(out_kind: str) -> str:
+    word = "u32" if out_kind == "bf16" else "f32"
+    return f"Array[u16, 1, 'C'], Array[u16, 1, 'C'], Array[{word}, 1, 'C'], i32, i32, i32"
 
 
 def matmul(a, b, out=None, *, kind: str = "bf16", config: Config = DEFAULT, stream=None):
@@ -336,7 +336,7 @@ def matmul(a, b, out=None, *, kind: str = "bf16", config: Config = DEFAULT, stre
         raise ValueError("gemm_tc: k is 0")
     kern = kernel(kind, out_kind, config)
     if not call.simulator:
-        _allow_shared(kern, out_kind, config)
+        allow_dynamic_shared(kern, _signature(out_kind), config.shared_bytes)
     grid = ((m + config.bm - 1) // config.bm) * ((n + config.bn - 1) // config.bn)
     call.launch(kern, grid, config.threads, flat_a, flat_b, flat_out, np.int32(m),
                 np.int32(n), np.int32(k), shared_bytes=config.shared_bytes)
