@@ -12,9 +12,10 @@ what the key cannot (closed handle, stream, buffers, descriptors and workspace;
 read-only outputs; outputs overlapping inputs; the device of PyTorch tensors), allocates
 outputs through `cupric.runtime.memory.empty` (the compiled allocation path), patches
 the pointers into a variant pack (reused while they stay the same) or the argument list,
-and calls cuDNN. Anything it does not know - another array kind, a new shape, a
-multi-GPU handle, a failed check - returns None, and the Python path runs, raising the
-typed error where there is one, and records the entry after a successful call.
+and calls cuDNN with the GIL held (which serializes replays and their variant packs).
+Anything it does not know - another array kind, a new shape, a multi-GPU handle, a
+failed check - returns None, and the Python path runs, raising the typed error where
+there is one, and records the entry after a successful call.
 
 The extension is built once per machine and Python version into the cupric cache (see
 `cupric.runtime._cext`); without a compiler everything runs through the Python paths.
@@ -31,8 +32,8 @@ from cupric.runtime import _cext
 
 from ._replay_c import SOURCE
 
-__all__ = ["run", "load", "build_error", "remember_graph", "remember_legacy", "KINDS",
-           "ENTRY_LIMIT"]
+__all__ = ["run", "load", "build_error", "remember_graph", "remember_legacy", "address",
+           "KINDS", "ENTRY_LIMIT"]
 
 # The call shapes the extension knows (the order of its C enum).
 KINDS = {"graph": 0, "p8": 1, "p12": 2, "softmax_fwd": 3, "softmax_bwd": 4,
