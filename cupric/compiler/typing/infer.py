@@ -613,6 +613,11 @@ class Typer:
             if not -n <= value < n:
                 raise self.error(node.slice, f"tuple index {value} out of range (length {n})")
             return base.elements[value]
+        if isinstance(base, ObjectType) and getattr(base.obj, "_cupric_kernel", False):
+            raise self.error(node, f"kernel {base.obj.__name__} cannot be launched from kernel "
+                             "code (cupric kernels do not launch kernels)",
+                             hint=f"make it a @cupric.device_function and call it, or launch "
+                             f"it from the host after this kernel")
         raise self.error(node, f"{_describe(base)} cannot be indexed")
 
     def _e_Tuple(self, node: ast.Tuple) -> Type:

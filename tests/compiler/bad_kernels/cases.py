@@ -534,7 +534,7 @@ def string_index(x):
 
 @bad(F1)
 def call_a_kernel(x):
-    kernel_target[1, 1](x)  # ERROR: kernel_target cannot be indexed
+    kernel_target[1, 1](x)  # ERROR: kernel kernel_target cannot be launched from kernel
 
 
 @bad(F1)
