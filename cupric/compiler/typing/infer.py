@@ -617,7 +617,7 @@ class Typer:
             raise self.error(node, f"kernel {base.obj.__name__} cannot be launched from kernel "
                              "code (cupric kernels do not launch kernels)",
                              hint=f"make it a @cupric.device_function and call it, or launch "
-                             f"it from the host after this kernel")
+                             "it from the host after this kernel")
         raise self.error(node, f"{_describe(base)} cannot be indexed")
 
     def _e_Tuple(self, node: ast.Tuple) -> Type:
