@@ -1,14 +1,32 @@
 """cupric.nccl: NVIDIA's collective communication library (multi-GPU all-reduce and kin).
 
-`cupric.nccl.lib` holds the low-level bindings generated from the installed headers;
-nothing loads until it is first used.
+NCCL moves and reduces data between GPUs of one host (NVLink, PCIe) and of many hosts
+(InfiniBand, sockets) through communicators, one per rank. This package wraps it:
+`Communicator` (from a `UniqueId`, by `split`, or for all local GPUs), the collectives
+on any device array and stream, `group()`, non-blocking communicators with a timeout and
+`abort()`. `cupric.distributed.init()` makes a communicator from a launcher's
+environment. `cupric.nccl.lib` holds the low-level bindings generated from the installed
+headers; nothing loads until it is first used.
 """
 
 from __future__ import annotations
 
 import importlib
 
-__all__ = ["lib", "is_available"]
+_LAZY = {
+    **{name: ("cupric.nccl.communicator", name) for name in (
+        "Communicator", "CommOptions", "UniqueId", "group", "poll_until",
+        "bus_bandwidth_factor", "ShapeMismatchError", "DtypeMismatchError",
+        "OverlapError", "RankError")},
+    **{name: ("cupric.nccl.tables", name) for name in (
+        "DTYPES", "EXTRA_DTYPES", "OPS", "UnsupportedDtypeError", "nccl_dtype")},
+    **{name: ("cupric.nccl.lib", name) for name in (
+        "NcclError", "NcclCudaError", "NcclSystemError", "NcclInternalError",
+        "NcclInvalidArgumentError", "NcclInvalidUsageError", "NcclRemoteError",
+        "NcclTimeoutError", "check")},
+}
+
+__all__ = ["lib", "is_available", "version", *sorted(_LAZY)]
 
 
 def is_available() -> bool:
@@ -16,7 +34,26 @@ def is_available() -> bool:
     return importlib.import_module("cupric.nccl.lib").is_available()
 
 
+def version() -> tuple[int, int, int]:
+    """The loaded library's version (``ncclGetVersion``), e.g. ``(2, 28, 3)``."""
+    lib = importlib.import_module("cupric.nccl.lib")
+    out = lib.ffi.new("int *")
+    lib.check(lib.lib.ncclGetVersion(out))
+    code = out[0]
+    return code // 10000, code // 100 % 100, code % 100
+
+
 def __getattr__(name: str):
     if name == "lib":
         return importlib.import_module("cupric.nccl.lib")
-    raise AttributeError(f"module 'cupric.nccl' has no attribute {name!r}")
+    try:
+        module_name, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'cupric.nccl' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module_name), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | {"lib"})
