@@ -4,7 +4,7 @@ linker failures with their logs, and missing toolchain pieces."""
 from __future__ import annotations
 
 __all__ = ["CompilerError", "CompileError", "NvvmError", "LinkError", "ToolchainNotFoundError",
-           "internal_error"]
+           "internal_error", "each_statement"]
 
 
 class CompilerError(Exception):
@@ -75,3 +75,15 @@ def internal_error(src, node, exc: BaseException, doing: str) -> CompileError:
     return src.error(node, f"internal compiler error while {doing} this statement "
                      f"({type(exc).__name__}: {exc})",
                      hint="this is a bug in cupric; please report it with this kernel")
+
+
+def each_statement(src, stmts, handle, doing: str) -> None:
+    """`handle(s)` for each statement of `stmts`; an exception other than a CompileError
+    (a bug of the compiler) becomes `internal_error` at that statement."""
+    for s in stmts:
+        try:
+            handle(s)
+        except CompileError:
+            raise
+        except Exception as exc:  # an internal error still names the user's line
+            raise internal_error(src, s, exc, doing) from None

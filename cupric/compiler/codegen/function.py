@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ast
 
-from cupric.compiler.errors import CompileError, internal_error
+from cupric.compiler.errors import each_statement
 from cupric.compiler.codegen.values import (KValue, abi_lltypes, element_pointer_type,
                                             flat_lltypes, scalar_lltype, struct_field_index)
 from cupric.compiler.ir import types as ll
@@ -187,14 +187,11 @@ class FunctionCodegen:
     # -- statements ----------------------------------------------------------------------
 
     def block(self, stmts) -> None:
-        for s in stmts:
-            self.set_location(s)
-            try:
-                self.stmt(s)
-            except CompileError:
-                raise
-            except Exception as exc:  # an internal error still names the user's line
-                raise internal_error(self.src, s, exc, "compiling") from None
+        each_statement(self.src, stmts, self._located_stmt, "compiling")
+
+    def _located_stmt(self, s) -> None:
+        self.set_location(s)
+        self.stmt(s)
 
     def stmt(self, s) -> None:
         kind = type(s)

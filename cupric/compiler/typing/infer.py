@@ -17,7 +17,7 @@ import types as pytypes
 
 import numpy as np
 
-from cupric.compiler.errors import CompileError, internal_error
+from cupric.compiler.errors import each_statement
 from cupric.compiler.frontend.resolve import MISSING, is_constant_value, lookup
 from cupric.compiler.frontend.source import FunctionSource
 from cupric.compiler.lowering.mathlib import MATH, MATH_CONSTANTS
@@ -240,13 +240,7 @@ class Typer:
     # -- statements ----------------------------------------------------------------------
 
     def _block(self, stmts) -> None:
-        for s in stmts:
-            try:
-                self._stmt(s)
-            except CompileError:
-                raise
-            except Exception as exc:  # an internal error still names the user's line
-                raise internal_error(self.src, s, exc, "typing") from None
+        each_statement(self.src, stmts, self._stmt, "typing")
 
     def _stmt(self, s: ast.stmt) -> None:
         kind = type(s)
