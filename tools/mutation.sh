@@ -26,7 +26,7 @@ CHILDREN=${MUT_CHILDREN:-1}
 # module | file to mutate | mutant-name globs (space separated; mutmut names a function
 # f of module m `m.x_f__mutmut_N` and a method `m.xǁClassǁf__mutmut_N`) | test files
 MODULES=(
-"launch|cupric/runtime/launch.py|cupric.runtime.launch.x__normalize_type__* cupric.runtime.launch.x_param_layout__* cupric.runtime.launch.x_dim3__* cupric.runtime.launch.x_validate_launch__*|tests/runtime/test_boundaries_launch.py tests/runtime/test_core_launch.py tests/compiler/test_launch_checks.py"
+"launch|cupric/runtime/launch.py|cupric.runtime.launch.x__normalize_type__* cupric.runtime.launch.x_param_layout__* cupric.runtime.launch.x_dim3__* cupric.runtime.launch.x_check_config__* cupric.runtime.launch.x_validate_launch__*|tests/runtime/test_boundaries_launch.py tests/runtime/test_core_launch.py tests/compiler/test_launch_checks.py"
 "layout|cupric/runtime/memory.py|cupric.runtime.memory.x_normalize_shape__* cupric.runtime.memory.x_c_strides__* cupric.runtime.memory.x_is_c_contiguous__* cupric.runtime.memory.x_is_f_contiguous__* cupric.runtime.memory.x_extent__* cupric.runtime.memory.x_index_layout__* cupric.runtime.memory.x_reshape_layout__* cupric.runtime.memory.x_view_layout__* cupric.runtime.memory.x__exact_shape__* cupric.runtime.memory.x__layout__*|tests/runtime/test_memory_layout.py tests/runtime/test_boundaries_layout.py"
 "const|cupric/compiler/lowering/const.py|cupric.compiler.lowering.const.*|tests/compiler/test_boundaries_const.py tests/compiler/test_device_lowering_io.py"
 "fold|cupric/bindings_gen/fold.py|cupric.bindings_gen.fold.*|tests/bindings_gen/test_fold.py tests/bindings_gen/test_boundaries_fold.py"
@@ -59,6 +59,9 @@ only_mutate = $(toml_list $file)
 do_not_mutate_patterns = ["^\\\\s*raise ", "warnings\\\\.warn\\\\("]
 pytest_add_cli_args_test_selection = $(toml_list "${existing[@]}")
 pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-x", "-m", "not gpu and not slow"]
+# Each mutant's tests in a fresh worker forked from a server that only collected them:
+# some CPU-lane tests (the cuBLAS emulator) assume a process that has not run them yet.
+process_isolation = "forkserver"
 EOF
     local start=$SECONDS rc
     # shellcheck disable=SC2086

@@ -195,3 +195,94 @@ def test_parameter_types_refused_with_their_position(bad, match):
         L.param_layout(["f32", bad])
     assert info.value.index == 1
     assert str(info.value).startswith("parameter 1: ")
+
+
+# -- the device's own limits, and the sm_90 limits the simulator checks against ---------------
+
+class SmallDevice:
+    max_threads_per_block = 512
+    max_block_dims = (512, 256, 16)
+    max_grid_dims = (1000, 100, 10)
+    max_shared_memory_per_block_optin = 64 * 1024
+
+
+def test_the_devices_limits_not_sm90s_decide():
+    fn = Function(max_threads=512)
+    fn.device = SmallDevice()
+    fn.name = "small"
+    ok(fn, grid=(1000, 100, 10), block=(512, 1, 1))
+    ok(fn, block=(2, 256, 1))
+    ok(fn, block=(1, 1, 16))
+    for grid, axis, n, top in (((1001, 1, 1), "x", 1001, 1000), ((1, 101, 1), "y", 101, 100),
+                               ((1, 1, 11), "z", 11, 10)):
+        refused(fn, grid=grid, match=rf"kernel 'small': grid\.{axis} = {n} exceeds the device "
+                                     rf"limit of {top}")
+    refused(fn, block=(1, 257, 1), match=r"kernel 'small': block\.y = 257 exceeds the device "
+                                         r"limit of 256")
+    refused(fn, block=(1, 1, 17), match=r"block\.z = 17 exceeds the device limit of 16")
+
+
+def test_messages_name_the_kernel_and_the_axis():
+    fn = Function()
+    with pytest.raises(LaunchError) as info:
+        L.validate_launch(fn, 1, 1025, 0)
+    assert str(info.value).endswith("kernel 'k': a block of 1025x1x1 = 1025 threads exceeds "
+                                    "its maximum of 1024")
+    refused(fn, block=(4, 0), match=r"block\.y = 0: block dimensions must be >= 1, got \(4, 0\)")
+    refused(fn, grid=(1, 1, 0), match=r"grid\.z = 0: grid dimensions must be >= 1")
+    refused(fn, shared=-1, match=r"kernel 'k': shared_bytes must be a non-negative int, got -1")
+    refused(fn, shared=True, match="shared_bytes must be a non-negative int, got True")
+
+
+@pytest.mark.parametrize("what", ["grid", "block"])
+def test_dims_fit_the_drivers_unsigned_ints_exactly(what):
+    assert L.dim3((1, 0xFFFFFFFF), what) == (1, 0xFFFFFFFF, 1)
+    with pytest.raises(LaunchError, match=rf"{what}\.y = 4294967296 is outside 1\.\.4294967295"):
+        L.dim3((1, 0x100000000), what)
+    with pytest.raises(LaunchError, match=rf"{what}\.x = 4294967296 is outside"):
+        L.dim3(0x100000000, what)
+
+
+def test_check_config_at_the_sm90_limits():
+    lim = L.SM90_LIMITS
+    assert (lim.max_threads_per_block, lim.max_block_dims, lim.max_grid_dims,
+            lim.max_shared_memory_per_block_optin) == (1024, (1024, 1024, 64),
+                                                       (2**31 - 1, 65535, 65535), 227 * 1024)
+    assert L.check_config("s", (2**31 - 1, 65535, 65535), (1024, 1, 1), 227 * 1024) == (
+        (2**31 - 1, 65535, 65535), (1024, 1, 1), 227 * 1024)
+    assert L.check_config("s", 1, (16, 1, 64), np.int32(0)) == ((1, 1, 1), (16, 1, 64), 0)
+    for kw, match in (
+            (dict(grid=(2**31, 1, 1)), r"grid\.x = 2147483648 exceeds the device limit of "
+                                       r"2147483647"),
+            (dict(grid=(1, 65536)), r"grid\.y = 65536 exceeds"),
+            (dict(grid=(1, 1, 65536)), r"grid\.z = 65536 exceeds"),
+            (dict(block=(1025,)), r"a block of 1025x1x1 = 1025 threads exceeds the maximum of "
+                                  r"1024 \(a block holds at most 1024 threads\)"),
+            (dict(block=(1, 1, 65)), r"block\.z = 65 exceeds the device limit of 64"),
+            (dict(shared=227 * 1024 + 1), r"232449 bytes of dynamic shared memory requested, "
+                                          r"232448 allowed"),
+            (dict(shared=-1), "shared_bytes must be a non-negative int, got -1"),
+            (dict(shared=2.0), "shared_bytes must be a non-negative int, got 2.0")):
+        args = dict(grid=1, block=1, shared=0)
+        args.update(kw)
+        with pytest.raises(LaunchError, match="kernel 's': " + match):
+            L.check_config("s", args["grid"], args["block"], args["shared"])
+
+
+def test_check_config_takes_the_kernels_own_limits():
+    assert L.check_config("s", 1, 256, 100, max_threads=256, max_dynamic_shared=100)[1:] == (
+        (256, 1, 1), 100)
+    with pytest.raises(LaunchError, match="257 threads exceeds the maximum of 256"):
+        L.check_config("s", 1, 257, 0, max_threads=256)
+    with pytest.raises(LaunchError, match="101 bytes of dynamic shared memory requested, 100 "
+                                          "allowed"):
+        L.check_config("s", 1, 1, 101, max_dynamic_shared=100)
+    small = L.DeviceLimits(64, (64, 8, 4), (10, 10, 10), 1024, 2048)
+    assert L.check_config("s", (10, 10, 10), (64, 1, 1), 2048, small)[0] == (10, 10, 10)
+    with pytest.raises(LaunchError, match=r"grid\.x = 11 exceeds the device limit of 10"):
+        L.check_config("s", 11, 1, 0, small)
+    with pytest.raises(LaunchError, match="2049 bytes of dynamic shared memory requested, "
+                                          "2048 allowed"):
+        L.check_config("s", 1, 1, 2049, small)
+    with pytest.raises(LaunchError, match="65 threads exceeds the maximum of 64"):
+        L.check_config("s", 1, 65, 0, small)
