@@ -246,3 +246,25 @@ def test_graph_variant_pack_reused_while_pointers_stay(ext, fake):
     assert pack1[11] == [5, 6] and pack1[12] == [0x20000, 0x10000] and pack1[13] == [0]
     assert id1 == id2 != id3 and pack3[12] == [0x30000, 0x10000]
     assert fake.live == {id3}  # the replaced pack was destroyed
+
+
+def test_full_path_overlap_check():
+    from cupric.cudnn import _validate as V
+
+    def t(ptr, shape=SHAPE, strides=None):
+        b = memory.borrow(ptr, shape, strides, np.float32)
+        return V.Tensor(b, "f32", b.shape, tuple(s // 4 for s in b.strides), "NCHW")
+
+    x, w = t(0x10000), t(0x90000)
+    V.check_overlap("op", ("out", t(0x10000 + NBYTES)), ("x", x), ("w", w), ("b", None))
+    with pytest.raises(ValueError, match="out overlaps x"):
+        V.check_overlap("op", ("out", t(0x10000 + NBYTES - 4)), ("x", x))
+    with pytest.raises(ValueError, match="out overlaps x"):
+        V.check_overlap("op", ("out", x), ("x", x))
+    # In place: the very same array only, not a shifted or re-strided view of it.
+    V.check_overlap("op", ("out", x), ("x", x), inplace=("x",))
+    with pytest.raises(ValueError, match=r"or x itself"):
+        V.check_overlap("op", ("out", t(0x10000 + 64)), ("x", x), inplace=("x",))
+    nhwc = t(0x10000, strides=(192, 4, 48, 12))
+    with pytest.raises(ValueError):
+        V.check_overlap("op", ("out", nhwc), ("x", x), inplace=("x",))
