@@ -2,7 +2,8 @@
 O = softmax(Q K^T * scale [+ causal mask]) V for bfloat16 Q, K, V of shape
 (batch, heads, seq, head_dim), in one pass without materializing the seq x seq scores.
 
-A block of 4 warps owns 64 query rows (16 per warp) of one (batch, head). It walks the
+A block of 8 warps owns 128 query rows (16 per warp; 4 warps and 64 rows on request) of
+one (batch, head). It walks the
 key/value tiles of 64 rows, staged in shared memory by `cp.async` (double-buffered: the
 next tile's copies fly during this tile's math): S = Q K^T by `mma.m16n8k16` (K's rows
 through `ldmatrix`), an online softmax in registers (running row maximum and sum, the
@@ -20,29 +21,36 @@ import threading
 import numpy as np
 
 import cupric
-from cupric.device import FULL_MASK, blockIdx, cp_async, local, mma, shared, syncthreads
-from cupric.device import threadIdx, warp
+from cupric.device import FULL_MASK, blockIdx, cp_async, gridDim, local, mma, shared
+from cupric.device import syncthreads, threadIdx, warp
 from cupric.kernels._common import Call
 from cupric.kernels.gemm_tc import allow_dynamic_shared
 from cupric.types import f32, i32, u16, u32
 
-__all__ = ["attention", "kernel", "BLOCK_M", "BLOCK_N", "HEAD_DIMS"]
+__all__ = ["attention", "kernel", "shared_bytes", "threads", "BLOCK_M", "BLOCK_MS",
+           "BLOCK_N", "HEAD_DIMS"]
 
-BLOCK_M = 64
+BLOCK_M = 128  # default query rows per block (16 per warp)
+BLOCK_MS = (64, 128)
 BLOCK_N = 64
-THREADS = 128
 HEAD_DIMS = (64, 128)
 _LOG2E = 1.4426950408889634
 _NEG = -1.0e30  # the running maximum's start: finite, so exp2(m_old - m_new) is never NaN
 
 
-def shared_bytes(head_dim: int) -> int:
+def shared_bytes(head_dim: int, block_m: int = BLOCK_M) -> int:
     """Q tile + two K tiles + two V tiles, bfloat16."""
-    return 2 * head_dim * (BLOCK_M + 4 * BLOCK_N)
+    return 2 * head_dim * (block_m + 4 * BLOCK_N)
 
 
-def _make_kernel(head_dim: int, causal: bool):
+def threads(block_m: int = BLOCK_M) -> int:
+    return 2 * block_m  # a warp per 16 rows
+
+
+def _make_kernel(head_dim: int, causal: bool, block_m: int):
     d_ = head_dim
+    THREADS = threads(block_m)
+    BLOCK_M = block_m
     cpr = d_ // 8                                  # 16-byte chunks per row
     q_per = BLOCK_M * cpr // THREADS               # chunks each thread copies per tile
     kv_per = BLOCK_N * cpr // THREADS
@@ -80,7 +88,10 @@ def _make_kernel(head_dim: int, causal: bool):
         r0 = (tid >> 5) * 16                      # this warp's first row in the block
         g = lane >> 2
         t = lane & 3
-        q0 = blockIdx.x * BLOCK_M
+        # Causal blocks differ in work (row tile i sees i + 1 key tiles): the longest
+        # start first, so the short ones fill the last wave.
+        qt = (gridDim.x - 1 - blockIdx.x) if causal else blockIdx.x
+        q0 = qt * BLOCK_M
         head = blockIdx.y * seq                   # first row of this (batch, head)
         for j in range(n_o):
             for r in range(4):
@@ -230,19 +241,22 @@ _KERNELS: dict = {}
 _LOCK = threading.Lock()
 
 
-def kernel(head_dim: int = 128, causal: bool = False):
-    """The attention kernel for `head_dim` (64 or 128), causal or not, made once. Launch
-    with grid (ceil(seq / BLOCK_M), batch * heads), THREADS threads and
-    `shared_bytes(head_dim)` of dynamic shared memory (`attention` does)."""
+def kernel(head_dim: int = 128, causal: bool = False, block_m: int = BLOCK_M):
+    """The attention kernel for `head_dim` (64 or 128), causal or not, `block_m` (64 or
+    128) query rows per block, made once. Launch with grid (ceil(seq / block_m),
+    batch * heads), `threads(block_m)` threads and `shared_bytes(head_dim, block_m)` of
+    dynamic shared memory (`attention` does)."""
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"attention: head_dim must be one of {HEAD_DIMS}, got {head_dim}")
-    key = (head_dim, bool(causal))
+    if block_m not in BLOCK_MS:
+        raise ValueError(f"attention: block_m must be one of {BLOCK_MS}, got {block_m}")
+    key = (head_dim, bool(causal), block_m)
     kern = _KERNELS.get(key)
     if kern is None:
         with _LOCK:
             kern = _KERNELS.get(key)
             if kern is None:
-                kern = _KERNELS[key] = _make_kernel(head_dim, bool(causal))
+                kern = _KERNELS[key] = _make_kernel(head_dim, bool(causal), block_m)
     return kern
 
 
@@ -251,7 +265,7 @@ SIGNATURE = "Array[u16, 1, 'C'], Array[u16, 1, 'C'], Array[u16, 1, 'C'], Array[u
 
 
 def attention(q, k, v, out=None, *, causal: bool = False, scale: float | None = None,
-              stream=None):
+              block_m: int = BLOCK_M, stream=None):
     """softmax(q @ k^T * scale) @ v per (batch, head), bfloat16, FlashAttention-2 style.
 
     Parameters
@@ -266,6 +280,8 @@ def attention(q, k, v, out=None, *, causal: bool = False, scale: float | None = 
         Query row i attends to keys 0..i only.
     scale : float, optional
         Default 1 / sqrt(head_dim).
+    block_m : {64, 128}
+        Query rows per block (a warp per 16).
     stream : Stream or stream-like, optional
 
     Returns
@@ -280,7 +296,7 @@ def attention(q, k, v, out=None, *, causal: bool = False, scale: float | None = 
 
     Cost
     ----
-    One launch of ceil(seq / 64) x (batch * heads) blocks; 4 * seq^2 * head_dim flops
+    One launch of ceil(seq / block_m) x (batch * heads) blocks; 4 * seq^2 * head_dim flops
     per (batch, head) (about half of it when causal) on the tensor cores, sm_80+.
     """
     call = Call("attention", stream)
@@ -309,11 +325,11 @@ def attention(q, k, v, out=None, *, causal: bool = False, scale: float | None = 
     bits = np.dtype(np.uint16)
     flat = [call.flat(x, name, bits) for x, name in zip(arrays, ("q", "k", "v"))]
     flat_out = call.flat(dst, "out").view(np.uint32)
-    kern = kernel(head_dim, causal)
-    nbytes = shared_bytes(head_dim)
+    kern = kernel(head_dim, causal, block_m)
+    nbytes = shared_bytes(head_dim, block_m)
     if not call.simulator:
         allow_dynamic_shared(kern, SIGNATURE, nbytes)
-    grid = ((seq + BLOCK_M - 1) // BLOCK_M, batch * heads)
-    call.launch(kern, grid, THREADS, *flat, flat_out, np.int32(seq),
+    grid = ((seq + block_m - 1) // block_m, batch * heads)
+    call.launch(kern, grid, threads(block_m), *flat, flat_out, np.int32(seq),
                 np.float32(scale * _LOG2E), shared_bytes=nbytes)
     return result

@@ -2,8 +2,8 @@
 C = A @ B with A (m x k) and B (k x n) in bfloat16 or float16, accumulated in float32,
 through warp-level `mma.sync` (sm_80+).
 
-By default (`Config`) each block of 256 threads computes a 128 x 128 tile of C; each of
-its 8 warps a 64 x 32 piece, as 4 x 4 `mma.m16n8k16` per 16-deep step. A and B reach
+By default (`Config`) each block of 128 threads computes a 128 x 128 tile of C; each of
+its 4 warps a 64 x 64 piece, as 4 x 8 `mma.m16n8k16` per 16-deep step. A and B reach
 shared memory through `cp.async` in a multi-stage pipeline (the copies of the next
 slices fly while one is multiplied), 32-deep slices in dynamic shared memory, and leave
 it through `ldmatrix` (`.trans` for B, which is row-major k x n). Shared rows are XOR-swizzled in 16-byte chunks so that the 8 rows an
@@ -40,7 +40,7 @@ class Config:
     bk: int = 32
     stages: int = 4
     warps_m: int = 2
-    warps_n: int = 4
+    warps_n: int = 2
     group: int = 8
 
     @property

@@ -35,12 +35,12 @@ def simulator(monkeypatch):
     monkeypatch.setenv("CUPRIC_SIMULATOR", "1")
 
 
-@pytest.mark.parametrize("seq, head_dim, causal", [(80, 64, True), (70, 64, False),
-                                                   (40, 128, True)])
-def test_simulator_matches_reference(seq, head_dim, causal, rng, simulator):
+@pytest.mark.parametrize("seq, head_dim, causal, block_m", [
+    (80, 64, True, 64), (70, 64, False, 64), (40, 128, True, 64), (150, 64, True, 128)])
+def test_simulator_matches_reference(seq, head_dim, causal, block_m, rng, simulator):
     q, k, v = (bf16_bits(rng.standard_normal((1, 2, seq, head_dim))) for _ in range(3))
     out = np.full(q.shape, 0xFFFF, np.uint16)
-    assert att.attention(q, k, v, out, causal=causal) is out
+    assert att.attention(q, k, v, out, causal=causal, block_m=block_m) is out
     err = np.abs(bf16_values(out) - reference(q, k, v, causal))
     # P is rounded to bf16 before P V, and O once more at the end: a few bf16 ulps of 1
     assert err.max() < 2e-2, err.max()
@@ -57,10 +57,10 @@ def test_argument_errors(simulator):
         att.attention(q, q, q.astype(np.float32))
 
 
-@pytest.mark.parametrize("head_dim, causal", [(128, True), (64, False)])
-def test_ptx_is_tensor_core_code_in_registers(head_dim, causal):
+@pytest.mark.parametrize("head_dim, causal, block_m", [(128, True, 128), (64, False, 64)])
+def test_ptx_is_tensor_core_code_in_registers(head_dim, causal, block_m):
     pytest.importorskip("cuda.bindings.nvvm", reason="libNVVM bindings are not installed")
-    ptx = att.kernel(head_dim, causal).inspect_ptx(att.SIGNATURE)
+    ptx = att.kernel(head_dim, causal, block_m).inspect_ptx(att.SIGNATURE)
     assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ptx
     assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx
     assert "cp.async.cg.shared.global" in ptx and "ex2.approx" in ptx
@@ -70,7 +70,8 @@ def test_ptx_is_tensor_core_code_in_registers(head_dim, causal):
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(2, 3, 1000, 128), (1, 4, 256, 64), (2, 2, 77, 128)])
 @pytest.mark.parametrize("causal", [False, True])
-def test_gpu_matches_torch_sdpa(shape, causal):
+@pytest.mark.parametrize("block_m", att.BLOCK_MS)
+def test_gpu_matches_torch_sdpa(shape, causal, block_m):
     torch = pytest.importorskip("torch", reason="PyTorch's SDPA is the peer")
     gen = torch.Generator(device="cuda").manual_seed(
         int(np.random.SeedSequence().entropy % 2**31))
@@ -78,7 +79,7 @@ def test_gpu_matches_torch_sdpa(shape, causal):
                for _ in range(3))
     out = torch.full(shape, -1, device="cuda", dtype=torch.int16)
     att.attention(q.view(torch.int16), k.view(torch.int16), v.view(torch.int16), out,
-                  causal=causal)
+                  causal=causal, block_m=block_m)
     ours = out.view(torch.bfloat16).double()
     exact = torch.nn.functional.scaled_dot_product_attention(
         q.double(), k.double(), v.double(), is_causal=causal)
