@@ -10,7 +10,9 @@ RNG operation produces random tensors but no ready dropout, so this uses the leg
 
 from __future__ import annotations
 
+import itertools
 import threading
+import weakref
 
 import numpy as np
 
@@ -23,6 +25,18 @@ from .descriptors import LegacyDescriptor, describe
 __all__ = ["Dropout", "dropout"]
 
 _ANY_NDIM = (1, 2, 3, 4, 5, 6, 7, 8)
+# Names a layer in its replay entries' keys; the entries hold its descriptor, never the
+# layer, and go when the layer does (`_forget`).
+_tokens = itertools.count()
+
+
+def _forget(table: dict, token: int) -> None:
+    """Drop the replay entries of layer `token` from a handle's table."""
+    for key in [k for k in list(table) if k[0][0] in _HEADS and k[0][1] == token]:
+        table.pop(key, None)
+
+
+_HEADS = ("dropout_fwd", "dropout_bwd")
 
 
 class Dropout:
@@ -88,6 +102,8 @@ class Dropout:
         self.seed = int(seed)
         self._handle = h
         self._lock = threading.Lock()
+        self._token = next(_tokens)
+        self._forget = weakref.finalize(self, _forget, h._replays, self._token)
         ffi = lib.ffi
         size = ffi.new("size_t *")
         lib.check(lib.lib.cudnnDropoutGetStatesSize(h.ready(), size))
@@ -134,7 +150,7 @@ class Dropout:
         (y, reserve)
             `reserve` (a uint8 DeviceBuffer) holds the mask: pass it to `backward`.
         """
-        head = ("dropout_fwd", self)
+        head = ("dropout_fwd", self._token)
         done = _replay.run(head, (x,), (out, None), self._handle, None)
         if done is not None:
             return done
@@ -172,7 +188,7 @@ class Dropout:
         ValueError
             If `reserve` is smaller than this shape needs (it came from another call).
         """
-        head = ("dropout_bwd", self)
+        head = ("dropout_bwd", self._token)
         done = _replay.run(head, (dy, reserve), (out,), self._handle, None)
         if done is not None:
             return done[0]
@@ -206,6 +222,9 @@ class Dropout:
 
     def close(self) -> None:
         """Destroy the descriptor and free the states in the handle's stream order."""
+        forget = getattr(self, "_forget", None)
+        if forget is not None:
+            forget()
         d, self._descriptor = self._descriptor, None
         states, self._states = self._states, None
         try:

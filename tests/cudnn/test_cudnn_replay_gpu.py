@@ -264,6 +264,10 @@ def test_dropout_replay(gen, full_path_calls):
         assert torch.allclose(y2[kept], x[kept] * 2.0)
         assert torch.equal(torch_of(dx), y2) and torch.equal(torch_of(dx2), y2)
         assert not torch.equal(torch_of(y1), y2), "the mask did not change between calls"
+        table = dnn.default_handle()._replays
+        assert any(k[0][0] == "dropout_fwd" for k in table)
+    # The layer's entries (which hold its descriptor and states) go with it.
+    assert not any(k[0][0] in ("dropout_fwd", "dropout_bwd") for k in table)
 
 
 def test_checks_still_made_on_the_replay_path(gen):
