@@ -32,7 +32,9 @@ MODULES=(
 "fold|cupric/bindings_gen/fold.py|cupric.bindings_gen.fold.*|tests/bindings_gen/test_fold.py tests/bindings_gen/test_boundaries_fold.py"
 "gpu_rand|cupric/gpu_rand/host.py cupric/gpu_rand/splitmix.py cupric/gpu_rand/gf2.py cupric/gpu_rand/streams.py|cupric.gpu_rand.host.* cupric.gpu_rand.splitmix.* cupric.gpu_rand.gf2.* cupric.gpu_rand.streams.*|tests/gpu_rand/test_reference.py tests/gpu_rand/test_jumps.py tests/gpu_rand/test_boundaries_engines.py"
 "cublas|cupric/cublas/_validate.py|cupric.cublas._validate.*|tests/cublas/test_cublas_cpu.py tests/cublas/test_boundaries_validate.py"
-"cudnn|cupric/cudnn/_validate.py|cupric.cudnn._validate.*|tests/cudnn/test_cudnn_cpu.py tests/cudnn/test_boundaries_validate.py"
+# cudnn: the checks; not _borrow (array intake through the runtime and PyTorch's
+# bfloat16 export, covered by tests/runtime and the GPU lane) nor new_output (allocation).
+"cudnn|cupric/cudnn/_validate.py|cupric.cudnn._validate.x_element_type__* cupric.cudnn._validate.x_alloc_dtype__* cupric.cudnn._validate.x_packed_strides__* cupric.cudnn._validate.x__orders__* cupric.cudnn._validate.x__matches__* cupric.cudnn._validate.x_layout_of__* cupric.cudnn._validate.x_channels_last__* cupric.cudnn._validate.x_alignment_of__* cupric.cudnn._validate.x__describe__* cupric.cudnn._validate.x_tensor__* cupric.cudnn._validate.x_expect__* cupric.cudnn._validate.x_same_type__* cupric.cudnn._validate.x_output__* cupric.cudnn._validate.x_result__* cupric.cudnn._validate.x_check_overlap__* cupric.cudnn._validate.x_as_tuple__* cupric.cudnn._validate.x_conv_output_shape__* cupric.cudnn._validate.x_conv_input_shape__* cupric.cudnn._validate.x_check_conv_operands__* cupric.cudnn._validate.x_pool_output_shape__*|tests/cudnn/test_cudnn_cpu.py tests/cudnn/test_boundaries_validate.py"
 )
 
 toml_list() {  # words -> ["a", "b"]
