@@ -13,8 +13,9 @@ read-only outputs; outputs overlapping inputs; the device of PyTorch tensors), a
 outputs through `cupric.runtime.memory.empty` (the compiled allocation path), patches
 the pointers into a variant pack (reused while they stay the same) or the argument list,
 and calls cuDNN with the GIL held (which serializes replays and their variant packs).
-Anything it does not know - another array kind, a new shape, a multi-GPU handle, a
-failed check - returns None, and the Python path runs, raising the typed error where
+On a machine with several GPUs it also checks that the handle's context is current and
+that every array says it lives on the handle's device. Anything it does not know -
+another array kind, a new shape, a failed check - returns None, and the Python path runs, raising the typed error where
 there is one, and records the entry after a successful call.
 
 The extension is built once per machine and Python version into the cupric cache (see
@@ -97,7 +98,17 @@ def _configure(module) -> None:
              int(L.CUDNN_ATTR_VARIANT_PACK_WORKSPACE), int(L.CUDNN_TYPE_INT64),
              int(L.CUDNN_TYPE_VOID_PTR))
     module.configure(DeviceBuffer, _Allocation, Resource, Handle, _Owned, _tls, empty,
-                     backend_check, lib.check, resolve, fns, enums)
+                     backend_check, lib.check, resolve, fns, enums, _current_context())
+
+
+def _current_context() -> int:
+    """The address of libcuda's ``cuCtxGetCurrent`` (0 where libcuda is absent: handles
+    spanning several GPUs then take the Python path)."""
+    import ctypes
+    try:
+        return ctypes.cast(ctypes.CDLL("libcuda.so.1").cuCtxGetCurrent, ctypes.c_void_p).value
+    except (OSError, AttributeError):
+        return 0
 
 
 def _first_call(head, arrays, outs, handle, stream):
@@ -131,7 +142,7 @@ def _torch_seen(arrays) -> None:
 
 def _key(h, head, arrays, outs):
     module = _module
-    if module is None or h._multi or len(h._replays) >= ENTRY_LIMIT:
+    if module is None or len(h._replays) >= ENTRY_LIMIT:
         return None
     _torch_seen(arrays + outs)
     return module.key_of(head, arrays, outs, h)

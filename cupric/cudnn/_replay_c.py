@@ -32,6 +32,7 @@ typedef int (*bnb_fn)(void *, int, void *, void *, void *, void *, void *, void 
                       void *);
 typedef int (*drop_fn)(void *, void *, void *, void *, void *, void *, void *, size_t);
 typedef int (*p7_fn)(void *, void *, void *, void *, void *, void *, void *);
+typedef int (*ctx_fn)(void **);   /* cuCtxGetCurrent */
 
 enum { K_GRAPH = 0, K_P8, K_P12, K_SMF, K_SMB, K_BNT, K_BNI, K_BNB, K_DROP, K_P7, K_LAST };
 static const int NARGS[K_LAST] = {0, 8, 12, 9, 11, 17, 14, 19, 8, 7};
@@ -68,8 +69,10 @@ static int configured = 0;
 static PyTypeObject *buffer_type, *alloc_type, *handle_type, *torch_type;
 static PyObject *tls, *empty_fn, *graph_check, *legacy_check, *torch_strided, *resolve_fn;
 static Py_ssize_t off_ptr, off_shape, off_strides, off_dtype, off_readonly, off_alloc,
-    off_stream, off_closed, off_alloc_closed, off_h_ptr, off_h_multi, off_h_stream,
-    off_h_stream_obj, off_h_device, off_h_owned, off_h_replays, off_owned_ws;
+    off_stream, off_closed, off_alloc_closed, off_alloc_device, off_h_ptr, off_h_multi,
+    off_h_stream, off_h_stream_obj, off_h_device, off_h_owned, off_h_replays, off_h_ctx,
+    off_owned_ws;
+static ctx_fn current_ctx;
 static create_fn be_create;
 static set_fn be_set;
 static one_fn be_finalize, be_destroy;
@@ -116,12 +119,13 @@ static int as_u64(PyObject *o, uint64_t *out) {
 
 /* configure(DeviceBuffer, _Allocation, Resource, Handle, _Owned, tls, empty, graph_check,
              legacy_check, resolve, (create, set, finalize, destroy, execute),
-             (VARIANT_PACK, UNIQUE_IDS, DATA_POINTERS, WORKSPACE, TYPE_INT64, TYPE_VOID_PTR)) */
+             (VARIANT_PACK, UNIQUE_IDS, DATA_POINTERS, WORKSPACE, TYPE_INT64, TYPE_VOID_PTR),
+             cuCtxGetCurrent or 0) */
 static PyObject *configure(PyObject *module, PyObject *args) {
-    PyObject *bt, *at, *rt, *ht, *ot, *t, *e, *gc, *lc, *rf, *fns, *enums;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!OOOOOO!O!", &PyType_Type, &bt, &PyType_Type, &at,
+    PyObject *bt, *at, *rt, *ht, *ot, *t, *e, *gc, *lc, *rf, *fns, *enums, *cf;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!OOOOOO!O!O", &PyType_Type, &bt, &PyType_Type, &at,
                           &PyType_Type, &rt, &PyType_Type, &ht, &PyType_Type, &ot, &t, &e,
-                          &gc, &lc, &rf, &PyTuple_Type, &fns, &PyTuple_Type, &enums))
+                          &gc, &lc, &rf, &PyTuple_Type, &fns, &PyTuple_Type, &enums, &cf))
         return NULL;
     PyTypeObject *B = (PyTypeObject *)bt, *A = (PyTypeObject *)at, *R = (PyTypeObject *)rt,
         *H = (PyTypeObject *)ht, *O = (PyTypeObject *)ot;
@@ -131,6 +135,8 @@ static PyObject *configure(PyObject *module, PyObject *args) {
         || slot_offset(B, "_stream", &off_stream)
         || slot_offset(R, "_closed", &off_closed)
         || slot_offset(A, "_closed", &off_alloc_closed)
+        || slot_offset(A, "device", &off_alloc_device)
+        || slot_offset(H, "_ctx", &off_h_ctx)
         || slot_offset(H, "_ptr", &off_h_ptr) || slot_offset(H, "_multi", &off_h_multi)
         || slot_offset(H, "_stream_ptr", &off_h_stream)
         || slot_offset(H, "_stream_obj", &off_h_stream_obj)
@@ -150,6 +156,8 @@ static PyObject *configure(PyObject *module, PyObject *args) {
     for (int i = 0; i < 6; i++) if (as_u64(PyTuple_GET_ITEM(enums, i), &v[i])) return NULL;
     E_PACK = (int)v[0]; A_UIDS = (int)v[1]; A_PTRS = (int)v[2]; A_WS = (int)v[3];
     T_INT64 = (int)v[4]; T_VOID_PTR = (int)v[5];
+    if (as_u64(cf, &v[0])) return NULL;
+    current_ctx = (ctx_fn)(uintptr_t)v[0];
 #define INTERN(var, text) if (var == NULL && (var = PyUnicode_InternFromString(text)) == NULL) return NULL
     INTERN(s_handle, "handle"); INTERN(s_closed, "_closed"); INTERN(s_is_cuda, "is_cuda");
     INTERN(s_requires_grad, "requires_grad"); INTERN(s_layout, "layout");
@@ -188,10 +196,21 @@ static PyObject *usable_handle(PyObject *handle, PyObject *stream) {
         Py_INCREF(handle);
         h = handle;
     }
-    if (!Py_IS_TYPE(h, handle_type) || SLOT(h, off_closed) != Py_False
-        || SLOT(h, off_h_multi) != Py_False) {
+    if (!Py_IS_TYPE(h, handle_type) || SLOT(h, off_closed) != Py_False) {
         Py_DECREF(h);
         return NULL;
+    }
+    if (SLOT(h, off_h_multi) != Py_False) {
+        /* Several GPUs: the handle's context must be current already (the Python path
+           makes it so); its arrays are checked to live on its device (read_array). */
+        void *cur = NULL;
+        unsigned long long want = PyLong_AsUnsignedLongLongMask(SLOT(h, off_h_ctx));
+        if (PyErr_Occurred()) PyErr_Clear();
+        if (current_ctx == NULL || current_ctx(&cur) != 0 || cur == NULL
+            || (uintptr_t)cur != (uintptr_t)want) {
+            Py_DECREF(h);
+            return NULL;
+        }
     }
     PyObject *sobj = SLOT(h, off_h_stream_obj);
     if (sobj != NULL && sobj != Py_None) {
@@ -229,6 +248,14 @@ static int read_array(PyObject *obj, PyObject *h, PyObject *key, Py_ssize_t at,
         PyObject *alloc = SLOT(obj, off_alloc);
         if (alloc == NULL || SLOT(alloc, off_alloc_closed) != Py_False) return 0;
         if (!same_stream(SLOT(obj, off_stream), h)) return 0;
+        /* With several GPUs the allocation must say it is on the handle's device (a
+           borrow that cannot say, or peer memory, takes the Python path's check). */
+        if (SLOT(h, off_h_multi) != Py_False
+            && PyObject_RichCompareBool(SLOT(alloc, off_alloc_device), SLOT(h, off_h_device),
+                                        Py_EQ) != 1) {
+            PyErr_Clear();
+            return 0;
+        }
         PyObject *p = SLOT(obj, off_ptr);
         if (p == NULL || !PyLong_Check(p)) return 0;
         *ptr = (uintptr_t)PyLong_AsUnsignedLongLongMask(p);

@@ -76,6 +76,13 @@ class FakeCudnn:
             ctypes.CFUNCTYPE(ctypes.c_int, P, P, P)(execute),
         ]
         self.legacy = ctypes.CFUNCTYPE(ctypes.c_int, *([P] * 8))(legacy)
+        self.context = 0xC0FFEE
+
+        def current(out):
+            ctypes.cast(out, ctypes.POINTER(ctypes.c_void_p))[0] = self.context
+            return 0
+
+        self.current = ctypes.CFUNCTYPE(ctypes.c_int, P)(current)
 
     def address(self, fn) -> int:
         return ctypes.cast(fn, ctypes.c_void_p).value
@@ -104,7 +111,7 @@ def fake(ext, monkeypatch):
     from cupric.cudnn.backend import check as backend_check
     ext.configure(DeviceBuffer, _Allocation, RealResource, Handle, _Owned, _tls, empty,
                   backend_check, lib.check, resolve, tuple(f.address(fn) for fn in f.fns),
-                  (7, 11, 12, 13, 99, 98))
+                  (7, 11, 12, 13, 99, 98), f.address(f.current))
     f.made = made
     f.handles = []
     yield f
@@ -268,3 +275,20 @@ def test_full_path_overlap_check():
     nhwc = t(0x10000, strides=(192, 4, 48, 12))
     with pytest.raises(ValueError):
         V.check_overlap("op", ("out", nhwc), ("x", x), inplace=("x",))
+
+
+def test_several_gpus_need_the_current_context_and_each_arrays_device(ext, fake):
+    h = handle(fake)
+    h._multi, h._ctx, h._device = True, 0xC0FFEE, 0
+    x = memory.borrow(0x10000, SHAPE, None, np.float32, device=0)
+    y = memory.borrow(0x20000, SHAPE, None, np.float32, device=0)
+    head = legacy_entry(ext, fake, h, x, y)
+    assert ext.run(head, (x,), (y,), h, None) == (y,)
+    fake.context = 0xBEEF  # another device's context is current
+    assert ext.run(head, (x,), (y,), h, None) is None
+    fake.context = 0xC0FFEE
+    elsewhere = memory.borrow(0x30000, SHAPE, None, np.float32, device=1)
+    unknown = memory.borrow(0x30000, SHAPE, None, np.float32)  # device -1: cannot say
+    assert ext.run(head, (elsewhere,), (y,), h, None) is None
+    assert ext.run(head, (unknown,), (y,), h, None) is None
+    assert len(fake.log) == 1

@@ -345,3 +345,24 @@ def test_replayed_calls_capture_into_a_graph(gen):
     finally:
         h.close()
         stream.close()
+
+
+def test_replay_on_a_handle_spanning_several_gpus(gen, full_path_calls):
+    """What a machine with several GPUs checks per call (the current context, each
+    array's device), exercised on one GPU by marking the handle so."""
+    x = randn((8, 64, 14, 14), torch.float16, gen, channels_last=True)
+    w = randn((64, 64, 3, 3), torch.float16, gen, channels_last=True, scale=0.1)
+    h = dnn.Handle.create()
+    h._multi = True
+    try:
+        out = rt.empty((8, 14, 14, 64), "f2", stream=h.stream).transpose(0, 3, 1, 2)
+        dnn.conv_forward(x, w, padding=1, out=out, handle=h)
+        first = torch_of(out).clone()
+        full_path_calls.clear()
+        torch_of(out).fill_(float("nan"))
+        assert dnn.conv_forward(x, w, padding=1, out=out, handle=h) is out
+        assert full_path_calls == []
+        torch.cuda.synchronize()
+        assert torch.equal(torch_of(out), first)
+    finally:
+        h.close()
