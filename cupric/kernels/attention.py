@@ -2,7 +2,7 @@
 O = softmax(Q K^T * scale [+ causal mask]) V for bfloat16 Q, K, V of shape
 (batch, heads, seq, head_dim), in one pass without materializing the seq x seq scores.
 
-A block of 8 warps owns 128 query rows (16 per warp; 4 warps and 64 rows on request) of
+A block of 4 warps owns 64 query rows (16 per warp; 8 warps and 128 rows on request) of
 one (batch, head). It walks the
 key/value tiles of 64 rows, staged in shared memory by `cp.async` (double-buffered: the
 next tile's copies fly during this tile's math): S = Q K^T by `mma.m16n8k16` (K's rows
@@ -30,7 +30,7 @@ from cupric.types import f32, i32, u16, u32
 __all__ = ["attention", "kernel", "shared_bytes", "threads", "BLOCK_M", "BLOCK_MS",
            "BLOCK_N", "HEAD_DIMS"]
 
-BLOCK_M = 128  # default query rows per block (16 per warp)
+BLOCK_M = 64  # default query rows per block (16 per warp)
 BLOCK_MS = (64, 128)
 BLOCK_N = 64
 HEAD_DIMS = (64, 128)
