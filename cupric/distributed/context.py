@@ -236,7 +236,7 @@ def init(*, store=None, store_kind: str | None = None, store_path=None,
     if options is None:
         options = CommOptions(timeout=timeout)
     kind = None
-    if env.world_size == 1 and store is None:
+    if env.world_size == 1 and store is None and (store_kind or env.store_kind) is None:
         from cupric.nccl import UniqueId
         uid = UniqueId.new()   # nobody to tell
     else:
