@@ -10,6 +10,9 @@ fails too.
     python3 benchmarks/soak.py                  # the full soak (minutes)
     python3 benchmarks/soak.py --short          # 2,000 / 50 / 50: the sanitizer/GPU lane
     python3 benchmarks/soak.py --json out.json
+
+Device memory is read with `cuMemGetInfo`, which counts every process on the GPU: run
+the soak alone on the device.
 """
 
 from __future__ import annotations
