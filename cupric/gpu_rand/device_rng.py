@@ -38,7 +38,7 @@ from cupric.types import f32, f64, i64, u32, u64
 from . import algorithms as _alg
 from . import device as _prim
 
-__all__ = ["DeviceRng", "device_rng", "splitmix64", "lemire32", "lemire64", "u32_to_f32", "u64_to_f64",
+__all__ = ["DeviceRng", "device_rng", "splitmix64", "u32_to_f32", "u64_to_f64",
            "box_muller_f32", "box_muller_f64"]
 
 _F32_SCALE = f32(2.0 ** -24)
@@ -217,6 +217,9 @@ class DeviceRng:
         Uniform in [low, high) without modulo bias (Lemire), the values
         `Generator.integers(low, high)` gives: u32 draws for spans up to 2^32, u64 draws
         above. high <= low returns low and draws nothing.
+    lemire32(state, span, threshold), lemire64(state, span, threshold) -> (u64, state)
+        The steps of `integers` for a precomputed threshold = (2^bits - span) mod span
+        (the library's integer fills hoist it out of their loops).
 
     Notes
     -----
@@ -326,6 +329,7 @@ def device_rng(algorithm) -> DeviceRng:
                 value = i64(base + r)
         return value, st
 
-    return DeviceRng(da.algorithm, da.load, da.store, _seeder(da.algorithm), draw32, draw64, uniform_f32,
-                     uniform_f64, normal2_f32, normal2_f64, normal_f32, normal_f64,
-                     exponential_f32, exponential_f64, integers, lemire32, lemire64)
+    return DeviceRng(da.algorithm, da.load, da.store, _seeder(da.algorithm), draw32, draw64,
+                     uniform_f32, uniform_f64, normal2_f32, normal2_f64, normal_f32,
+                     normal_f64, exponential_f32, exponential_f64, integers, lemire32,
+                     lemire64)

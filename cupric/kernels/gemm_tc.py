@@ -6,10 +6,11 @@ By default (`Config`) each block of 128 threads computes a 128 x 128 tile of C; 
 its 4 warps a 64 x 64 piece, as 4 x 8 `mma.m16n8k16` per 16-deep step. A and B reach
 shared memory through `cp.async` in a multi-stage pipeline (the copies of the next
 slices fly while one is multiplied), 32-deep slices in dynamic shared memory, and leave
-it through `ldmatrix` (`.trans` for B, which is row-major k x n). Shared rows are XOR-swizzled in 16-byte chunks so that the 8 rows an
-`ldmatrix` reads, and the rows `cp.async` writes, fall in distinct banks. Tiles past the
-edges of A and B are zero-filled by the copies (src_size 0), so m is free; k and n must
-be multiples of 8 (16-byte rows of 8 elements).
+it through `ldmatrix` (`.trans` for B, which is row-major k x n). Shared rows are
+XOR-swizzled in 16-byte chunks so that the 8 rows an `ldmatrix` reads, and the rows
+`cp.async` writes, fall in distinct banks. Tiles past the edges of A and B are
+zero-filled by the copies (src_size 0), so m is free; k and n must be multiples of 8
+(16-byte rows of 8 elements).
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from cupric.device import blockIdx, cp_async, local, mma, shared, syncthreads, t
 from cupric.kernels._common import Call
 from cupric.types import f32, i32, u16, u32
 
-__all__ = ["matmul", "kernel", "allow_dynamic_shared", "Config", "DEFAULT", "KINDS", "BM", "BN", "BK", "STAGES",
-           "THREADS"]
+__all__ = ["matmul", "kernel", "allow_dynamic_shared", "Config", "DEFAULT", "KINDS", "BM",
+           "BN", "BK", "STAGES", "THREADS"]
 
 
 @dataclass(frozen=True)

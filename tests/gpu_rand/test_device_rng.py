@@ -165,8 +165,8 @@ def test_every_generator_has_the_api():
     for name in ALL:
         r = device_rng(name)
         assert r.algorithm.name == name and r.name == name
-        for role in ("load", "store", "seed_from_u64", "next_u32", "next_u64", "uniform_f32", "uniform_f64",
-                     "normal_f32", "normal_f64", "normal2_f32", "normal2_f64",
+        for role in ("load", "store", "seed_from_u64", "next_u32", "next_u64", "uniform_f32",
+                     "uniform_f64", "normal_f32", "normal_f64", "normal2_f32", "normal2_f64",
                      "exponential_f32", "exponential_f64", "integers"):
             assert getattr(getattr(r, role), "_cupric_device_function", False), (name, role)
     with pytest.raises(KeyError):
