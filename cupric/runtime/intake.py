@@ -354,10 +354,24 @@ def array_parts(obj, stream=None, with_device: bool = True):
             return (ptr, shape, strides, dtype, False, producer,
                     -1 if own is None else own, adapter.kind, obj)
         # Custom adapters may not know the read-only flag: the interface says it.
+    interface = protocol_of(obj)
+    if interface is not None:
+        from .interop import _parse
+        ptr, shape, strides, dtype, readonly, producer = _parse(interface)
+        return ptr, shape, strides, dtype, readonly, producer, -1, CAI, obj
+    from .dlpack import from_dlpack
+    buf = from_dlpack(obj, stream)  # host tensors: HostMemoryError
+    return (buf.ptr, buf.shape, buf.strides, buf.dtype, buf.readonly, None,
+            buf._alloc.device, DLPACK, buf)
+
+
+def protocol_of(obj):
+    """The ``__cuda_array_interface__`` dict of `obj`, or None when `obj` is to be read
+    through ``__dlpack__``; the typed error when it offers neither (or is host memory).
+    Shared by `array_parts` and `cupric.runtime.interop.as_device_array`."""
     if isinstance(obj, np.ndarray):
         raise HostMemoryError("a NumPy array lives in host memory; copy it to the device "
-                              "first (cupric.runtime.to_device(a))")
-    from . import interop
+                              "with cupric.runtime.to_device(array) first")
     failure = None
     try:
         interface = obj.__cuda_array_interface__
@@ -366,21 +380,16 @@ def array_parts(obj, stream=None, with_device: bool = True):
     except Exception as exc:  # e.g. PyTorch CPU tensors raise here; DLPack may still say
         interface = None
         failure = exc
-    if interface is not None:
-        ptr, shape, strides, dtype, readonly, producer = interop._parse(interface)
-        return ptr, shape, strides, dtype, readonly, producer, -1, CAI, obj
-    if hasattr(obj, "__dlpack__"):
-        from .dlpack import from_dlpack
-        buf = from_dlpack(obj, stream)  # host tensors: HostMemoryError
-        return (buf.ptr, buf.shape, buf.strides, buf.dtype, buf.readonly, None,
-                buf._alloc.device, DLPACK, buf)
+    if interface is not None or hasattr(obj, "__dlpack__"):
+        return interface
+    name = obj.__class__.__name__
     if failure is not None:
-        raise NotAnArrayError(f"{cls.__name__} is not a usable device array: "
-                              f"{failure}") from failure
+        raise NotAnArrayError(f"{name} is not a usable device array: {failure}") \
+            from failure
     if hasattr(obj, "__array_interface__") or hasattr(obj, "__array__"):
-        raise HostMemoryError(f"{cls.__name__} is a host array; copy it to the device "
-                              f"with cupric.runtime.to_device(array) first")
-    raise NotAnArrayError(f"{cls.__name__} is not a device array: it has neither "
+        raise HostMemoryError(f"{name} is a host array; copy it to the device with "
+                              f"cupric.runtime.to_device(array) first")
+    raise NotAnArrayError(f"{name} is not a device array: it has neither "
                           f"__cuda_array_interface__ nor __dlpack__")
 
 

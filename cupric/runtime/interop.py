@@ -198,27 +198,9 @@ def as_device_array(obj, stream=None) -> DeviceBuffer:
         if stream is not None and obj._stream is not None:
             order_after(stream_handle(stream), stream_handle(obj._stream) or LEGACY_STREAM)
         return obj
-    if isinstance(obj, np.ndarray):
-        raise TypeError("a NumPy array lives in host memory; copy it to the device with "
-                        "cupric.runtime.to_device(array) first")
-    failure = None
-    try:
-        interface = obj.__cuda_array_interface__
-    except AttributeError:
-        interface = None
-    except Exception as exc:  # e.g. PyTorch CPU tensors raise here; DLPack may still say
-        interface = None
-        failure = exc
+    from .intake import protocol_of  # the typed errors of host memory and non-arrays
+    interface = protocol_of(obj)
     if interface is not None:
         return from_cuda_array_interface(obj, interface, stream)
-    if hasattr(obj, "__dlpack__"):
-        from .dlpack import from_dlpack
-        return from_dlpack(obj, stream)
-    if failure is not None:
-        raise TypeError(f"{type(obj).__name__} is not a usable device array: "
-                        f"{failure}") from failure
-    if hasattr(obj, "__array_interface__") or hasattr(obj, "__array__"):
-        raise TypeError(f"{type(obj).__name__} is a host array; copy it to the device "
-                        f"with cupric.runtime.to_device(array) first")
-    raise TypeError(f"{type(obj).__name__} is not a device array: it has neither "
-                    f"__cuda_array_interface__ nor __dlpack__")
+    from .dlpack import from_dlpack
+    return from_dlpack(obj, stream)

@@ -709,3 +709,7 @@ def test_dlpack_only_producers_bind_and_launch_like_buffers(monkeypatch):
     by_buffer, _ = _run(monkeypatch, [(a, x, y)] * 2)
     by_dlpack, _ = _run(monkeypatch, [(a, DLPackOnly(x), DLPackOnly(y))] * 2)
     assert by_dlpack == by_buffer
+    import gc
+    from cupric.runtime import _lifetime
+    gc.collect()
+    _lifetime.drain()  # the borrows hand their exported tensors back

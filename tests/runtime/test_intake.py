@@ -188,7 +188,10 @@ def test_dlpack_producers_are_borrowed():
     assert (info.kind, info.ptr, info.shape, info.strides) == ("dlpack", 0x60000, (5, 3),
                                                                (12, 4))
     assert isinstance(info.owner, memory.DeviceBuffer) and info.owner is not buf
-    assert intake.as_buffer(DLPackOnly(buf)).ptr == 0x60000
+    info.owner.close()                       # hands the exported tensor back
+    borrowed = intake.as_buffer(DLPackOnly(buf))
+    assert borrowed.ptr == 0x60000
+    borrowed.close()
 
 
 def test_host_memory_and_non_arrays_are_typed_errors():
