@@ -18,7 +18,6 @@ cupric takes the same data in each of its three kinds: the DeviceBuffers are DLP
 of the PyTorch tensors, the CuPy arrays copies that CuPy allocated (in the same layout),
 so every contender reads the same random inputs. Every contender's result is checked before it
 is timed (outputs poisoned first; references computed in float64 or float32 by PyTorch).
-Rows where a kind cannot carry the data (bfloat16 in CuPy) say so.
 
 Then the ResNet-50 convolution layers (forward, batch 32 and 64, float16 and bfloat16
 NHWC and float32 NCHW with TF32 allowed, each library's default; cuDNN heuristics and
@@ -127,8 +126,6 @@ def _views(t, kinds=KINDS) -> dict:
         try:
             out[kind] = t if kind == "torch" else (
                 cp.from_dlpack(t).copy(order="K") if kind == "cupy" else rt.from_dlpack(t))
-            if kind == "cupy" and out[kind].dtype.kind == "V":
-                raise TypeError(f"CuPy has no {t.dtype} (it imports it as {out[kind].dtype})")
         except Exception as exc:  # a kind that cannot carry this dtype: reported per row
             out[kind] = exc
     return out

@@ -18,6 +18,7 @@ import glob
 import json
 import os
 import sys
+import textwrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
@@ -89,6 +90,12 @@ def cell(value, fmt: str) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
+def _wrap(text: str) -> str:
+    """Prose as this repository's markdown keeps it: lines of at most 90 characters."""
+    return textwrap.fill(" ".join(text.split()), width=90, break_long_words=False,
+                         break_on_hyphens=False)
+
+
 def render_table(t: dict) -> list[str]:
     columns = t["columns"]
     lines = [f"#### {t['title']}", ""] if t.get("title") else []
@@ -100,7 +107,7 @@ def render_table(t: dict) -> list[str]:
         cells += [""] * (len(columns) - len(cells))
         lines.append("| " + " | ".join(cells) + " |")
     if t.get("notes"):
-        lines += ["", t["notes"].strip()]
+        lines += ["", _wrap(t["notes"])]
     return lines + [""]
 
 
@@ -126,11 +133,10 @@ def render(runs: list[tuple[str, dict]]) -> str:
         file_name, run = chosen[bench]
         result = run["benchmarks"][bench]
         title = result.get("title") or bench
-        lines += [f"## {title} (`benchmarks/{bench}.py`)", "", source_line(file_name, run["meta"]),
-                  ""]
+        lines += [f"## {title} (`benchmarks/{bench}.py`)", "",
+                  _wrap(source_line(file_name, run["meta"])), ""]
         if result.get("method"):
-            lines += [result["method"].strip(), ""]
-        lines.append("")
+            lines += [_wrap(result["method"]), ""]
         for t in result["tables"]:
             lines += render_table(t)
     newest_name, newest = runs[-1]
