@@ -49,6 +49,7 @@ from cupric.types import Array, f32, i32
 from _common import CheckError, assert_correct, error_text, poison, ratio, table, to_host
 
 KINDS = ("torch", "cupy", "buffer")
+ALLOCATING = "cupric, PyTorch tensors, allocating"
 KIND_LABEL = {"torch": "PyTorch tensors", "cupy": "CuPy arrays", "buffer": "DeviceBuffers"}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -144,6 +145,11 @@ class Op:
         #: instead of poisoning the output, for operations that update their output in
         #: place (y = a*x + y).
         self.reset = None
+        #: (make, extract): cupric's allocating form of the call, given the arguments as
+        #: PyTorch tensors, and how to find the output in what it returns; timed beside
+        #: the peers that allocate too (`allocating_peers`).
+        self.alloc = None
+        self.allocating_peers: frozenset = frozenset()
 
 
 def _contenders(op: Op, results: dict) -> dict:
@@ -164,6 +170,11 @@ def _contenders(op: Op, results: dict) -> dict:
         # The output in this kind: the tensor's memory, or CuPy's own copy.
         out = args[op.out] if kind == "cupy" else torch_out
         candidates.append((f"cupric, {KIND_LABEL[kind]}", op.ours(args), args, out))
+    if op.alloc is not None and not any(isinstance(v["torch"], Exception)
+                                        for v in views.values()):
+        make, _ = op.alloc
+        candidates.append((ALLOCATING, make({n: v["torch"] for n, v in views.items()}),
+                           "alloc", None))
     candidates += [(label, fn, None, torch_out) for label, fn in op.peers.items()]
     for label, fn, args, out in candidates:
         box = {}
@@ -173,16 +184,23 @@ def _contenders(op: Op, results: dict) -> dict:
                 op.reset(args)
             box["r"] = fn()
 
-        def got(box=box, out=out, ours=args is not None):
-            # cupric writes the given output; a peer that allocates returns its result.
+        def got(box=box, out=out, args=args):
             r = box["r"]
-            return out if ours or not hasattr(r, "shape") else r
+            if args == "alloc":  # cupric's allocating form: its returned output
+                import torch
+                return _as_torch(torch, op.alloc[1](r), torch_out.dtype)
+            if args is not None:  # cupric writes the given output
+                return out
+            return r if hasattr(r, "shape") else out  # a peer that allocates returns it
+        allocates = args == "alloc" or label in op.allocating_peers
         try:
+            # An allocated output cannot be poisoned beforehand: the same call into a
+            # given output was checked poisoned just before (the form with `out`).
             check = assert_correct(f"{op.name} {op.size}: {label}", run, got, expected,
-                                   outputs=[] if op.reset is not None else [out],
-                                   rtol=rtol, atol=atol)
+                                   outputs=[] if op.reset is not None or out is None
+                                   else [out], rtol=rtol, atol=atol)
             ready[label] = fn
-            results[label] = {"check": check}
+            results[label] = {"check": check, "allocates": allocates}
         except CheckError as exc:
             results[label] = {"error": str(exc)[:400]}
         except Exception as exc:  # a contender that cannot run: recorded, others go on
@@ -218,7 +236,7 @@ def _conv_ops(torch, F, dnn, size: str, n, c, k, hw, dtype) -> list:
         g = bwd(dy_, x_, w_, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, mask)
         return g[0] if which == "data" else g[1]
 
-    return [
+    ops = [
         Op("conv forward", tag, {"x": x, "w": w, "y": y},
            lambda a: lambda: dnn.conv_forward(a["x"], a["w"], padding=1, out=a["y"]),
            {"PyTorch conv2d": lambda: F.conv2d(x, w, padding=1)}, "y",
@@ -240,6 +258,22 @@ def _conv_ops(torch, F, dnn, size: str, n, c, k, hw, dtype) -> list:
            {"PyTorch relu(conv2d(bias))": lambda: F.relu(F.conv2d(x, w, b, padding=1))}, "y",
            lambda: F.relu(F.conv2d(f64(x), f64(w), f64(b), padding=1)), tol),
     ]
+    same = lambda r: r  # noqa: E731 (the call returns its output)
+    allocating = (
+        lambda a: lambda: dnn.conv_forward(a["x"], a["w"], padding=1),
+        lambda a: lambda: dnn.conv_backward_data(a["dy"], a["w"], tuple(x.shape), padding=1),
+        lambda a: lambda: dnn.conv_backward_filter(a["x"], a["dy"], tuple(w.shape), padding=1),
+        lambda a: lambda: dnn.conv_bias_activation(a["x"], a["w"], a["b"], "relu", padding=1))
+    for op, make in zip(ops, allocating):
+        _allocating(op, make, same)
+    return ops
+
+
+def _allocating(op: Op, make, extract) -> Op:
+    """Give `op` cupric's allocating form, for an operation whose peers all allocate."""
+    op.alloc = (make, extract)
+    op.allocating_peers = frozenset(op.peers)
+    return op
 
 
 def _library_ops(torch, cp, quick: bool) -> list:
@@ -276,7 +310,7 @@ def _library_ops(torch, cp, quick: bool) -> list:
         rm, rv = torch.zeros(c, device="cuda"), torch.ones(c, device="cuda")
         y = torch.empty_like(x)
         tag = f"{size}: {n}x{c}x{hw}x{hw} float16 NHWC"
-        ops.append(Op("batch norm training forward", tag,
+        ops.append(_allocating(Op("batch norm training forward", tag,
                       {"x": x, "g": gamma, "b": beta, "rm": rm, "rv": rv, "y": y},
                       lambda v: lambda: dnn.batch_norm_training(v["x"], v["g"], v["b"], v["rm"],
                                                                 v["rv"], out=v["y"]),
@@ -284,7 +318,9 @@ def _library_ops(torch, cp, quick: bool) -> list:
                        rv=rv: F.batch_norm(x, rm, rv, g, b, training=True)}, "y",
                       lambda x=x, g=gamma, b=beta: F.batch_norm(
                           x.double(), None, None, g.double(), b.double(), training=True),
-                      (2e-2, 2e-2)))
+                      (2e-2, 2e-2)),
+            lambda v: lambda: dnn.batch_norm_training(v["x"], v["g"], v["b"], v["rm"], v["rv"]),
+            lambda r: r.y))
         dy = _randn(torch, (n, c, hw, hw), torch.float16, True)
         mean = x.float().mean(dim=(0, 2, 3))
         inv = 1.0 / torch.sqrt(x.float().var(dim=(0, 2, 3), unbiased=False) + 1e-5)
@@ -294,35 +330,40 @@ def _library_ops(torch, cp, quick: bool) -> list:
         def reference(x=x, dy=dy, g=gamma, mean=mean, inv=inv):
             return nbb(dy.double(), x.double(), g.double(), None, None, mean.double(),
                        inv.double(), True, 1e-5, [True, False, False])[0]
-        ops.append(Op("batch norm training backward", tag,
+        ops.append(_allocating(Op("batch norm training backward", tag,
                       {"x": x, "dy": dy, "g": gamma, "mean": mean, "inv": inv, "dx": dx},
                       lambda v: lambda: dnn.batch_norm_backward(v["dy"], v["x"], v["g"], v["mean"],
                                                                 v["inv"], out=v["dx"]),
                       {"PyTorch native_batch_norm_backward": lambda x=x, dy=dy, g=gamma, m=mean,
                        i=inv: nbb(dy, x, g, None, None, m, i, True, 1e-5,
-                                  [True, True, True])[0]}, "dx", reference, (3e-2, 3e-2)))
+                                  [True, True, True])[0]}, "dx", reference, (3e-2, 3e-2)),
+            lambda v: lambda: dnn.batch_norm_backward(v["dy"], v["x"], v["g"], v["mean"],
+                                                      v["inv"]),
+            lambda r: r[0]))
 
     for size, n, c, hw in ((("small", 8, 64, 28),) if quick else
                            (("small", 8, 64, 28), ("large", 32, 64, 112))):
         x = _randn(torch, (n, c, hw, hw), torch.float16, True)
         y = torch.empty((n, c, hw // 2, hw // 2), device="cuda", dtype=torch.float16).contiguous(
             memory_format=torch.channels_last)
-        ops.append(Op("max pool 3x3 stride 2", f"{size}: {n}x{c}x{hw}x{hw} float16 NHWC",
+        ops.append(_allocating(Op("max pool 3x3 stride 2", f"{size}: {n}x{c}x{hw}x{hw} float16 NHWC",
                       {"x": x, "y": y},
                       lambda v: lambda: dnn.max_pool2d(v["x"], 3, 2, 1, out=v["y"]),
                       {"PyTorch max_pool2d": lambda x=x: F.max_pool2d(x, 3, 2, 1)}, "y",
-                      lambda x=x: F.max_pool2d(x.double(), 3, 2, 1), (0, 0)))
+                      lambda x=x: F.max_pool2d(x.double(), 3, 2, 1), (0, 0)),
+            lambda v: lambda: dnn.max_pool2d(v["x"], 3, 2, 1), lambda r: r))
 
     for size, rows, cols in ((("small", 64, 1000),) if quick else
                              (("small", 64, 1000), ("large", 4096, 4096))):
         x = _randn(torch, (rows, cols), torch.float32)
         y = torch.empty_like(x)
-        ops.append(Op("softmax", f"{size}: {rows}x{cols} float32", {"x": x, "y": y},
+        ops.append(_allocating(Op("softmax", f"{size}: {rows}x{cols} float32", {"x": x, "y": y},
                       # softmax_forward: the name `softmax` is also a submodule of
                       # cupric.cudnn, which shadows the function once imported.
                       lambda v: lambda: dnn.softmax_forward(v["x"], -1, out=v["y"]),
                       {"PyTorch softmax": lambda x=x: torch.softmax(x, -1)}, "y",
-                      lambda x=x: torch.softmax(x.double(), -1), (1e-5, 1e-7)))
+                      lambda x=x: torch.softmax(x.double(), -1), (1e-5, 1e-7)),
+            lambda v: lambda: dnn.softmax_forward(v["x"], -1), lambda r: r))
     return ops
 
 
@@ -389,12 +430,14 @@ def _kernel_ops(torch, cp, quick: bool) -> list:
         out = torch.empty(n, device="cuda")
         gen = Generator(1234)
         cgen = cp.random.default_rng(1234)
-        ops.append(Op("gpu_rand uniform fill", f"{size}: {n} float32", {"out": out},
+        fill = (Op("gpu_rand uniform fill", f"{size}: {n} float32", {"out": out},
                       lambda v, gen=gen: lambda: gen.random(dtype=np.float32, out=v["out"]),
                       {"PyTorch uniform_": lambda out=out: out.uniform_(),
                        "CuPy Generator.random (allocating)": lambda cgen=cgen, n=n:
                        cgen.random(n, dtype=cp.float32)}, "out",
                       None, (0, 0)))
+        fill.allocating_peers = frozenset({"CuPy Generator.random (allocating)"})
+        ops.append(fill)
 
         x = torch.rand(n, device="cuda")
         y = torch.rand(n, device="cuda")
@@ -426,20 +469,22 @@ def _kernel_ops(torch, cp, quick: bool) -> list:
                       {"PyTorch cumsum(out=)": lambda x=x, o=o: torch.cumsum(x, 0, out=o),
                        "CuPy cumsum(out=)": lambda cx=cx, co=co: cp.cumsum(cx, out=co)},
                       "o", lambda x=x: torch.cumsum(x.double(), 0), (1e-4, 1e-3)))
-        ops.append(Op("sort (float32 keys)", f"{size}: {n} float32", {"x": x, "o": o},
+        ops.append(_allocating(Op("sort (float32 keys)", f"{size}: {n} float32", {"x": x, "o": o},
                       lambda v: lambda: K.radix_sort(v["x"], v["o"]),
                       {"PyTorch sort (values and indices)": lambda x=x: torch.sort(x)[0],
                        "CuPy sort": lambda cx=cx: cp.sort(cx)},
-                      "o", lambda x=x: torch.sort(x)[0], (0, 0)))
+                      "o", lambda x=x: torch.sort(x)[0], (0, 0)),
+            lambda v: lambda: K.radix_sort(v["x"]), lambda r: r))
         scaled = x * 256
         counts = torch.empty(256, device="cuda", dtype=torch.int64)
         cs = cp.from_dlpack(scaled)
-        ops.append(Op("histogram, 256 bins", f"{size}: {n} float32",
+        ops.append(_allocating(Op("histogram, 256 bins", f"{size}: {n} float32",
                       {"x": scaled, "counts": counts},
                       lambda v: lambda: K.histogram(v["x"], 256, (0, 256), out=v["counts"]),
                       {"PyTorch histc": lambda s=scaled: torch.histc(s, 256, 0, 256),
                        "CuPy histogram": lambda cs=cs: cp.histogram(cs, 256, (0, 256))[0]},
-                      "counts", lambda s=scaled: torch.histc(s.double(), 256, 0, 256), (0, 0)))
+                      "counts", lambda s=scaled: torch.histc(s.double(), 256, 0, 256), (0, 0)),
+            lambda v: lambda: K.histogram(v["x"], 256, (0, 256)), lambda r: r[0]))
         side = int(math.isqrt(n))
         m = x.view(side, side)
         t = torch.empty(side, side, device="cuda")
@@ -491,7 +536,8 @@ def _measure_op(timing: Timing, op: Op) -> dict:
                 if label not in targets and hasattr(r, "shape"):
                     target = r  # a peer that allocates its result
                 results[label] = {"check": _check_uniform(f"{op.name} {op.size}: {label}",
-                                                          target)}
+                                                          target),
+                                  "allocates": label in op.allocating_peers}
             except Exception as exc:
                 results[label] = {"error": error_text(exc)}
                 del ready[label]
@@ -785,29 +831,36 @@ def tables(results: dict) -> list:
     for key, contenders in results.get("ops", {}).items():
         op, size = key.split(" | ")
         if "error" in contenders and not isinstance(contenders["error"], dict):
-            rows.append([op, size, "", None, None, None, None, contenders["error"]])
+            rows.append([op, size, "", None, None, None, "", None, contenders["error"]])
             continue
-        peers = {k: v for k, v in contenders.items() if not k.startswith("cupric")}
-        best_peer = min((v["latency"], k) for k, v in peers.items() if "latency" in v) \
-            if any("latency" in v for v in peers.values()) else None
+        peers = {k: v for k, v in contenders.items()
+                 if not k.startswith("cupric") and "latency" in v}
         for label, v in contenders.items():
-            if "latency" in v:
-                vs = ratio(best_peer[0], v["latency"]) if best_peer and label.startswith(
-                    "cupric") else None
-                rows.append([op, size, label, v["latency"], v["host"], v["b2b"], vs, ""])
-            else:
-                rows.append([op, size, label, None, None, None, None,
+            if "latency" not in v:
+                rows.append([op, size, label, None, None, None, "", None,
                              v.get("error") or v.get("unsupported") or ""])
+                continue
+            peer = ""
+            vs = None
+            if label.startswith("cupric"):
+                # The fastest peer doing the same work: allocating its output or not.
+                same = [(p["latency"], k) for k, p in peers.items()
+                        if bool(p.get("allocates")) == bool(v.get("allocates"))]
+                if same:
+                    fastest, peer = min(same)
+                    vs = ratio(fastest, v["latency"])
+            rows.append([op, size, label, v["latency"], v["host"], v["b2b"], peer, vs, ""])
     out.append(table(
         "Per call: latency (one call, GPU idle before) / host cost (back to back) / "
         "device time back to back, us",
         [("operation", ""), ("size", ""), ("contender", ""), ("latency", ".1f"),
-         ("host", ".1f"), ("b2b", ".1f"), ("fastest peer / cupric, latency", ".2f"),
-         ("note", "")], rows,
-        "A ratio above 1: cupric's latency is below the fastest peer's of that operation. "
-        "cupric's calls write the given output; PyTorch's convolutions, batch norm, "
-        "softmax, sort and histogram, and CuPy's sort, histogram and random fill allocate "
-        "their results."))
+         ("host", ".1f"), ("b2b", ".1f"), ("fastest peer doing the same work", ""),
+         ("peer / cupric, latency", ".2f"), ("note", "")], rows,
+        "Each cupric row is compared with the fastest peer doing the same work: cupric's "
+        "calls with `out=` beside peers writing a given output, cupric's allocating form "
+        "(PyTorch tensors) beside peers that allocate their result (PyTorch's "
+        "convolutions, batch norm, pooling, softmax, sort and histogram; CuPy's sort, "
+        "histogram and random fill). A ratio above 1: cupric's latency is lower."))
     rn = results.get("resnet50") or {}
     if rn:
         rows = []
