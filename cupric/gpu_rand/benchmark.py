@@ -3,7 +3,8 @@
 Measures uniform and normal float32 fills of 2^28 values (Gsamples/s) for cupric's
 device half and cuRAND's Philox4x32-10 and XORWOW host API (through CuPy), and the time
 to initialize 2^20 streams on the device. `python -m cupric.gpu_rand.benchmark` prints a
-table; `run(json_path)` also writes JSON (the `benchmarks/run_all.py` protocol).
+table; `run(json_path)` also writes JSON. The checked, like-for-like comparison whose
+figures BENCHMARKS.md shows is `benchmarks/rng.py`.
 
 Two timings per fill, the same for every row:
 
@@ -143,16 +144,13 @@ def run(json_path: str | None = None) -> dict:
         _curand(results)
     except ImportError as exc:  # CuPy missing: report it, keep cupric's figures
         results["curand_error"] = f"CuPy is not importable: {exc}"
-    for timing in ("", "_events"):
-        for family in ("uniform", "normal"):
-            suffix = f"{family}_f32{timing}_Gsamples_s"
-            best = max(v for k, v in results.items()
-                       if k.startswith("cupric_") and k.endswith(suffix)
-                       and not k.startswith("cupric_best"))
-            results[f"cupric_best_{suffix}"] = best
-            philox = results.get(f"curand_philox_{suffix}")
+    # Each configuration with its own ratio to Philox (no best-of across them).
+    for key, value in list(results.items()):
+        if key.startswith("cupric_") and key.endswith("_Gsamples_s"):
+            family_timing = key.split("_", 3)[3]  # e.g. uniform_f32_events_Gsamples_s
+            philox = results.get(f"curand_philox_{family_timing}")
             if philox:
-                results[f"ratio_{family}{timing}_vs_philox"] = best / philox
+                results[f"{key[:-len('_Gsamples_s')]}_vs_philox"] = value / philox
     if json_path:
         with open(json_path, "w") as f:
             json.dump(results, f, indent=2)
