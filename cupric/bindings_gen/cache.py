@@ -245,8 +245,10 @@ def _code_name(spec_name: str) -> str:
 
 
 def import_module(path: str, library: str) -> types.ModuleType:
-    """Run a cached generated module: its text must match the SHA-256 of the manifest
-    beside it, and come from files of this user that no one else can write.
+    """Run a generated module. One of the cache (in the bindings folder, or beside a
+    manifest) must match the SHA-256 its manifest recorded, and come from files of this
+    user that no one else can write; a file elsewhere without a manifest is the caller's
+    own and is run as it is.
 
     Raises
     ------
@@ -258,7 +260,11 @@ def import_module(path: str, library: str) -> types.ModuleType:
     manifest = _manifest(directory)
     digest = manifest.get("sha256") if manifest else None
     if not isinstance(digest, str):
-        raise BindingsError(f"no trusted manifest for {path}; generate it again")
+        inside = os.path.realpath(directory).startswith(os.path.realpath(bindings_dir()) + os.sep)
+        if inside or os.path.exists(os.path.join(directory, _MANIFEST)):
+            raise BindingsError(f"no trusted manifest for {path}; generate it again")
+        with open(path, "rb") as f:
+            return _run(compile(f.read(), path, "exec", dont_inherit=True), path, library)
     # The compiled code of the verified text, when an earlier load kept it.
     blob = _cache.load_blob(directory, _code_name(library))
     if blob is not None and blob[2].get("source_sha256") == digest:

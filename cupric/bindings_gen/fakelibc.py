@@ -196,7 +196,7 @@ def materialize(kind: str = "libc") -> str:
     files = FILES if kind == "libc" else CRT_STANDIN
     root = _cache.folder("fakelibc")
     if root is not None:
-        directory = root / f"{kind}-{digest()[:16]}"
+        directory = root / f"fake{kind}-{digest()[:16]}"
         if _write_files(directory, root, files):
             return str(directory)
     with _lock:

@@ -194,7 +194,7 @@ def test_crt_stand_in_gives_the_same_module(generated, monkeypatch, tmp_path):
     shutil.copytree(real, copy, ignore=shutil.ignore_patterns("crt", "cccl", "cuda", "nv", "thrust", "cub"))
     monkeypatch.setattr(headers, "_crt_dirs", lambda: [])
     header_set = find_headers(libraries.get("curand"), str(copy))
-    assert "cupric-fakecrt" in header_set.include_dirs[-1]
+    assert "fakecrt-" in header_set.include_dirs[-1]  # the stand-in (cupric._cache folder)
     again = generate(libraries.get("curand"), header_set=header_set)
 
     def without_hash(text):

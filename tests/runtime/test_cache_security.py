@@ -519,3 +519,15 @@ def test_a_macro_bomb_is_refused_quickly(root, tmp_path, backend):
         if backend != "pcpp":
             pre.CPP_TIMEOUT = old
     assert time.perf_counter() - start < 30
+
+
+def test_a_cached_module_without_its_manifest_is_not_run(fake_library, root):
+    from cupric.bindings_gen.errors import BindingsError
+    cache, spec, generations, header_set = fake_library
+    cache.load_module(spec)
+    directory = cache.entry_dir(spec, header_set)
+    path = os.path.join(directory, cache.module_filename(spec))
+    os.unlink(os.path.join(directory, "manifest.json"))
+    with pytest.raises(BindingsError, match="no trusted manifest"):
+        cache.import_module(path, spec.name)
+    assert cache.load_module(spec).MARK == "genuine" and len(generations) == 2
