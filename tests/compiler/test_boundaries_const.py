@@ -291,3 +291,118 @@ def refuse_0d(x):
 @cupric.kernel
 def refuse_str(x):
     x[0] = WORDS_STR[0]
+
+
+# -- policies at their boundaries -----------------------------------------------------------------
+
+from cupric.device.const import ConstantPolicy, constant_policy, global_memory  # noqa: E402
+
+G60 = global_memory(np.zeros(60_000, np.uint8))
+FILL_35536 = np.zeros(KIB64 - 30_000, np.uint8)
+
+
+def test_an_unmarked_array_that_exactly_fills_the_rest_of_the_bank_stays():
+    # 30 000 marked + 35 536 unmarked = 65 536: fits; global_memory() data never counts.
+    @cupric.kernel
+    def exact_fill(x):
+        i = grid(1)
+        x[i] = M30[i] + FILL_35536[i] + G60[i]
+
+    found, messages = placement(exact_fill)
+    assert spaces(found) == {"M30": 4, "FILL_35536": 4, "G60": 1}
+    assert messages == ["kernel exact_fill: 65536 bytes of constant data, near the 65536-byte "
+                        "constant bank"]
+
+
+def test_explicit_policy_keeps_unmarked_arrays_out_of_the_bank():
+    @cupric.kernel
+    @constant_policy(placement="explicit")
+    def explicit(x):
+        i = grid(1)
+        x[i] = M30[i] + PLAIN_SMALL[i % 10] + G60[i]
+
+    found, messages = placement(explicit)
+    assert spaces(found) == {"M30": 4, "PLAIN_SMALL": 1, "G60": 1}
+    assert messages == []
+    report = explicit.inspect_constants(F64)
+    reasons = {e.name: (e.space, e.reason) for e in report.entries}
+    assert reasons == {"M30": ("constant", "marked constant()"),
+                       "PLAIN_SMALL": ("global", "explicit-only policy"),
+                       "G60": ("global", "marked global_memory()")}
+    assert (report.constant_bytes, report.global_bytes) == (30_000, 60_080)
+
+
+@pytest.mark.parametrize("low, high, total, warns", [
+    (0.5, 0.75, 32_768, False),      # exactly low: not inside
+    (0.5, 0.75, 32_769, True),
+    (0.5, 0.75, 49_152, True),       # exactly high: inside
+    (0.5, 0.75, 49_153, False),
+    (0.0, 1.0, 1, True),
+])
+def test_the_warning_range_excludes_low_and_includes_high(low, high, total, warns):
+    global SIZED
+    SIZED = np.zeros(total, np.uint8)
+
+    @cupric.kernel
+    @constant_policy(warn_range=(low, high))
+    def sized(x):
+        i = grid(1)
+        x[i] = SIZED[i]
+
+    found, messages = placement(sized)
+    assert spaces(found) == {"SIZED": 4}
+    assert messages == ([f"kernel sized: {total} bytes of constant data, near the 65536-byte "
+                         f"constant bank"] if warns else [])
+
+
+SIZED = np.zeros(1, np.uint8)
+
+
+def test_large_first_packing_and_quiet_spills():
+    @cupric.kernel
+    @constant_policy(packing="large_first", spill_warning=False)
+    def large(x):
+        i = grid(1)
+        x[i] = C20[i] + A40[i] + D10[i] + B30[i] - 0.0
+
+    found, messages = placement(large)
+    # Offered 40 000, 30 000 (spills: 70 000), 20 000 (60 000), 10 000 (spills: 70 000).
+    assert spaces(found) == {"A40": 4, "B30": 1, "C20": 4, "D10": 1}
+    assert messages == []
+
+
+def test_equal_sizes_spill_the_later_used_first_by_default():
+    @cupric.kernel
+    def ties(x):
+        i = grid(1)
+        x[i] = TIE_A[i] + TIE_B[i] + TIE_C[i]
+
+    found, messages = placement(ties)
+    # Smallest first with ties taken later-used first: TIE_C, TIE_B fit (60 000), TIE_A
+    # does not.
+    assert spaces(found) == {"TIE_A": 1, "TIE_B": 4, "TIE_C": 4}
+    assert messages[0].startswith("kernel ties: module-level arrays TIE_A do not fit")
+
+
+TIE_A = np.zeros(30_000, np.uint8)
+TIE_B = np.zeros(30_000, np.uint8)
+TIE_C = np.zeros(30_000, np.uint8)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(placement="manual"), "placement must be 'auto' or 'explicit', got 'manual'"),
+    (dict(warn_range=(0.5,)), r"warn_range must be \(low, high\) fractions"),
+    (dict(warn_range=(0.9, 0.8)), r"warn_range needs 0 <= low <= high, got \(0.9, 0.8\)"),
+    (dict(warn_range=(-0.1, 0.5)), "warn_range needs 0 <= low <= high"),
+    (dict(packing="biggest"), "packing must be one of small_first, large_first, by_module or "
+                              "a function, got 'biggest'"),
+])
+def test_policies_refused(kw, match):
+    with pytest.raises(ValueError, match=match):
+        ConstantPolicy(**kw)
+
+
+def test_policy_edges_accepted():
+    assert ConstantPolicy(warn_range=(0, 0)).warn_range == (0.0, 0.0)
+    assert ConstantPolicy(warn_range=(1, 1)).warn_range == (1.0, 1.0)
+    assert ConstantPolicy(warn_range=None).warn_range is None
