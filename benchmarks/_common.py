@@ -228,3 +228,24 @@ def ratio(peer, ours):
 def error_text(exc: BaseException) -> str:
     """An exception as one line for a results file."""
     return f"{type(exc).__name__}: {exc}"[:400]
+
+
+def finish(results: dict, json_path: str | None, method: str, tables: list) -> dict:
+    """Close a benchmark's results: its method (prose, whitespace collapsed) and tables
+    for BENCHMARKS.md, written to `json_path` when given."""
+    import json
+    results["method"] = " ".join(method.split())
+    results["tables"] = tables
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump(results, fh, indent=1)
+    return results
+
+
+def print_tables(results: dict) -> None:
+    """The tables of a benchmark's results, as plain rows, for its command line."""
+    for t in results.get("tables", ()):
+        print(t["title"])
+        for row in t["rows"]:
+            print("  " + " | ".join(f"{c:.4g}" if isinstance(c, float) else str(c)
+                                    for c in row))

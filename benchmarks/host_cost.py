@@ -46,7 +46,8 @@ import numpy as np
 from cupric.device import grid
 from cupric.types import Array, f32, i32
 
-from _common import CheckError, assert_correct, error_text, poison, ratio, table, to_host
+from _common import (CheckError, assert_correct, error_text, finish, poison, print_tables,
+                     ratio, table, to_host)
 
 KINDS = ("torch", "cupy", "buffer")
 ALLOCATING = "cupric, PyTorch tensors, allocating"
@@ -817,12 +818,7 @@ def run(json_path: str | None = None, quick: bool = False) -> dict:
             results[name] = part()
         except Exception as exc:
             results[f"{name}_error"] = error_text(exc)
-    results["method"] = " ".join(" ".join(p.split()) for p in __doc__.split("\n\n")[1:5])
-    results["tables"] = tables(results)
-    if json_path:
-        with open(json_path, "w") as fh:
-            json.dump(results, fh, indent=1)
-    return results
+    return finish(results, json_path, " ".join(__doc__.split("\n\n")[1:5]), tables(results))
 
 
 def tables(results: dict) -> list:
@@ -897,11 +893,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer sizes and samples")
     args = parser.parse_args(argv)
     results = run(args.json, quick=args.quick)
-    for t in results["tables"]:
-        print(t["title"])
-        for row in t["rows"]:
-            print("  " + " | ".join(f"{c:.3g}" if isinstance(c, float) else str(c)
-                                    for c in row))
+    print_tables(results)
     failed = [k for k in results if k.endswith("error")] + [
         f"{op}: {label}" for op, rows in results.get("ops", {}).items()
         for label, row in (rows.items() if isinstance(rows, dict) else ())

@@ -28,7 +28,6 @@ host half's states of 2^16 streams.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import sys
@@ -36,7 +35,7 @@ import time
 
 import numpy as np
 
-from _common import CheckError, error_text, ratio, table
+from _common import CheckError, error_text, finish, print_tables, ratio, table
 
 N = 1 << 28
 REPEATS = 15
@@ -258,13 +257,7 @@ def run(json_path: str | None = None, quick: bool = False) -> dict:
         except Exception as exc:
             results[f"{part.__name__.strip('_')}_error"] = error_text(exc)
     results.pop("_keep", None)
-    results["method"] = __doc__.split("\n\n")[1].replace("\n", " ") + " " + \
-        __doc__.split("\n\n")[2].replace("\n", " ")
-    results["tables"] = _tables(results)
-    if json_path:
-        with open(json_path, "w") as f:
-            json.dump(results, f, indent=2)
-    return results
+    return finish(results, json_path, " ".join(__doc__.split("\n\n")[1:3]), _tables(results))
 
 
 def _tables(results: dict) -> list:
@@ -318,11 +311,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     results = run(args.json, quick=args.quick)
-    for t in results["tables"]:
-        print(t["title"])
-        for row in t["rows"]:
-            print("  " + " | ".join(f"{c:.3g}" if isinstance(c, float) else str(c)
-                                    for c in row))
+    print_tables(results)
     failed = [k for k, v in results.items() if k.endswith("error") or
               (isinstance(v, dict) and "error" in v)]
     return 1 if failed else 0
