@@ -24,7 +24,7 @@ import cupric
 from cupric.device import FULL_MASK, blockIdx, cp_async, gridDim, local, mma, shared
 from cupric.device import syncthreads, threadIdx, warp
 from cupric.kernels._common import Call
-from cupric.kernels.gemm_tc import allow_dynamic_shared
+from cupric.kernels.gemm_tc import allow_dynamic_shared, require_aligned
 from cupric.types import f32, i32, u16, u32
 
 __all__ = ["attention", "kernel", "shared_bytes", "threads", "BLOCK_M", "BLOCK_MS",
@@ -292,7 +292,8 @@ def attention(q, k, v, out=None, *, causal: bool = False, scale: float | None = 
     ------
     TypeError, ValueError
         Other dtypes, shapes that differ or are not 4-D, a head_dim other than 64 or 128,
-        non-contiguous arrays, more than 2^31 elements.
+        non-contiguous arrays or ones not starting on a 16-byte boundary, more than 2^31
+        elements.
 
     Cost
     ----
@@ -325,6 +326,7 @@ def attention(q, k, v, out=None, *, causal: bool = False, scale: float | None = 
     bits = np.dtype(np.uint16)
     flat = [call.flat(x, name, bits) for x, name in zip(arrays, ("q", "k", "v"))]
     flat_out = call.flat(dst, "out").view(np.uint32)
+    require_aligned(call, {"q": flat[0], "k": flat[1], "v": flat[2], "out": flat_out})
     kern = kernel(head_dim, causal, block_m)
     nbytes = shared_bytes(head_dim, block_m)
     if not call.simulator:

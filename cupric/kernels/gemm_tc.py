@@ -25,7 +25,7 @@ from cupric.device import blockIdx, cp_async, local, mma, shared, syncthreads, t
 from cupric.kernels._common import Call
 from cupric.types import f32, i32, u16, u32
 
-__all__ = ["matmul", "kernel", "allow_dynamic_shared", "Config", "DEFAULT", "KINDS", "BM",
+__all__ = ["matmul", "kernel", "allow_dynamic_shared", "require_aligned", "Config", "DEFAULT", "KINDS", "BM",
            "BN", "BK", "STAGES", "THREADS"]
 
 
@@ -253,6 +253,17 @@ def allow_dynamic_shared(kern, signature: str, nbytes: int) -> None:
     _RAISED.add(key)
 
 
+def require_aligned(call, arrays: dict) -> None:
+    """ValueError unless every device array starts on a 16-byte boundary, as the kernels'
+    16-byte `cp.async` copies and paired stores need (fresh allocations always do)."""
+    if call.simulator:
+        return
+    for name, arr in arrays.items():
+        if arr.ptr % 16:
+            raise ValueError(f"{call.op}: {name} starts at {arr.ptr:#x}, not on a 16-byte "
+                             f"boundary (the kernel copies 16-byte rows); pass a copy")
+
+
 def _signature(out_kind: str) -> str:
     word = "u32" if out_kind == "bf16" else "f32"
     return f"Array[u16, 1, 'C'], Array[u16, 1, 'C'], Array[{word}, 1, 'C'], i32, i32, i32"
@@ -284,8 +295,8 @@ def matmul(a, b, out=None, *, kind: str = "bf16", config: Config = DEFAULT, stre
     TypeError
         Operand dtypes that do not match `kind`, an out of another dtype.
     ValueError
-        Inner dimensions that differ, k or n not a multiple of 8, non-contiguous arrays,
-        sizes past 2^31 elements.
+        Inner dimensions that differ, k or n not a multiple of 8, non-contiguous arrays or
+        ones not starting on a 16-byte boundary, sizes past 2^31 elements.
 
     Cost
     ----
@@ -333,8 +344,7 @@ def matmul(a, b, out=None, *, kind: str = "bf16", config: Config = DEFAULT, stre
     flat_out = call.flat(dst, "out")
     if out_kind == "bf16":  # pairs of results leave as one u32 word (n is even)
         flat_out = flat_out.view(np.uint32)
-    if k == 0:
-        raise ValueError("gemm_tc: k is 0")
+    require_aligned(call, {"a": flat_a, "b": flat_b, "out": flat_out})
     kern = kernel(kind, out_kind, config)
     if not call.simulator:
         allow_dynamic_shared(kern, _signature(out_kind), config.shared_bytes)

@@ -53,6 +53,11 @@ def test_simulator_matches_numpy(kind, shape, rng, simulator):
     assert np.array_equal(packed, bf16_bits(out))  # the same sums, rounded to bf16
 
 
+def test_empty_inner_dimension_gives_zeros(simulator):
+    out = gemm_tc.matmul(np.zeros((5, 0), np.uint16), np.zeros((0, 8), np.uint16))
+    assert out.shape == (5, 8) and not out.any()
+
+
 def test_argument_errors(simulator):
     a = np.zeros((16, 24), np.uint16)
     with pytest.raises(ValueError, match="inner dimensions"):
@@ -113,3 +118,12 @@ def test_gpu_matches_cublas(kind, shape):
     gemm_tc.matmul(a.view(view), b.view(view), packed, kind=kind)
     # bf16 output: the same float32 sums, rounded to nearest even
     assert torch.equal(packed, out.to(torch.bfloat16).view(torch.int16))
+
+
+@pytest.mark.gpu
+def test_gpu_refuses_unaligned_operands():
+    torch = pytest.importorskip("torch", reason="PyTorch makes the offset view")
+    a = torch.zeros(16 * 24 + 1, dtype=torch.int16, device="cuda")[1:].view(16, 24)
+    b = torch.zeros((24, 8), dtype=torch.int16, device="cuda")
+    with pytest.raises(ValueError, match="16-byte boundary"):
+        gemm_tc.matmul(a, b)
