@@ -513,11 +513,7 @@ class Communicator(Resource):
             raise TypeError(f"raw must be the communicator's address as a positive int, "
                             f"got {raw!r}")
         comm = lib.ffi.cast("ncclComm_t", raw)
-        values = []
-        for fn in ("ncclCommUserRank", "ncclCommCount", "ncclCommCuDevice"):
-            out = lib.ffi.new("int *")
-            lib.check(getattr(lib.lib, fn)(comm, out), comm)
-            values.append(out[0])
+        values = _ask(lib, comm, "ncclCommUserRank", "ncclCommCount", "ncclCommCuDevice")
         return cls._blank(raw, *values, CommOptions(), owned=False)
 
     def split(self, color: int | None, key: int | None = None,
@@ -551,12 +547,8 @@ class Communicator(Resource):
         child = lib.ffi.cast("ncclComm_t", raw)
         if status == lib.IN_PROGRESS or not options.blocking:
             self._poll_comm(child, "the split communicator's setup", options)
-        values = []
-        for fn in ("ncclCommUserRank", "ncclCommCount"):
-            box = lib.ffi.new("int *")
-            lib.check(getattr(lib.lib, fn)(child, box), child)
-            values.append(box[0])
-        return self._blank(raw, values[0], values[1], self._device, options)
+        rank, size = _ask(lib, child, "ncclCommUserRank", "ncclCommCount")
+        return self._blank(raw, rank, size, self._device, options)
 
     # -- facts -------------------------------------------------------------------------
 
@@ -733,6 +725,20 @@ class Communicator(Resource):
             return
         raise lib.error_of(status, comm, prefix=what)
 
+    def _equal_pair(self, send, out, stream, what: str, writes_send: bool):
+        """The intake of a collective whose output has its input's size: `out` None is
+        in place (the same `ArrayInfo` twice); otherwise same type, same size, and either
+        the very same memory or none shared."""
+        s = self._array(send, "send", stream, writable=writes_send)
+        if out is None:
+            return s, s
+        r = self._array(out, "out", stream, writable=True)
+        self._same_type(s, r, what)
+        if r.size != s.size:
+            raise ShapeMismatchError(f"{what}: out has {r.size} elements, send {s.size}")
+        self._disjoint(s, r, r.ptr, what)
+        return s, r
+
     @staticmethod
     def _same_type(a, b, what: str) -> None:
         if a.dtype != b.dtype or a.torch_dtype != b.torch_dtype:
@@ -801,22 +807,14 @@ class Communicator(Resource):
         NcclError
         """
         code = reduction_op(op)
-        target = send if out is None else out
-        s = self._array(send, "send", stream, writable=out is None)
-        r = s if out is None else self._array(out, "out", stream, writable=True)
-        if r is not s:
-            self._same_type(s, r, "all_reduce")
-            if r.size != s.size:
-                raise ShapeMismatchError(f"all_reduce: out has {r.size} elements, send "
-                                         f"{s.size}")
-            self._disjoint(s, r, r.ptr, "all_reduce")
+        s, r = self._equal_pair(send, out, stream, "all_reduce", out is None)
         dtype, count = self._wire(s, s.size, code)
         handle, comm = self._begin(stream, (s, r))
         from . import lib
         status = lib.lib.ncclAllReduce(_p(lib, s.ptr), _p(lib, r.ptr), count, dtype, code,
                                        comm, _p(lib, handle))
         self._finish(status, comm, "ncclAllReduce")
-        return target
+        return send if out is None else out
 
     def reduce(self, send, out=None, *, root: int = 0, op: str = "sum", stream=None):
         """Reduce `send` over every rank into `out` on rank `root` (``ncclReduce``);
@@ -824,43 +822,28 @@ class Communicator(Resource):
         not written. Returns the output array (`send` where `out` is None)."""
         code = reduction_op(op)
         root = self._check_rank(root, "root")
-        target = send if out is None else out
-        s = self._array(send, "send", stream, writable=out is None and root == self._rank)
-        r = s if out is None else self._array(out, "out", stream, writable=True)
-        if r is not s:
-            self._same_type(s, r, "reduce")
-            if r.size != s.size:
-                raise ShapeMismatchError(f"reduce: out has {r.size} elements, send "
-                                         f"{s.size}")
-            self._disjoint(s, r, r.ptr, "reduce")
+        s, r = self._equal_pair(send, out, stream, "reduce",
+                                out is None and root == self._rank)
         dtype, count = self._wire(s, s.size, code)
         handle, comm = self._begin(stream, (s, r))
         from . import lib
         status = lib.lib.ncclReduce(_p(lib, s.ptr), _p(lib, r.ptr), count, dtype, code,
                                     root, comm, _p(lib, handle))
         self._finish(status, comm, "ncclReduce")
-        return target
+        return send if out is None else out
 
     def broadcast(self, send, out=None, *, root: int = 0, stream=None):
         """Copy rank `root`'s `send` into `out` on every rank (``ncclBroadcast``); `out`
         None broadcasts in place (into `send`). Returns the output array."""
         root = self._check_rank(root, "root")
-        target = send if out is None else out
-        s = self._array(send, "send", stream, writable=out is None)
-        r = s if out is None else self._array(out, "out", stream, writable=True)
-        if r is not s:
-            self._same_type(s, r, "broadcast")
-            if r.size != s.size:
-                raise ShapeMismatchError(f"broadcast: out has {r.size} elements, send "
-                                         f"{s.size}")
-            self._disjoint(s, r, r.ptr, "broadcast")
+        s, r = self._equal_pair(send, out, stream, "broadcast", out is None)
         dtype, count = self._wire(s, s.size, None)
         handle, comm = self._begin(stream, (s, r))
         from . import lib
         status = lib.lib.ncclBroadcast(_p(lib, s.ptr), _p(lib, r.ptr), count, dtype, root,
                                        comm, _p(lib, handle))
         self._finish(status, comm, "ncclBroadcast")
-        return target
+        return send if out is None else out
 
     def all_gather(self, send, out=None, *, stream=None):
         """Concatenate every rank's `send` in rank order into `out` on every rank
@@ -965,6 +948,16 @@ class Communicator(Resource):
         status = lib.lib.ncclRecv(_p(lib, r.ptr), count, dtype, peer, comm, _p(lib, handle))
         self._finish(status, comm, "ncclRecv")
         return array
+
+
+def _ask(lib, comm, *functions) -> list[int]:
+    """The int each ``ncclComm*(comm, int *)`` query of `functions` answers."""
+    values = []
+    for name in functions:
+        box = lib.ffi.new("int *")
+        lib.check(getattr(lib.lib, name)(comm, box), comm)
+        values.append(box[0])
+    return values
 
 
 def _p(lib, address: int):
