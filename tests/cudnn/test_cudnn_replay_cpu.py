@@ -292,3 +292,18 @@ def test_several_gpus_need_the_current_context_and_each_arrays_device(ext, fake)
     assert ext.run(head, (elsewhere,), (y,), h, None) is None
     assert ext.run(head, (unknown,), (y,), h, None) is None
     assert len(fake.log) == 1
+
+
+def test_allocation_specs_and_extents_of_recorded_calls():
+    base = memory.borrow(0x50000, (2, 4, 4, 3), None, np.float32)
+    nhwc = base.transpose(0, 3, 1, 2)            # what an NHWC output allocation gives
+    plain = memory.borrow(0x60000, SHAPE, None, np.float32)
+    given = object()
+    specs = _replay._allocs((None, None, given, None), (nhwc, plain, plain, plain),
+                            (True, True, True, False))
+    assert specs == (((2, 4, 4, 3), np.dtype(np.float32), SHAPE, (192, 4, 48, 12)),
+                     (SHAPE, np.dtype(np.float32), None, None), None, None)
+    # A uint16 stand-in for bfloat16 is never replayed (it must be remembered as such).
+    u16 = memory.borrow(0x70000, SHAPE, None, np.uint16)
+    assert _replay._allocs((None,), (u16,), (True,)) is None
+    assert _replay._spans((plain, None, nhwc)) == ((0, NBYTES), (0, 0), (0, NBYTES))
