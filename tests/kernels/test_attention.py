@@ -35,10 +35,11 @@ def simulator(monkeypatch):
     monkeypatch.setenv("CUPRIC_SIMULATOR", "1")
 
 
-@pytest.mark.parametrize("seq, head_dim, causal, block_m", [
-    (80, 64, True, 64), (70, 64, False, 64), (40, 128, True, 64), (150, 64, True, 128)])
-def test_simulator_matches_reference(seq, head_dim, causal, block_m, rng, simulator):
-    q, k, v = (bf16_bits(rng.standard_normal((1, 2, seq, head_dim))) for _ in range(3))
+@pytest.mark.parametrize("heads, seq, head_dim, causal, block_m", [
+    (2, 80, 64, True, 64), (2, 70, 64, False, 64), (1, 40, 128, True, 64),
+    (1, 150, 64, True, 128)])
+def test_simulator_matches_reference(heads, seq, head_dim, causal, block_m, rng, simulator):
+    q, k, v = (bf16_bits(rng.standard_normal((1, heads, seq, head_dim))) for _ in range(3))
     out = np.full(q.shape, 0xFFFF, np.uint16)
     assert att.attention(q, k, v, out, causal=causal, block_m=block_m) is out
     err = np.abs(bf16_values(out) - reference(q, k, v, causal))
