@@ -315,3 +315,67 @@ def test_init_without_a_store_says_what_to_set(monkeypatch):
         ctx_mod.init(environ={"SLURM_PROCID": "1", "SLURM_NTASKS": "2",
                               "SLURM_LOCALID": "1"})
 
+
+
+# --------------------------------------------------------------------------------------
+# The MPI and TCP stores against stand-ins of mpi4py and PyTorch
+
+
+def test_mpi_store_broadcasts_rank_zeros_value(monkeypatch):
+    import sys
+    import types
+
+    from cupric.distributed.store import MpiStore
+    sent = []
+
+    class World:
+        def bcast(self, value, root):
+            sent.append((value, root))
+            return b"id-bytes" if value is None else value
+
+    fake = types.ModuleType("mpi4py")
+    fake.MPI = types.SimpleNamespace(COMM_WORLD=World())
+    monkeypatch.setitem(sys.modules, "mpi4py", fake)
+    root = MpiStore()
+    root.set("k", b"id-bytes")
+    assert root.get("k") == b"id-bytes" and sent[-1] == (b"id-bytes", 0)
+    other = MpiStore()
+    assert other.get("k") == b"id-bytes" and sent[-1] == (None, 0)
+
+
+def test_tcp_store_wraps_pytorchs(monkeypatch):
+    import datetime
+    import sys
+    import types
+
+    from cupric.distributed.store import StoreTimeoutError, TcpStore
+    made = []
+
+    class FakeTCPStore:
+        def __init__(self, host, port, world_size, is_master, timeout):
+            made.append((host, port, world_size, is_master, timeout))
+            self.data = {}
+
+        def set(self, key, value):
+            self.data[key] = value
+
+        def get(self, key):
+            if key not in self.data:
+                raise RuntimeError("Socket Timeout: wait timed out after 1000ms")
+            return self.data[key]
+
+        def delete_key(self, key):
+            return self.data.pop(key, None) is not None
+
+    torch = types.ModuleType("torch")
+    distributed = types.ModuleType("torch.distributed")
+    distributed.TCPStore = FakeTCPStore
+    torch.distributed = distributed
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch.distributed", distributed)
+    store = TcpStore("node0", 29500, 4, True, timeout=7.5)
+    assert made == [("node0", 29500, 4, True, datetime.timedelta(seconds=7.5))]
+    store.set("k", b"v")
+    assert store.get("k") == b"v" and store.delete("k") and not store.delete("k")
+    with pytest.raises(StoreTimeoutError, match="within 7.5 s"):
+        store.get("missing")

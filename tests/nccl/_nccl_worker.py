@@ -20,8 +20,9 @@ from cupric.runtime import to_device
 
 DTYPES = [np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64, np.float16,
           np.float32, np.float64]
-OPS = {"sum": lambda a: a.sum(0), "prod": lambda a: a.prod(0), "max": lambda a: a.max(0),
-       "min": lambda a: a.min(0)}
+# In the arrays' own type, as NCCL computes (integers wrap; NumPy would widen them).
+OPS = {"sum": lambda a: a.sum(0, dtype=a.dtype), "prod": lambda a: a.prod(0, dtype=a.dtype),
+       "max": lambda a: a.max(0), "min": lambda a: a.min(0)}
 
 
 def inputs(size, n, dtype, seed):
@@ -70,7 +71,7 @@ def collectives(ctx):
         swapped = comm.all_to_all(to_device(mine, stream), stream=stream)
         comm.wait(stream)
         if rank == root:
-            close(out.to_numpy(), every.sum(0), dtype)
+            close(out.to_numpy(), OPS["sum"](every), dtype)
         close(send.to_numpy(), every[root], dtype)
         close(gathered.to_numpy(), every.reshape(-1), dtype)
         block = n // size
@@ -109,6 +110,7 @@ def abort(ctx, seconds):
         comm.all_reduce(buf, stream=stream)
         comm.wait(stream, timeout=seconds)
     except nccl.NcclError as exc:
+        comm.abort()      # already aborted by the wait loop; not when the call itself failed
         print(f"rank 0 raised {type(exc).__name__} after "
               f"{time.monotonic() - start:.2f} s: {exc}", flush=True)
         return

@@ -200,6 +200,7 @@ def test_torch_tensors_and_torch_streams(comm, rng):
     for dtype in (torch.float32, torch.bfloat16, torch.int64, torch.float16):
         x = torch.from_numpy(rng.standard_normal(3000)).to(dtype).cuda()
         out = torch.full_like(x, 7)
+        torch.cuda.synchronize()     # x and out were written on the default stream
         with torch.cuda.stream(s):
             comm.all_reduce(x, out, op="sum", stream=s)
             gathered = torch.empty(3000, dtype=dtype, device="cuda")
@@ -209,6 +210,7 @@ def test_torch_tensors_and_torch_streams(comm, rng):
     # bool moves as bytes
     flags = torch.from_numpy(rng.random(100) > 0.5).cuda()
     copy = torch.zeros_like(flags)
+    torch.cuda.synchronize()
     comm.broadcast(flags, copy, stream=s)
     s.synchronize()
     assert torch.equal(copy, flags)
