@@ -241,11 +241,15 @@ _RAISED: set = set()
 
 def allow_dynamic_shared(kern, signature: str, nbytes: int) -> None:
     """Raise `kern`'s dynamic shared memory limit to `nbytes` where that is past the
-    default 48 KiB (once per kernel and device), for the specialization `signature` (the
-    one the launch path compiles for these arrays: noalias, aligned)."""
+    default 48 KiB (once per kernel, device and context generation), for the
+    specialization `signature` (the one the launch path compiles for these arrays:
+    noalias, aligned)."""
     from cupric.runtime import current_device
+    from cupric.runtime.context import generation
 
-    key = (id(kern), signature, current_device().ordinal)
+    ordinal = current_device().ordinal
+    # A context reset (generation) loads the kernel again: the limit is raised again.
+    key = (id(kern), signature, ordinal, generation(ordinal))
     if key in _RAISED or nbytes <= 48 * 1024:
         return
     spec = kern.specialize(signature)
