@@ -187,6 +187,20 @@ def assert_correct(label: str, run, got, expected, *, outputs=(), rtol: float = 
             "max_rel_diff": worst / scale if scale else worst}
 
 
+def assert_on_device(label: str, run, ok, *, reset=None) -> None:
+    """`assert_correct` for outputs too large to bring to the host, compared on the device
+    by the benchmark's own expression: `reset()` (poison the output, restore inputs that
+    the call updates in place), `run()` once, then `ok()` must be true (every element,
+    e.g. ``cupy.array_equal(out, x + y)``). Raises `CheckError` naming `label`."""
+    if reset is not None:
+        reset()
+    _synchronize()
+    run()
+    _synchronize()
+    if not bool(ok()):
+        raise CheckError(f"{label} gave a wrong result")
+
+
 def _torch_close(label: str, got, expected, rtol: float, atol: float) -> dict:
     """`assert_correct`'s comparison on the device, for two PyTorch tensors (every
     element, in float64: no copy of a large output to the host)."""

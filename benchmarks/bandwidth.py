@@ -18,7 +18,7 @@ import sys
 
 import numpy as np
 
-from _common import table
+from _common import assert_on_device, table
 
 MIB = 1 << 20
 WARMUP = 3
@@ -84,12 +84,7 @@ def run(json_path: str | None = None) -> dict:
 
     def copy_checked(label, copy, read, poisoned):
         # Poison the destination, copy once, compare every byte before any timing.
-        poisoned()
-        cp.cuda.Device().synchronize()
-        copy()
-        stream.synchronize()
-        if not bool(read()):
-            raise AssertionError(f"{label}: the copy differs from its source")
+        assert_on_device(f"{label} copy", copy, read, reset=poisoned)
         results.setdefault("checked", []).append(label)
 
     h2d_ours = lambda: ours_dev.copy_from(ours_host, stream=handle)  # noqa: E731

@@ -29,7 +29,7 @@ import traceback
 
 import numpy as np
 
-from _common import EventTimer, paired_ratio, table
+from _common import EventTimer, assert_on_device, paired_ratio, table
 
 WARMUP = 2
 REPEATS = 10
@@ -527,13 +527,8 @@ class Suite:
         """Every contender (but those in `skip`, whose results land elsewhere) run once
         on the shared output, reset before each, and its result checked."""
         for name, fn in impls.items():
-            if name in skip:
-                continue
-            reset()
-            fn()
-            self.stream.synchronize()
-            if not check():
-                raise AssertionError(f"{label}: {name} gave a wrong result")
+            if name not in skip:
+                assert_on_device(f"{label}: {name}", fn, check, reset=reset)
 
     # -- the copy reference ------------------------------------------------------------
 

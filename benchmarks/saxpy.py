@@ -40,7 +40,7 @@ import cupric
 from cupric.device import grid, gridsize
 from cupric.types import Array, f32
 
-from _common import EventTimer, table
+from _common import EventTimer, assert_on_device, table
 
 N = 1 << 28
 BLOCK = 256
@@ -365,20 +365,16 @@ def run(json_path: str | None = None, dump: str | None = None, quick: bool = Fal
 def _check(cp, stream, impls, a, x, y, y0, out) -> None:
     """Every contender's result, from fresh inputs (y is updated in place by saxpy). The
     stream is non-blocking: CuPy's default-stream work is ordered explicitly."""
+    def reset():
+        cp.cuda.Device().synchronize()
+        y[...] = y0
+        out.fill(cp.nan)
+
     for bench, fns in impls.items():
+        ok = (lambda: cp.allclose(y, a * x + y0, rtol=1e-5, atol=1e-6)) if bench == "saxpy" \
+            else (lambda: cp.array_equal(out, x + y0))
         for name, fn in fns.items():
-            cp.cuda.Device().synchronize()
-            y[...] = y0
-            out[...] = 0
-            cp.cuda.Device().synchronize()
-            fn()
-            stream.synchronize()
-            if bench == "saxpy":
-                ok = cp.allclose(y, a * x + y0, rtol=1e-5, atol=1e-6)
-            else:
-                ok = cp.array_equal(out, x + y0)
-            if not ok:
-                raise AssertionError(f"{bench} {name} gave a wrong result")
+            assert_on_device(f"{bench} {name}", fn, ok, reset=reset)
     cp.cuda.Device().synchronize()
     y[...] = y0
     cp.cuda.Device().synchronize()
