@@ -196,3 +196,13 @@ def test_environment_takes_the_commit_given(monkeypatch):
     meta = run_all.environment()
     assert meta["commit"] == "cafe123456" and meta["dirty"] is True
     assert meta["date"].endswith("Z") and meta["python"] and "numpy" in meta
+
+
+def test_assert_on_device_resets_runs_then_checks(monkeypatch):
+    monkeypatch.setattr(common, "_synchronize", lambda: None)
+    order = []
+    common.assert_on_device("fine", lambda: order.append("run"), lambda: order.append("ok")
+                            or True, reset=lambda: order.append("reset"))
+    assert order == ["reset", "run", "ok"]
+    with pytest.raises(common.CheckError, match="vecadd: cuda_c gave a wrong result"):
+        common.assert_on_device("vecadd: cuda_c", lambda: None, lambda: False)
