@@ -131,6 +131,7 @@ class TcpStore:
                               timeout=datetime.timedelta(seconds=timeout))
 
     def set(self, key: str, value: bytes) -> None:
+        """Write `value` under `key` on the server."""
         self.store.set(key, value)
 
     def get(self, key: str, timeout: float | None = None) -> bytes:
@@ -150,6 +151,7 @@ class TcpStore:
             raise
 
     def delete(self, key: str) -> bool:
+        """Remove `key`; False when it was not there."""
         return bool(self.store.delete_key(key))
 
 
@@ -163,10 +165,15 @@ class MpiStore:
         self._pending: dict[str, bytes] = {}
 
     def set(self, key: str, value: bytes) -> None:
+        """Keep `value` for the broadcast that the next `get` of `key` makes (rank 0)."""
         self._pending[key] = bytes(value)
 
     def get(self, key: str, timeout: float | None = None) -> bytes:
+        """Rank 0's value of `key` (``MPI_Bcast``; every rank calls it). MPI has no
+        timeout: a rank that never calls it blocks the others until the launcher ends
+        the job."""
         return self.comm.bcast(self._pending.pop(key, None), root=0)
 
     def delete(self, key: str) -> bool:
+        """Drop a value not yet broadcast; False when there was none."""
         return self._pending.pop(key, None) is not None

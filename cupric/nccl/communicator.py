@@ -181,6 +181,7 @@ class UniqueId:
     from_bytes = classmethod(lambda cls, data: cls(data))
 
     def to_bytes(self) -> bytes:
+        """The 128 bytes, to send to the other ranks."""
         return self._bytes
 
     __bytes__ = to_bytes
@@ -572,6 +573,7 @@ class Communicator(Resource):
 
     @property
     def options(self) -> CommOptions:
+        """The `CommOptions` it was made with (blocking, timeout, ...)."""
         return self._options
 
     @property
