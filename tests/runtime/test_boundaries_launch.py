@@ -286,3 +286,10 @@ def test_check_config_takes_the_kernels_own_limits():
         L.check_config("s", 1, 1, 2049, small)
     with pytest.raises(LaunchError, match="65 threads exceeds the maximum of 64"):
         L.check_config("s", 1, 65, 0, small)
+
+
+def test_check_config_names_the_bad_dimension():
+    with pytest.raises(LaunchError, match=r"block\.z = 0: block dimensions must be >= 1"):
+        L.check_config("s", 1, (1, 1, 0), 0)
+    with pytest.raises(LaunchError, match=r"grid\.x = 0: grid dimensions must be >= 1"):
+        L.check_config("s", 0, 1, 0)
