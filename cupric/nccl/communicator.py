@@ -695,9 +695,10 @@ class Communicator(Resource):
     # -- argument intake ---------------------------------------------------------------
 
     def _array(self, obj, name: str, stream, writable: bool):
+        # On one GPU no array can live elsewhere: its device is not even asked.
         info = intake.array_info(obj, stream, name=name, writable=writable,
                                  device=self._device if self._multi else None,
-                                 order=False)
+                                 order=False, with_device=self._multi)
         if not info.is_c_contiguous:
             raise intake.StrideError(f"{name} must be contiguous for NCCL (shape "
                                      f"{info.shape}, strides {info.strides}); pass a "
