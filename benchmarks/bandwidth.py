@@ -150,7 +150,8 @@ def run(json_path: str | None = None) -> dict:
     results["tables"] = [table("GB/s", [("copy", ""), ("cupric", ".2f"), ("CuPy", ".2f"),
                                          ("cupric / CuPy", ".3f")],
                                [[k, results[k]["cupric_GBps"], results[k]["cupy_GBps"],
-                                 results[k]["ratio"]] for k in ("h2d_pinned", "d2h_pinned", "d2d")])]
+                                 results[k]["ratio"]]
+                                for k in ("h2d_pinned", "d2h_pinned", "d2d")])]
     _print(results)
     if json_path:
         with open(json_path, "w") as fh:

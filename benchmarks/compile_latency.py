@@ -321,7 +321,8 @@ def _tables(r: dict) -> list:
     def num(key):
         v = r.get(key)
         return v * 1e3 if isinstance(v, float) else None
-    cupy_cold, numba_cold = num("nvrtc_cupy_cold_compile_load_s"), num("numba_cuda_cold_compile_load_s")
+    cupy_cold = num("nvrtc_cupy_cold_compile_load_s")
+    numba_cold = num("numba_cuda_cold_compile_load_s")
     ours = num("cold_compile_load_s")
     rows = [["first compile + load (empty kernel caches)", ours, cupy_cold, numba_cold,
              ratio(cupy_cold, ours), ratio(numba_cold, ours)],

@@ -230,7 +230,8 @@ def _conv_ops(torch, F, dnn, size: str, n, c, k, hw, dtype) -> list:
     # float32 convolutions may use TF32 on both sides (each library's default).
     tol = (2e-2, 2e-2) if nhwc else (5e-3, 5e-3)
     bwd = torch.ops.aten.convolution_backward
-    tag = f"{size}: {n}x{c}x{hw}x{hw}, {k} filters 3x3, {str(dtype)[6:]} {'NHWC' if nhwc else 'NCHW'}"
+    tag = (f"{size}: {n}x{c}x{hw}x{hw}, {k} filters 3x3, {str(dtype)[6:]} "
+           f"{'NHWC' if nhwc else 'NCHW'}")
 
     def tgrad(which, dy_, x_, w_):
         mask = [which == "data", which == "filter", False]
@@ -285,7 +286,8 @@ def _library_ops(torch, cp, quick: bool) -> list:
     ops = []
     layers = [("small", 8, 64, 64, 14, torch.float16)]
     if not quick:
-        layers += [("large", 64, 64, 64, 56, torch.float16), ("small", 8, 64, 64, 14, torch.float32)]
+        layers += [("large", 64, 64, 64, 56, torch.float16),
+                   ("small", 8, 64, 64, 14, torch.float32)]
     for size, n, c, k, hw, dtype in layers:
         ops += _conv_ops(torch, F, dnn, size, n, c, k, hw, dtype)
 
@@ -347,7 +349,8 @@ def _library_ops(torch, cp, quick: bool) -> list:
         x = _randn(torch, (n, c, hw, hw), torch.float16, True)
         y = torch.empty((n, c, hw // 2, hw // 2), device="cuda", dtype=torch.float16).contiguous(
             memory_format=torch.channels_last)
-        ops.append(_allocating(Op("max pool 3x3 stride 2", f"{size}: {n}x{c}x{hw}x{hw} float16 NHWC",
+        ops.append(_allocating(Op("max pool 3x3 stride 2",
+                                  f"{size}: {n}x{c}x{hw}x{hw} float16 NHWC",
                       {"x": x, "y": y},
                       lambda v: lambda: dnn.max_pool2d(v["x"], 3, 2, 1, out=v["y"]),
                       {"PyTorch max_pool2d": lambda x=x: F.max_pool2d(x, 3, 2, 1)}, "y",
@@ -707,8 +710,10 @@ assert (y.cpu().numpy() == 2 * np.arange(1 << 20, dtype=np.float32)).all()
 import time; t0 = time.perf_counter()
 import torch, cupric.cudnn as dnn
 t1 = time.perf_counter()
-x = torch.randn(8, 64, 14, 14, device="cuda", dtype=torch.float16).contiguous(memory_format=torch.channels_last)
-w = (0.05 * torch.randn(64, 64, 3, 3, device="cuda", dtype=torch.float16)).contiguous(memory_format=torch.channels_last)
+nhwc = torch.channels_last
+x = torch.randn(8, 64, 14, 14, device="cuda", dtype=torch.float16).contiguous(memory_format=nhwc)
+w = (0.05 * torch.randn(64, 64, 3, 3, device="cuda", dtype=torch.float16)).contiguous(
+    memory_format=nhwc)
 y = dnn.conv2d(x, w, padding=1)
 torch.cuda.synchronize()
 t2 = time.perf_counter()
@@ -719,8 +724,10 @@ assert (torch.as_tensor(y, device="cuda").float() - ref).abs().max().item() < 5e
 import time; t0 = time.perf_counter()
 import torch
 t1 = time.perf_counter()
-x = torch.randn(8, 64, 14, 14, device="cuda", dtype=torch.float16).contiguous(memory_format=torch.channels_last)
-w = (0.05 * torch.randn(64, 64, 3, 3, device="cuda", dtype=torch.float16)).contiguous(memory_format=torch.channels_last)
+nhwc = torch.channels_last
+x = torch.randn(8, 64, 14, 14, device="cuda", dtype=torch.float16).contiguous(memory_format=nhwc)
+w = (0.05 * torch.randn(64, 64, 3, 3, device="cuda", dtype=torch.float16)).contiguous(
+    memory_format=nhwc)
 y = torch.nn.functional.conv2d(x, w, padding=1)
 torch.cuda.synchronize()
 t2 = time.perf_counter()

@@ -199,7 +199,8 @@ def _init_streams(results: dict, quick: bool) -> None:
     expect = Generator(99, algorithm="xoshiro128++", streams=1 << 16).stream_states
     if not np.array_equal(states[:, :1 << 16], expect):
         raise CheckError("init_streams: the device's stream states differ from the host's")
-    if len({tuple(c) for c in states[:, ::max(1, n // 4096)].T}) != states[:, ::max(1, n // 4096)].shape[1]:
+    sample = states[:, ::max(1, n // 4096)]
+    if len({tuple(c) for c in sample.T}) != sample.shape[1]:
         raise CheckError("init_streams: repeated stream states")
 
     def first_use():

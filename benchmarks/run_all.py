@@ -41,7 +41,8 @@ _CHILD = """
 import inspect, json, sys
 sys.path[:0] = [sys.argv[1], sys.argv[2]]
 import {name} as b
-kwargs = {{"quick": True}} if sys.argv[4] == "1" and "quick" in inspect.signature(b.run).parameters else {{}}
+quick = sys.argv[4] == "1" and "quick" in inspect.signature(b.run).parameters
+kwargs = {{"quick": True}} if quick else {{}}
 r = b.run(**kwargs)
 json.dump(r, open(sys.argv[3], "w"), default=str)
 """
