@@ -206,3 +206,10 @@ def test_assert_on_device_resets_runs_then_checks(monkeypatch):
     assert order == ["reset", "run", "ok"]
     with pytest.raises(common.CheckError, match="vecadd: cuda_c gave a wrong result"):
         common.assert_on_device("vecadd: cuda_c", lambda: None, lambda: False)
+
+
+def test_a_single_table_is_rendered(tmp_path):
+    _run(tmp_path, "run.json", "2026-01-01T00:00:00Z",
+         {"collectives": {"table": _table(4.0), "world_size": 2}})
+    text = md.render(md.load_runs(str(tmp_path)))
+    assert "(`benchmarks/collectives.py`)" in text and "| a | 4.00 | 2.000 |" in text

@@ -57,9 +57,15 @@ def load_runs(folder: str = RESULTS) -> list[tuple[str, dict]]:
     return runs
 
 
+def tables_of(result) -> list:
+    """A benchmark's tables: its `tables` list (or one `table`)."""
+    if not isinstance(result, dict):
+        return []
+    return result.get("tables") or ([result["table"]] if result.get("table") else [])
+
+
 def _usable(result) -> bool:
-    return (isinstance(result, dict) and not result.get("error")
-            and bool(result.get("tables")))
+    return isinstance(result, dict) and not result.get("error") and bool(tables_of(result))
 
 
 def choose(runs: list[tuple[str, dict]]) -> dict:
@@ -137,13 +143,13 @@ def render(runs: list[tuple[str, dict]]) -> str:
                   _wrap(source_line(file_name, run["meta"])), ""]
         if result.get("method"):
             lines += [_wrap(result["method"]), ""]
-        for t in result["tables"]:
+        for t in tables_of(result):
             lines += render_table(t)
     newest_name, newest = runs[-1]
     failed = [(b, r.get("error") or "; ".join(
         f"{k}: {v}" for k, v in r.items() if k.endswith("error") and v))
         for b, r in newest["benchmarks"].items()
-        if isinstance(r, dict) and (r.get("error") or not r.get("tables"))]
+        if isinstance(r, dict) and (r.get("error") or not tables_of(r))]
     if failed:
         lines += ["## Failed in the newest run", "",
                   f"`benchmarks/results/{newest_name}`:", ""]
