@@ -88,6 +88,7 @@ def test_contiguity_at_its_edges(shape, strides, c, f):
     ((5,), (4,), 4, (0, 20)), ((5,), (-4,), 4, (-16, 4)),
     ((2, 3), (-24, 8), 8, (-24, 24)), ((2, 3), (24, -8), 8, (-16, 32)),
     ((2, 3), (-24, -8), 8, (-40, 8)), ((3, 2), (0, 8), 8, (0, 16)),
+    ((2, 3), (24, 8), 8, (0, 48)), ((2, 3, 4), (96, 32, 8), 8, (0, 192)),
 ])
 def test_extent_at_its_edges(shape, strides, itemsize, expected):
     assert m.extent(shape, strides, itemsize) == expected
@@ -201,7 +202,7 @@ def test_zero_size_layouts_index_like_numpy():
 def test_reshape_at_zero_and_one(shape, new, expected):
     strides = m.c_strides(shape, 4)
     got_shape, got_strides = m.reshape_layout(shape, strides, 4, new)
-    assert got_shape == expected
+    assert got_shape == expected and all(type(d) is int for d in got_shape)
     assert got_strides == m.c_strides(expected, 4)
     if 0 not in shape:
         b = np.zeros(shape, np.int32).reshape(new)
@@ -239,7 +240,8 @@ def test_reshape_needs_c_contiguous_but_ignores_length_one_axes():
     ((2, 0), (0, 4), 4, 8, ((2, 0), (0, 8))),             # zero-length last axis
 ])
 def test_item_size_views(shape, strides, old, new, expected):
-    assert m.view_layout(shape, strides, old, new) == expected
+    got = m.view_layout(shape, strides, old, new)
+    assert got == expected and all(type(d) is int for d in got[0])
 
 
 @pytest.mark.parametrize("shape, strides, old, new, match", [
@@ -270,3 +272,36 @@ def test_allocation_layouts_at_zero_size_and_their_cache():
     assert m._exact_shape(3) and m._exact_shape((1, 2)) and m._exact_shape(())
     for inexact in ((1, 2.0), [1], (np.int64(1),), True, (True,), 2.0):
         assert m._exact_shape(inexact) is False
+
+
+def test_the_layout_cache_returns_only_what_was_asked(monkeypatch):
+    monkeypatch.setattr(m, "_layouts", {})
+    first = m._layout((2, 3), "f4")
+    assert m._layout((2, 3), "f4") is first                 # a hit: the same tuple
+    assert m._layout(tuple([2, 3]), "f4") is first           # an equal exact shape hits too
+    assert m._layout((2, 3), np.dtype("f4"))[:7] == first[:7]
+    # Unhashable requests are answered, not cached.
+    before = dict(m._layouts)
+    assert m._layout([2, 3], "f4")[:7] == first[:7]
+    assert m._layout((2, 3), [("a", "f4")])[0] == (2, 3)
+    assert m._layouts == before
+    # A dtype with metadata equals (and hashes as) the plain one, but is its own request:
+    # answered with its own dtype, never cached, and the plain entry stays plain.
+    meta = np.dtype("f4", metadata={"unit": "m"})
+    got = m._layout((2, 3), meta)
+    assert got[2] is meta and got[2].metadata == {"unit": "m"}
+    assert m._layout((2, 3), "f4") is first and first[2].metadata is None
+    m._layout((4,), meta)
+    assert m._layout((4,), "f4")[2].metadata is None
+    # An equal but inexact shape is refused even though (2, 3) is cached.
+    with pytest.raises(TypeError):
+        m._layout((2.0, 3), "f4")
+
+
+def test_the_layout_cache_is_bounded(monkeypatch):
+    monkeypatch.setattr(m, "_layouts", {})
+    for n in range(1, m._LAYOUTS_MAX + 1):
+        m._layout((n,), "u1")
+    assert len(m._layouts) == m._LAYOUTS_MAX
+    m._layout((m._LAYOUTS_MAX + 1,), "u1")                  # full: cleared, then stored
+    assert len(m._layouts) == 1
