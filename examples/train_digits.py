@@ -628,8 +628,23 @@ class CupricNet:
         batch = logp.shape[0]
         if bufs is None:
             bufs = self.buffers(batch, True)
-        self._launch(nll_loss_grad, batch)(logp, labels, 1.0 / batch, bufs.dlogp, stats)
+        self._launch(nll_loss_grad, batch)(logp, labels, self.loss_scale(batch),
+                                           bufs.dlogp, stats)
         return bufs.dlogp
+
+    def loss_scale(self, batch: int) -> float:
+        """The factor on the batch's summed loss whose gradient a step takes: 1 / batch,
+        the batch mean (a data-parallel run divides by the global batch instead)."""
+        return 1.0 / batch
+
+    def gradients_ready(self, layer: str) -> None:
+        """Called by `backward` as soon as the gradients of `layer` ("fc", "conv2",
+        "conv1", in that order) are queued; nothing to do here (a data-parallel run
+        starts that layer's all-reduce)."""
+
+    def backward_done(self) -> None:
+        """Called at the end of `backward`; nothing to do here (a data-parallel run makes
+        the stream wait for its all-reduces before the optimizer reads the gradients)."""
 
     def backward(self, saved, logp, dlogp, bufs: StepBuffers | None = None) -> None:
         """Gradients of every parameter into `self.grads`."""
@@ -644,6 +659,7 @@ class CupricNet:
         # fc: logits = h @ w + b
         cublas.matmul(h.T, dlogits, out=g["fc.w"], handle=blas)
         cublas.matmul(self._ones_of(batch), dlogits, out=g["fc.b"], handle=blas)
+        self.gradients_ready("fc")
         dh = cublas.matmul(dlogits, p["fc.w"].T, out=bufs.dh, handle=blas)
         if u is not None:
             self._launch(dropout_apply, u.size)(
@@ -658,6 +674,7 @@ class CupricNet:
         cudnn.conv_backward_filter(p1, dz2, PARAMETERS["conv2.w"][0], padding=1,
                                    out=g["conv2.w"], stream=s, options=opts)
         cudnn.conv_backward_bias(dz2, out=g["conv2.b"], stream=s)
+        self.gradients_ready("conv2")
         dp1 = cudnn.conv_backward_data(dz2, p["conv2.w"], p1.shape, padding=1,
                                        out=bufs.dp1, stream=s, options=opts)
         da1 = cudnn.pool_backward(dp1, a1, p1, "max", window=2, out=bufs.da1, stream=s)
@@ -665,6 +682,8 @@ class CupricNet:
         cudnn.conv_backward_filter(x, dz1, PARAMETERS["conv1.w"][0], padding=1,
                                    out=g["conv1.w"], stream=s, options=opts)
         cudnn.conv_backward_bias(dz1, out=g["conv1.b"], stream=s)
+        self.gradients_ready("conv1")
+        self.backward_done()
 
     def _ones_of(self, batch: int):
         # (B,) of ones: ones @ dlogits sums the bias gradient over the batch in cuBLAS.

@@ -154,54 +154,18 @@ class DataParallelNet(td.CupricNet):
                                        args.overlap)
         self._bucket_of = {layer: k for k, (layer, _a, _b) in enumerate(self.buckets)}
 
-    def loss(self, logp, labels, stats, bufs=None):
-        """As CupricNet.loss, scaled by 1 / global batch (not the local batch)."""
-        batch = logp.shape[0]
-        if bufs is None:
-            bufs = self.buffers(batch, True)
-        self._launch(td.nll_loss_grad, batch)(logp, labels, 1.0 / self.global_batch,
-                                              bufs.dlogp, stats)
-        return bufs.dlogp
+    def loss_scale(self, batch: int) -> float:
+        """1 / global batch (not the local batch): the all-reduce's sum of the ranks'
+        gradients is then the gradient of the global batch's mean loss."""
+        return 1.0 / self.global_batch
 
-    def _layer_done(self, layer: str) -> None:
+    def gradients_ready(self, layer: str) -> None:
+        """Start the all-reduce of `layer`'s bucket (its gradients are queued)."""
         self.reducer.ready(self._bucket_of[layer])
 
-    def backward(self, saved, logp, dlogp, bufs=None) -> None:
-        """CupricNet.backward with each layer's bucket handed to the reducer once its
-        gradients are queued, then the reducer's finish (the training stream waits for
-        the all-reduces): `step`'s optimizer update then reads the summed gradients."""
-        from cupric import cublas, cudnn
-        x, a1, p1, a2, p2, h, u = saved
-        g, p, opts, s, blas = self.grads, self.params, self.options, self.stream, self._blas
-        batch = x.shape[0]
-        if bufs is None:
-            bufs = self.buffers(batch, True)
-        dlogits = cudnn.softmax_backward(logp, dlogp, axis=-1, log=True, out=bufs.dlogits,
-                                         stream=s)
-        cublas.matmul(h.T, dlogits, out=g["fc.w"], handle=blas)
-        cublas.matmul(self._ones_of(batch), dlogits, out=g["fc.b"], handle=blas)
-        self._layer_done("fc")
-        dh = cublas.matmul(dlogits, p["fc.w"].T, out=bufs.dh, handle=blas)
-        if u is not None:
-            self._launch(td.dropout_apply, u.size)(
-                dh.reshape(-1), u.reshape(-1), self.args.dropout,
-                1.0 / (1.0 - self.args.dropout), bufs.dmasked.reshape(-1))
-            dh = bufs.dmasked
-        da2 = cudnn.pool_backward(dh.reshape(p2.shape), a2, p2, "max", window=2,
-                                  out=bufs.da2, stream=s)
-        dz2 = cudnn.activation_backward(da2, a2, a2, "relu", out=bufs.dz2, stream=s)
-        cudnn.conv_backward_filter(p1, dz2, td.PARAMETERS["conv2.w"][0], padding=1,
-                                   out=g["conv2.w"], stream=s, options=opts)
-        cudnn.conv_backward_bias(dz2, out=g["conv2.b"], stream=s)
-        self._layer_done("conv2")
-        dp1 = cudnn.conv_backward_data(dz2, p["conv2.w"], p1.shape, padding=1,
-                                       out=bufs.dp1, stream=s, options=opts)
-        da1 = cudnn.pool_backward(dp1, a1, p1, "max", window=2, out=bufs.da1, stream=s)
-        dz1 = cudnn.activation_backward(da1, a1, a1, "relu", out=bufs.dz1, stream=s)
-        cudnn.conv_backward_filter(x, dz1, td.PARAMETERS["conv1.w"][0], padding=1,
-                                   out=g["conv1.w"], stream=s, options=opts)
-        cudnn.conv_backward_bias(dz1, out=g["conv1.b"], stream=s)
-        self._layer_done("conv1")
+    def backward_done(self) -> None:
+        """The training stream waits for the all-reduces: `step`'s optimizer update then
+        reads the summed gradients."""
         self.reducer.finish()
 
     def empty_step(self, total_steps: int) -> None:
