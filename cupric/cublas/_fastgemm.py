@@ -7,8 +7,9 @@ small CPython extension does the same work in one C call, for the calls a plan m
 earlier by the Python path already validated:
 
 * `matmul(a, b, out, alpha, beta, handle)` for 2-d (and vector) products of cupric
-  `DeviceBuffer` operands, `out` given or None (then allocated through
-  `cupric.runtime.memory.empty`);
+  `DeviceBuffer` operands, or of any other arrays as the runtime's intake layer read them
+  (`cupric.runtime.intake.ArrayInfo`: PyTorch, CuPy, ...), `out` given or None (then
+  allocated through `cupric.runtime.memory.empty`);
 * `gemm(transa, transb, alpha, a, b, beta, c, handle)`, the BLAS-level call.
 
 Each returns None whenever anything differs from the plan's assumptions (another array
@@ -91,11 +92,16 @@ typedef struct {
 static int configured = 0;
 static PyTypeObject *buffer_type, *alloc_type, *handle_type;
 static PyObject *tls, *empty_fn, *check_fn, *lt_check_fn, *handle_name, *closed_name;
+/* cupric.runtime.intake.ArrayInfo (any other array kind, read and checked by the intake
+   layer): its ptr, shape, strides, dtype and readonly slots. */
+static PyTypeObject *info_type;
+static Py_ssize_t off_i_ptr, off_i_shape, off_i_strides, off_i_dtype, off_i_readonly;
 static Py_ssize_t off_ptr, off_shape, off_strides, off_dtype, off_readonly, off_alloc,
     off_stream, off_alloc_closed, off_h_closed, off_h_scalars, off_h_multi, off_h_stream_obj,
     off_h_stream, off_h_plans;
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+#define IS_ARRAY(obj) (Py_IS_TYPE(obj, buffer_type) || Py_IS_TYPE(obj, info_type))
 
 static void plan_free(PyObject *capsule) {
     Plan *p = (Plan *)PyCapsule_GetPointer(capsule, CAPSULE);
@@ -196,13 +202,19 @@ static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *off) {
     return 0;
 }
 
-/* configure(DeviceBuffer, _Allocation, Handle, tls, empty, lib.check, lt.check) */
+/* configure(DeviceBuffer, _Allocation, Handle, tls, empty, lib.check, lt.check,
+             ArrayInfo) */
 static PyObject *configure(PyObject *module, PyObject *args) {
-    PyObject *bt, *at, *ht, *t, *e, *c, *lc;
-    if (!PyArg_ParseTuple(args, "O!O!O!OOOO", &PyType_Type, &bt, &PyType_Type, &at,
-                          &PyType_Type, &ht, &t, &e, &c, &lc))
+    PyObject *bt, *at, *ht, *t, *e, *c, *lc, *it;
+    if (!PyArg_ParseTuple(args, "O!O!O!OOOOO!", &PyType_Type, &bt, &PyType_Type, &at,
+                          &PyType_Type, &ht, &t, &e, &c, &lc, &PyType_Type, &it))
         return NULL;
     PyTypeObject *B = (PyTypeObject *)bt, *A = (PyTypeObject *)at, *H = (PyTypeObject *)ht;
+    PyTypeObject *I = (PyTypeObject *)it;
+    if (slot_offset(I, "ptr", &off_i_ptr) || slot_offset(I, "shape", &off_i_shape)
+        || slot_offset(I, "strides", &off_i_strides) || slot_offset(I, "dtype", &off_i_dtype)
+        || slot_offset(I, "readonly", &off_i_readonly))
+        return NULL;
     if (slot_offset(B, "ptr", &off_ptr) || slot_offset(B, "shape", &off_shape)
         || slot_offset(B, "strides", &off_strides) || slot_offset(B, "dtype", &off_dtype)
         || slot_offset(B, "readonly", &off_readonly) || slot_offset(B, "_alloc", &off_alloc)
@@ -219,8 +231,8 @@ static PyObject *configure(PyObject *module, PyObject *args) {
     if (closed_name == NULL) closed_name = PyUnicode_InternFromString("_closed");
     if (handle_name == NULL || closed_name == NULL) return NULL;
     Py_INCREF(bt); Py_INCREF(at); Py_INCREF(ht); Py_INCREF(t); Py_INCREF(e); Py_INCREF(c);
-    Py_INCREF(lc);
-    buffer_type = B; alloc_type = A; handle_type = H;
+    Py_INCREF(lc); Py_INCREF(it);
+    buffer_type = B; alloc_type = A; handle_type = H; info_type = I;
     tls = t; empty_fn = e; check_fn = c; lt_check_fn = lc;
     configured = 1;
     Py_RETURN_NONE;
@@ -257,12 +269,18 @@ no:
     return NULL;
 }
 
-/* The device address of an open buffer, or 0 (with *ok = 0) to take the Python path. */
+/* The device address of an open buffer (an ArrayInfo: its address, the intake layer
+   checked the memory when it read it), or 0 (with *ok = 0) to take the Python path. */
 static uintptr_t open_ptr(PyObject *buf, int *ok) {
-    PyObject *alloc = SLOT(buf, off_alloc);
-    if (alloc == NULL || !Py_IS_TYPE(alloc, alloc_type)
-        || SLOT(alloc, off_alloc_closed) != Py_False) { *ok = 0; return 0; }
-    PyObject *ptr = SLOT(buf, off_ptr);
+    PyObject *ptr;
+    if (Py_IS_TYPE(buf, info_type)) {
+        ptr = SLOT(buf, off_i_ptr);
+    } else {
+        PyObject *alloc = SLOT(buf, off_alloc);
+        if (alloc == NULL || !Py_IS_TYPE(alloc, alloc_type)
+            || SLOT(alloc, off_alloc_closed) != Py_False) { *ok = 0; return 0; }
+        ptr = SLOT(buf, off_ptr);
+    }
     if (ptr == NULL || !PyLong_CheckExact(ptr)) { *ok = 0; return 0; }
     unsigned long long v = PyLong_AsUnsignedLongLong(ptr);
     if (v == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); *ok = 0; return 0; }
@@ -283,7 +301,10 @@ static int scalar(PyObject *v, double *out) {
 
 /* The key's items from a buffer: dtype, shape, strides (new references into key). */
 static int put3(PyObject *key, Py_ssize_t at, PyObject *buf) {
-    PyObject *d = SLOT(buf, off_dtype), *s = SLOT(buf, off_shape), *t = SLOT(buf, off_strides);
+    int info = Py_IS_TYPE(buf, info_type);
+    PyObject *d = SLOT(buf, info ? off_i_dtype : off_dtype);
+    PyObject *s = SLOT(buf, info ? off_i_shape : off_shape);
+    PyObject *t = SLOT(buf, info ? off_i_strides : off_strides);
     if (d == NULL || s == NULL || t == NULL) return 0;
     Py_INCREF(d); Py_INCREF(s); Py_INCREF(t);
     PyTuple_SET_ITEM(key, at, d); PyTuple_SET_ITEM(key, at + 1, s);
@@ -341,6 +362,7 @@ static int raise_status(int status, int used_lt) {
 }
 
 static void set_stream(PyObject *buf, PyObject *h) {
+    if (!Py_IS_TYPE(buf, buffer_type)) return;   /* another library's array: its own */
     PyObject *stream = SLOT(h, off_h_stream);
     PyObject *old = SLOT(buf, off_stream);
     Py_XINCREF(stream);
@@ -355,8 +377,7 @@ static PyObject *fast_matmul(PyObject *module, PyObject *const *args, Py_ssize_t
         return NULL;
     }
     PyObject *a = args[0], *b = args[1], *out = args[2];
-    if (!configured || !Py_IS_TYPE(a, buffer_type) || !Py_IS_TYPE(b, buffer_type)
-        || (out != Py_None && !Py_IS_TYPE(out, buffer_type)))
+    if (!configured || !IS_ARRAY(a) || !IS_ARRAY(b) || (out != Py_None && !IS_ARRAY(out)))
         Py_RETURN_NONE;
     double alpha, beta;
     if (!scalar(args[3], &alpha) || !scalar(args[4], &beta)) Py_RETURN_NONE;
@@ -389,7 +410,9 @@ static PyObject *fast_matmul(PyObject *module, PyObject *const *args, Py_ssize_t
         po = open_ptr(out, &ok);
         if (!ok) { Py_DECREF(out); goto python; }
     } else {
-        if (SLOT(out, off_readonly) != Py_False) goto python;
+        if (SLOT(out, Py_IS_TYPE(out, info_type) ? off_i_readonly : off_readonly)
+            != Py_False)
+            goto python;
         po = open_ptr(out, &ok);
         if (!ok) goto python;
         if (p->alias && p->o_lo != p->o_hi
@@ -540,7 +563,9 @@ def _configure(module) -> None:
 
     from . import lib, lt
     from .handle import Handle, _tls
-    module.configure(DeviceBuffer, _Allocation, Handle, _tls, empty, lib.check, lt.check)
+    from cupric.runtime.intake import ArrayInfo
+    module.configure(DeviceBuffer, _Allocation, Handle, _tls, empty, lib.check, lt.check,
+                     ArrayInfo)
 
 
 

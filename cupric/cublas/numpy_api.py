@@ -230,9 +230,14 @@ def matmul(a, b, out=None, alpha=_ONE, beta=_ZERO, *, precision=None, handle=Non
     multi = h._multi
     ab, a_type = _operand(a, "a", stream, multi)
     bb, b_type = _operand(b, "b", stream, multi)
-    out_read = None
+    out_read = None if out is None else _operand(out, "out", stream, multi)
+    if (precision is None and a_type is None and b_type is None and _c_matmul is not None
+            and (out is None or out_read[1] is None)):
+        # Other kinds of arrays, read once by the intake layer: the compiled replay too.
+        done = _c_matmul(ab, bb, None if out is None else out_read[0], alpha, beta, h)
+        if done is not None:
+            return done if out is None else out
     if out is not None:
-        out_read = _operand(out, "out", stream, multi)
         if (precision is None and a_type is None and out_read[1] is None
                 and not h._device_scalars and not h._multi):
             # Any array kind replays a plan checked before for the same layouts.
@@ -379,10 +384,9 @@ def matmul(a, b, out=None, alpha=_ONE, beta=_ZERO, *, precision=None, handle=Non
         if (out is not None and a_type is None and compute is None
                 and len(_plans) < _PLAN_LIMIT):
             _remember(ab, bb, ob, fn, rc, op1, op2, mm, nn, k, ld1, ld2, ldc, letter, ex)
-        if (ex is None and type(a) is DeviceBuffer and type(b) is DeviceBuffer
-                and (out is None or type(out) is DeviceBuffer)):
-            _remember_compiled(h, a, b, out, ob, fn, rc, op1, op2, mm, nn, k, ld1, ld2, ldc,
-                               prefix, p1, p2)
+        if ex is None:  # DeviceBuffers and intake-read arrays alike
+            _remember_compiled(h, ab, bb, None if out is None else ob, ob, fn, rc, op1, op2,
+                               mm, nn, k, ld1, ld2, ldc, prefix, p1, p2)
         return _finish(ob, out, h)
 
     # Batches: one stride per operand when the batch axes collapse, else pointer arrays.
@@ -496,9 +500,8 @@ def _replay(plan, h, a, b, out, alpha, beta, key):
     if status:
         from . import lib
         lib.check(status)
-    if not own:
-        return out
-    out._stream = h._stream_ptr
+    if own:
+        out._stream = h._stream_ptr
     if ex is None and _c_matmul is not None and key not in h._fast_plans:
         _fastgemm.remember(h, key, fn, swap=swap, alias=True, op1=op1, op2=op2, m=mm, n=nn,
                            k=k, ld1=ld1, ld2=ld2, ldc=ldc, letter=letter, ptrs=(p1, p2, po),

@@ -271,3 +271,26 @@ def test_python_replay_gives_a_new_handle_its_compiled_plan(h, emulator, rng):
         assert set(other._fast_plans) == set(h._fast_plans)
     finally:
         other.close()
+
+
+def test_other_array_kinds_replay_through_the_compiled_path(h, emulator, monkeypatch, rng):
+    """Arrays of other libraries (here: CUDA Array Interface producers over host memory)
+    are read once by the runtime's intake layer and replay the same compiled plan; the
+    user's `out` comes back; a read-only `out` is refused by the Python path."""
+    from _cublas_fake import FakeDeviceArray
+    so = emulator[0]
+    a, b = _rand(rng, (7, 5)), _rand(rng, (5, 6))
+    out = np.zeros((7, 6), np.float32)
+    fa, fb, fo = FakeDeviceArray(a), FakeDeviceArray(b), FakeDeviceArray(out)
+    _planned(h, monkeypatch, lambda: cb.matmul(fa, fb, out=fo, handle=h))
+    before = so.emu_calls()
+    out[...] = np.nan
+    assert cb.matmul(fa, fb, out=fo, handle=h) is fo
+    assert so.emu_calls() == before + 1
+    np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+    # A DeviceBuffer beside them: the same plan (keys are layouts, not kinds).
+    out[...] = np.nan
+    assert cb.matmul(dev(a), fb, out=fo, handle=h) is fo
+    np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="read-only"):
+        cb.matmul(fa, fb, out=FakeDeviceArray(out, readonly=True), handle=h)
