@@ -482,6 +482,9 @@ class _Launcher:
     def __call__(self, *args):
         fast = self.kernel._fast
         if fast is not None and not self.simulate:
+            dispatch = fast.dispatch  # several kinds: the launcher of this call's kind
+            if dispatch is not None and len(args) > dispatch[0]:
+                fast = dispatch[1].get(args[dispatch[0]].__class__, fast)
             return fast(self.grid, self.block, self.stream, self.shared_bytes, args)
         if self.simulate:
             return self.kernel._simulate(self.grid, self.block, self.shared_bytes, args)
@@ -727,6 +730,7 @@ class Kernel:
         if fast is None:
             self._no_fast.add(launch_key)
         else:
+            _launcher.index_chain(fast)
             self._fast = fast
 
     def _device_error(self, index: int, found: int, device: int):

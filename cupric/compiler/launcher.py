@@ -13,7 +13,7 @@ CuPy arrays and PyTorch tensors keeps a fast path for each (at most `MAX_LAUNCHE
 
 from __future__ import annotations
 
-__all__ = ["make_launcher", "launcher_keys", "MAX_LAUNCHERS"]
+__all__ = ["make_launcher", "launcher_keys", "index_chain", "MAX_LAUNCHERS"]
 
 #: Launchers a kernel keeps (signature x array kinds); later combinations take the
 #: general path.
@@ -171,7 +171,25 @@ def make_launcher(kern, key, args, written, prepared, device: int = -1, fallback
     fast.launch_key = (key, tuple(v.__class__ for v in args))
     fast.next_launcher = fallback
     fast.source = source
+    fast.probe = arrays[0][0] if arrays else None  # the first array argument's index
+    fast.dispatch = None  # set on the chain's head by `index_chain`
     return fast
+
+
+def index_chain(head) -> None:
+    """Give the head of a chain its dispatch table: ``(index, {class: launcher})``, the
+    newest launcher for each class of the argument at `index` (the first array argument),
+    so that a launch picks its kind's launcher with one dictionary lookup instead of
+    falling through the launchers of other kinds. None while the chain holds one class
+    there (nothing to pick)."""
+    probe = head.probe
+    table: dict = {}
+    node = head
+    while node is not None and hasattr(node, "launch_key"):
+        if node.probe == probe and probe is not None:
+            table.setdefault(node.launch_key[1][probe], node)
+        node = node.next_launcher
+    head.dispatch = (probe, table) if len(table) > 1 else None
 
 
 def order_cupy(stream, current: int) -> None:

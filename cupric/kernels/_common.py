@@ -410,6 +410,9 @@ class Call:
         # signature (it sends anything else to the general path), else the general path.
         fast = kern._fast
         if fast is not None:
+            dispatch = fast.dispatch  # several array kinds: this call's kind's launcher
+            if dispatch is not None and len(args) > dispatch[0]:
+                fast = dispatch[1].get(args[dispatch[0]].__class__, fast)
             fast(grid, block, self.stream, shared_bytes, args)
         else:
             kern._launch(grid, block, self.stream, shared_bytes, args)

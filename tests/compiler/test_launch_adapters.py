@@ -631,6 +631,10 @@ def test_each_kind_keeps_its_launcher(monkeypatch):
         keys = launcher.launcher_keys(_axpy._fast)
         assert len(keys) == 4 and {k[1][1] for k in keys} == {
             memory.DeviceBuffer, FakeCupy, FakeTensor, FakeCupyFields}
+        # The head's table sends each kind straight to its own launcher.
+        probe, table = _axpy._fast.dispatch
+        assert probe == 1 and set(table) == {k[1][1] for k in keys}
+        assert all(fn.launch_key[1][1] is cls for cls, fn in table.items())
         # Every kind's second launch went through its launcher, never the general path
         # (which ends in `_add_launcher`); a fifth combination takes the general path
         # every time: the chain is full.
