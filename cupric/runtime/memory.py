@@ -20,7 +20,7 @@ import numpy as np
 from . import _lifetime
 from ._driver import check, driver
 from ._lifetime import _live
-from .errors import ClosedError, error_from_code
+from .errors import ClosedError, NoDriverError, error_from_code
 from .stream import Stream as _Stream
 from .stream import as_stream_handle as _as_stream_handle
 
@@ -1344,6 +1344,13 @@ _layouts: dict = {}
 _LAYOUTS_MAX = 512
 
 
+def _sim():
+    # Device memory is simulated in host memory where no driver loads, so that kernels
+    # (which then run on the simulator) get arrays they can read: runtime.simulated.
+    from cupric.runtime import simulated
+    return simulated
+
+
 def _exact_shape(shape) -> bool:
     if type(shape) is int:
         return True
@@ -1425,13 +1432,24 @@ def empty(shape, dtype=np.float64, stream=None) -> DeviceBuffer:
     Examples
     --------
     >>> buf = cupric.runtime.empty((1024, 3), "f4")          # doctest: +SKIP
+
+    Where no CUDA driver loads, this and the other allocating functions (`zeros`,
+    `empty_like`, `zeros_like`, `to_device`, `device_box`) return host-memory
+    `cupric.runtime.simulated.SimulatedBuffer` arrays instead, which kernels (then run
+    on the simulator) read and write, so a program runs unchanged there.
     """
-    return _new_buffer(shape, dtype, stream)
+    try:
+        return _new_buffer(shape, dtype, stream)
+    except NoDriverError:
+        return _sim().empty(normalize_shape(shape), normalize_dtype(dtype))
 
 
 def zeros(shape, dtype=np.float64, stream=None) -> DeviceBuffer:
     """A new buffer with every byte zero (see `empty` for the parameters)."""
-    buf = _new_buffer(shape, dtype, stream)
+    try:
+        buf = _new_buffer(shape, dtype, stream)
+    except NoDriverError:
+        return _sim().zeros(normalize_shape(shape), normalize_dtype(dtype))
     buf.zero(stream)
     return buf
 
@@ -1451,13 +1469,16 @@ def empty_like(array, dtype=None, stream=None) -> DeviceBuffer:
     if shape is None or dtype is None:
         raise TypeError(f"expected an array with a shape and a dtype (NumPy, DeviceBuffer, "
                         f"CuPy, PyTorch...), got {type(array).__name__}")
-    return _new_buffer(shape, dtype, stream)
+    try:
+        return _new_buffer(shape, dtype, stream)
+    except NoDriverError:
+        return _sim().empty(normalize_shape(shape), normalize_dtype(dtype))
 
 
 def zeros_like(array, dtype=None, stream=None) -> DeviceBuffer:
     """As `empty_like`, filled with zero bytes."""
     buf = empty_like(array, dtype, stream)
-    buf.zero(stream)
+    buf.zero(stream=stream)
     return buf
 
 
@@ -1470,6 +1491,8 @@ def to_device(array, stream=None) -> DeviceBuffer:
     allocation and the copy are stream-ordered and the call returns before the copy ends
     (see `DeviceBuffer.copy_from` for the Safety of pinned sources).
     """
+    if isinstance(array, _sim().SimulatedBuffer):
+        return _sim().to_device(array)
     device_array = _device_array_or_none(array)
     if device_array is not None:
         buf = _new_buffer(device_array.shape, device_array.dtype, stream)
@@ -1478,7 +1501,10 @@ def to_device(array, stream=None) -> DeviceBuffer:
     host = _host_array(array, "to_device's argument")
     if not host.flags.c_contiguous:
         host = np.ascontiguousarray(host)
-    buf = _new_buffer(host.shape, host.dtype, stream)
+    try:
+        buf = _new_buffer(host.shape, host.dtype, stream)
+    except NoDriverError:
+        return _sim().to_device(host)
     buf.copy_from(host, stream)
     return buf
 
@@ -1488,6 +1514,9 @@ def device_box(value, dtype=None, stream=None) -> DeviceBox:
     host = np.asarray(value, dtype=dtype)
     if host.ndim != 0:
         raise ValueError(f"a DeviceBox holds one value, got an array of shape {host.shape}")
-    box = _new_buffer((), host.dtype, stream, cls=DeviceBox)
+    try:
+        box = _new_buffer((), host.dtype, stream, cls=DeviceBox)
+    except NoDriverError:
+        return _sim().to_device(host)
     box.copy_from(host, stream)
     return box
