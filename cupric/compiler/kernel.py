@@ -524,6 +524,9 @@ class Kernel:
     cupric.runtime.DeviceMismatchError
         An array lives on another GPU than the launch's (also a `ValueError`); the
         message names the kernel, the parameter and both devices. Nothing was launched.
+    cupric.runtime.ClosedError
+        A closed DeviceBuffer, or a view of one (on every path, the generated launchers
+        included). Nothing was launched.
     CompileError
         The kernel is outside the kernel language (file:line:col, caret, what is allowed).
 
@@ -531,9 +534,11 @@ class Kernel:
     ----
     First launch with new argument types: typing, codegen, libNVVM and the linker (tens of
     ms), or a disk-cache hit. Later launches: a dictionary lookup on the argument types and
-    the runtime's prepared packing. CuPy arrays, PyTorch tensors and numba-cuda device
-    arrays are read through their own attributes (`cupric.runtime.array_adapters`), as
-    cheaply as DeviceBuffers; other arrays through `__cuda_array_interface__` or DLPack.
+    the runtime's prepared packing, through a launcher generated for the signature and the
+    argument classes (`cupric.compiler.launcher`; several array kinds keep one each).
+    Arrays are read by `cupric.runtime.intake`: CuPy arrays, PyTorch tensors and
+    numba-cuda device arrays through their own attributes, other arrays through
+    `__cuda_array_interface__` or DLPack.
 
     Devices
     -------
