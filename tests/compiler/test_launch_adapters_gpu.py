@@ -19,6 +19,9 @@ import cupric
 from cupric.device import grid
 from cupric.types import Array, f32
 
+import array_kinds
+from array_kinds import ViaInterface
+
 pytestmark = pytest.mark.gpu
 
 kmod = importlib.import_module("cupric.compiler.kernel")
@@ -36,36 +39,17 @@ def rt():
 
 @pytest.fixture(scope="module")
 def cp(rt):
-    return pytest.importorskip("cupy")
+    return array_kinds.cupy()
 
 
 @pytest.fixture(scope="module")
 def torch(rt):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("PyTorch has no CUDA here")
-    return torch
+    return array_kinds.torch()
 
 
 @pytest.fixture(scope="module")
 def numba_cuda(rt):
-    if not hasattr(np, "row_stack"):  # numba-cuda 0.30 still calls it (gone in NumPy 2.5)
-        np.row_stack = np.vstack
-    cuda = pytest.importorskip("numba.cuda")
-    if not cuda.is_available():
-        pytest.skip("numba-cuda sees no GPU")
-    return cuda
-
-
-class ViaInterface:
-    """The same array seen through its `__cuda_array_interface__` alone."""
-
-    def __init__(self, array):
-        self.array = array
-
-    @property
-    def __cuda_array_interface__(self):
-        return self.array.__cuda_array_interface__
+    return array_kinds.numba_cuda()
 
 
 _MISSING = object()

@@ -17,6 +17,9 @@ import cupric
 from cupric.device import grid
 from cupric.types import Array, f32, i64
 
+import array_kinds
+from array_kinds import ViaDLPack, ViaInterface
+
 pytestmark = pytest.mark.gpu
 
 
@@ -33,48 +36,7 @@ def intake(rt):
     return intake
 
 
-def _cupy():
-    return pytest.importorskip("cupy")
-
-
-def _torch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("PyTorch has no CUDA here")
-    return torch
-
-
-def _numba():
-    if not hasattr(np, "row_stack"):  # numba-cuda 0.30 still calls it (gone in NumPy 2.5)
-        np.row_stack = np.vstack
-    cuda = pytest.importorskip("numba.cuda")
-    if not cuda.is_available():
-        pytest.skip("numba-cuda sees no GPU")
-    return cuda
-
-
-class ViaInterface:
-    """Only ``__cuda_array_interface__``: the general CAI path."""
-
-    def __init__(self, array):
-        self.array = array
-
-    @property
-    def __cuda_array_interface__(self):
-        return self.array.__cuda_array_interface__
-
-
-class ViaDLPack:
-    """Only ``__dlpack__``: the DLPack path."""
-
-    def __init__(self, array):
-        self.array = array
-
-    def __dlpack__(self, **kwargs):
-        return self.array.__dlpack__(**kwargs)
-
-    def __dlpack_device__(self):
-        return self.array.__dlpack_device__()
+_cupy, _torch, _numba = array_kinds.cupy, array_kinds.torch, array_kinds.numba_cuda
 
 
 def _upload(kind, host, rt):
