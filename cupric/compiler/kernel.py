@@ -727,16 +727,17 @@ class Kernel:
         launch_key = (key, tuple(v.__class__ for v in args))
         if launch_key in self._no_fast:
             return
-        known = _launcher.launcher_keys(self._fast)
-        if launch_key in known or len(known) >= _launcher.MAX_LAUNCHERS:
-            return
-        fast = _launcher.make_launcher(self, key, args, written, prepared, device,
-                                       fallback=self._fast)
-        if fast is None:
-            self._no_fast.add(launch_key)
-        else:
-            _launcher.index_chain(fast)
-            self._fast = fast
+        with self._lock:  # two threads adding launchers at once must not lose one
+            known = _launcher.launcher_keys(self._fast)
+            if launch_key in known or len(known) >= _launcher.MAX_LAUNCHERS:
+                return
+            fast = _launcher.make_launcher(self, key, args, written, prepared, device,
+                                           fallback=self._fast)
+            if fast is None:
+                self._no_fast.add(launch_key)
+            else:
+                _launcher.index_chain(fast)
+                self._fast = fast
 
     def _device_error(self, index: int, found: int, device: int):
         """The `DeviceMismatchError` for argument `index` living on device `found` while

@@ -717,3 +717,29 @@ def test_dlpack_only_producers_bind_and_launch_like_buffers(monkeypatch):
     from cupric.runtime import _lifetime
     gc.collect()
     _lifetime.drain()  # the borrows hand their exported tensors back
+
+
+def test_threads_adding_launchers_keep_every_kind(monkeypatch):
+    import threading
+    from cupric.compiler import launcher
+    a = np.float32(2)
+    kinds = [(a, _device_buffer(0x10000, 256), _device_buffer(0x20000, 256)),
+             (a, FakeCupy(0x10000, (256,)), FakeCupy(0x20000, (256,))),
+             (a, FakeTensor(0x10000, (256,)), FakeTensor(0x20000, (256,)))]
+    for _ in range(5):
+        log, _ = _run(monkeypatch, [])
+        start = threading.Barrier(len(kinds))
+
+        def launch(args):
+            start.wait()
+            for _ in range(20):
+                _axpy[3, 64](*args)
+
+        threads = [threading.Thread(target=launch, args=(args,)) for args in kinds]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(log) == 60
+        assert {k[1][1] for k in launcher.launcher_keys(_axpy._fast)} == {
+            memory.DeviceBuffer, FakeCupy, FakeTensor}
