@@ -67,7 +67,10 @@ process_isolation = "forkserver"
 EOF
     local start=$SECONDS rc
     # shellcheck disable=SC2086
-    (cd "$work" && timeout "$CAP" nice -n 10 python3 -m mutmut run --max-children "$CHILDREN" \
+    # A kernel cache of its own: mutants never write into the user's. Compiled code is
+    # keyed by the (mutmut-rewritten, hence unchanging) compiler sources, so a test that
+    # must see each mutant's code compiles with cache=False or inspects the IR.
+    (cd "$work" && CUPRIC_CACHE_DIR="$OUT/$name/cache" timeout "$CAP" nice -n 10 python3 -m mutmut run --max-children "$CHILDREN" \
         $globs >"$OUT/$name/run.log" 2>&1)
     rc=$?
     (cd "$work" && python3 -m mutmut results --all true 2>/dev/null) >"$OUT/$name/results.txt"

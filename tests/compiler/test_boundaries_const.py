@@ -406,3 +406,143 @@ def test_policy_edges_accepted():
     assert ConstantPolicy(warn_range=(0, 0)).warn_range == (0.0, 0.0)
     assert ConstantPolicy(warn_range=(1, 1)).warn_range == (1.0, 1.0)
     assert ConstantPolicy(warn_range=None).warn_range is None
+
+
+# -- what kernels see, and the placement report ---------------------------------------------------
+
+def test_module_level_arrays_are_read_only_in_kernels():
+    @cupric.kernel
+    def writes(x):
+        i = grid(1)
+        PLAIN_SMALL[i] = x[i]
+
+    with pytest.raises(CompileError):
+        writes.inspect_ir(F64)
+
+
+def test_the_ir_of_each_space_compiles_to_constant_and_global_loads():
+    from cupric.compiler import backend
+    from cupric.compiler.options import CompileOptions
+
+    @cupric.kernel
+    def two_spaces(x):
+        i = grid(1)
+        x[i] = PLAIN_SMALL[i % 10] + G60[i]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ir = two_spaces.specialize(F64).ir
+    # No kernel cache: the IR this compiler made now is what libNVVM sees.
+    ptx = backend.build(ir, options=CompileOptions(arch="sm_90"), cache=False).ptx
+    assert re.search(r"ld\.const\.f64", ptx), ptx
+    assert re.search(r"ld\.global\.nc\.u8|ld\.global\.nc\.b8", ptx), ptx
+    assert ".const .align 16 .b8 cupric_const_PLAIN_SMALL[80]" in ptx
+    assert ".global .align 16 .b8 cupric_const_G60[60000]" in ptx
+
+
+def test_the_placement_report_says_what_went_where_and_why():
+    @cupric.kernel
+    def reported(x):
+        i = grid(1)
+        x[i] = C20[i] + A40[i] + M30[i] + G60[i]
+
+    report = reported.inspect_constants(F64)
+    module = reported.py_func.__module__
+    assert report.kernel == "reported" and report.policy == ConstantPolicy()
+    assert [(e.name, e.module, e.nbytes, e.space, e.reason) for e in report.entries] == [
+        ("C20", module, 20_000, "constant", "automatic"),
+        ("A40", module, 40_000, "global", "spilled"),
+        ("M30", module, 30_000, "constant", "marked constant()"),
+        ("G60", module, 60_000, "global", "marked global_memory()")]
+    assert (report.constant_bytes, report.global_bytes, report.limit) == (50_000, 100_000,
+                                                                          65536)
+    assert report.warnings == ("kernel reported: module-level arrays A40 do not fit in the "
+                               "65536-byte constant bank and are read from global memory",)
+    d = report.as_dict()
+    assert d["kernel"] == "reported" and d["limit"] == 65536
+    assert (d["constant_bytes"], d["global_bytes"]) == (50_000, 100_000)
+    assert d["policy"] == ConstantPolicy().cache_key() and d["warnings"] == list(report.warnings)
+    assert d["arrays"][1] == {"name": "A40", "module": module, "nbytes": 40_000,
+                              "space": "global", "reason": "spilled"}
+    text = str(report).splitlines()
+    assert text[0] == ("kernel reported: 50000 of 65536 constant bytes (76.3 %), 100000 bytes "
+                       "of module data in global memory")
+    w = len(module)
+    assert text[1] == f"  array  {'module':<{w}}     bytes  space     why"
+    assert text[2] == f"  C20  {module:<{w}}     20000  constant  automatic"
+    assert text[5] == f"  G60  {module:<{w}}     60000  global    marked global_memory()"
+    assert text[6] == "  warning: " + report.warnings[0]
+    assert len(text) == 7
+
+
+def test_a_report_of_no_arrays():
+    @cupric.kernel
+    def bare(x):
+        i = grid(1)
+        x[i] = 1.0
+
+    report = bare.inspect_constants(F64)
+    assert report.entries == () and report.constant_bytes == 0
+    assert str(report).splitlines() == [
+        "kernel bare: 0 of 65536 constant bytes (0.0 %), 0 bytes of module data in global "
+        "memory", "  (no module-level arrays)"]
+
+
+def test_an_overfull_bank_is_an_error_in_the_report_too():
+    @cupric.kernel
+    def over(x):
+        i = grid(1)
+        x[i] = FULL_MARKED[i] + ONE_BYTE[0]
+
+    with pytest.raises(CompileError) as info:
+        over.inspect_constants(F64)
+    text = str(info.value)
+    assert "arrays marked constant() need 65537 bytes" in text
+    assert "mark it global_memory(), or pass it as a kernel argument" in text
+    with pytest.raises(CompileError) as info:
+        over.inspect_ir(F64)
+    assert "mark it global_memory(), or pass it as a kernel argument" in str(info.value)
+
+
+def test_a_packing_function_sees_every_candidate():
+    seen = []
+
+    def last_used_first(candidates):
+        seen.extend(candidates)
+        return sorted(candidates, key=lambda c: -c.order)
+
+    @cupric.kernel
+    @constant_policy(packing=last_used_first)
+    def ranked(x):
+        i = grid(1)
+        x[i] = C20[i] + A40[i] + GRID2D[1, i % 3]
+
+    found, _ = placement(ranked)
+    module = ranked.py_func.__module__
+    assert [(c.name, c.module, c.nbytes, c.shape, c.dtype, c.order) for c in seen] == [
+        ("C20", module, 20_000, (20_000,), np.dtype(np.uint8), 0),
+        ("A40", module, 40_000, (40_000,), np.dtype(np.uint8), 1),
+        ("GRID2D", module, 24, (2, 3), np.dtype(np.int32), 2)]
+    # Offered GRID2D, A40 (40 024), C20 (60 024): all fit.
+    assert spaces(found) == {"C20": 4, "A40": 4, "GRID2D": 4}
+
+
+def test_packing_by_module_keeps_the_kernels_own_module_first():
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    import _boundaries_const_other as other
+
+    @cupric.kernel
+    @constant_policy(packing="by_module")
+    def mine_first(x):
+        i = grid(1)
+        x[i] = other.read_other(i) + A40[i]
+
+    found, messages = placement(mine_first)
+    # The kernel's module's A40 goes first (40 000); the other module's 30 000 spills.
+    assert spaces(found) == {"OTHER30": 1, "A40": 4}
+    report = mine_first.inspect_constants(F64)
+    modules = {e.name: e.module for e in report.entries}
+    assert modules == {"OTHER30": "_boundaries_const_other",
+                       "A40": mine_first.py_func.__module__}
