@@ -24,6 +24,7 @@ __all__ = ["Communicator", "CommOptions", "UniqueId", "group", "poll_until",
            "ShapeMismatchError", "DtypeMismatchError", "OverlapError", "RankError"]
 
 _UNDEF_INT = -2**31          # NCCL_CONFIG_UNDEF_INT (INT_MIN): "NCCL picks"
+_CONFIG_MAGIC = 0xCAFEBEEF   # ncclConfig_t.magic, NCCL_CONFIG_INITIALIZER's value
 _SPLIT_NOCOLOR = -1          # NCCL_SPLIT_NOCOLOR
 _UNIQUE_ID_BYTES = 128       # NCCL_UNIQUE_ID_BYTES
 
@@ -121,7 +122,9 @@ class CommOptions:
             if field.type.kind == "primitive" and field.type.cname == "int":
                 setattr(cfg, name, _UNDEF_INT)
         cfg.size = ffi.sizeof("ncclConfig_t")
-        cfg.magic = lib.NCCL_API_MAGIC
+        # Headers before NCCL 2.23 write the magic as a literal in NCCL_CONFIG_INITIALIZER
+        # instead of naming it NCCL_API_MAGIC; the value is the same.
+        cfg.magic = getattr(lib, "NCCL_API_MAGIC", _CONFIG_MAGIC)
         cfg.version = lib.NCCL_VERSION_CODE
         cfg.blocking = 1 if self.blocking else 0
         for name, field in (("cga_cluster_size", "cgaClusterSize"),

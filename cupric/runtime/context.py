@@ -343,11 +343,20 @@ class Context(Resource):
         Every allocation, module, stream and event made in the context becomes invalid;
         using one of your own afterwards is undefined behaviour (the driver may or may
         not report it). Their releases are turned off, so closing or dropping them
-        afterwards never frees what the new context gave the same address. This is the
-        only way to recover from a sticky error such as `IllegalAddressError` without
-        restarting the process.
+        afterwards never frees what the new context gave the same address.
+
+        A sticky device fault (`IllegalAddressError`, a trap, a device-side assert: the
+        codes of `errors.STICKY_CODES`) is not cured by a reset: CUDA documents that the
+        process must be restarted, and the driver refuses the new context with the same
+        error. Then this raises `ContextLostError` after forgetting cupric's cached
+        objects, so that the process can still shut down cleanly.
+
+        Raises
+        ------
+        ContextLostError
+            The driver kept the sticky error of an earlier device fault.
         """
-        from .errors import reset_context_poison
+        from .errors import STICKY_CODES, ContextLostError, error_from_code, reset_context_poison
         d = driver()
         ordinal = self._device.ordinal
         old = self._ptr
@@ -357,7 +366,12 @@ class Context(Resource):
         reset_context_poison(0)
         # Make the new context active and current here; the reset kept cupric's retain,
         # so the retain taken to activate it is given back at once.
-        handle = check(d.cuDevicePrimaryCtxRetain(self._device.handle))
+        result = d.cuDevicePrimaryCtxRetain(self._device.handle)
+        if int(result[0]) in STICKY_CODES:
+            # The driver keeps a sticky fault for the rest of the process (CUDA's
+            # documentation of these errors: terminate and relaunch).
+            raise ContextLostError(int(result[0]), error_from_code(int(result[0])))
+        handle = check(result)
         check(d.cuDevicePrimaryCtxRelease(self._device.handle))
         _primary_ordinals.pop(old, None)
         self._handle = handle

@@ -216,8 +216,9 @@ class ContextLostError(CudaError):
     def __init__(self, code: int | None, original: CudaError) -> None:
         self.original = original
         super().__init__(code, f"the CUDA context is lost: an earlier error made it unusable "
-                               f"({original.name}: {original.description}); restart the "
-                               f"process or reset the primary context")
+                               f"({original.name}: {original.description}); CUDA documents "
+                               f"that after such a device fault the process must be "
+                               f"restarted to use the GPU again")
 
     def _render(self) -> str:
         return self.message

@@ -1,7 +1,9 @@
-"""GPU lane: a kernel faults on purpose (illegal address, trap, device assert), the context
-is reset, and cuBLAS, cuDNN, gpu_rand, ready kernels and the kernel launched before the
-fault all give correct results again in the same process; the process then exits without
-freeing anything through a destroyed context and without printing a warning.
+"""GPU lane: the primary context is reset, and cuBLAS, cuDNN, gpu_rand, ready kernels and a
+kernel launched before the reset all give correct results again in the same process. A
+kernel that faults on purpose (illegal address, trap, device assert) makes the reset
+either recover or raise ContextLostError (CUDA keeps such faults for the process's
+lifetime); either way the process exits without freeing anything through a destroyed
+context and without printing a warning.
 
 Each fault runs in its own process: a fault that a reset did not cure must not take the
 rest of the GPU lane down with it.
@@ -104,8 +106,17 @@ SCRIPT = textwrap.dedent(r'''
     faults = {"illegal_address": (bad_address, rt.IllegalAddressError),
               "trap": (bad_trap, rt.CudaError),
               "assert": (bad_assert, rt.CudaError)}
-    kernel, expected = faults[FAULT]
     everything("before")
+    if FAULT == "none":
+        # A reset with no fault: every cache that held the old context's objects must
+        # let go of them, and every library must work in the new context.
+        held = rt.to_device(np.zeros(1000, np.float32))
+        current_context().reset()
+        everything("after reset")
+        del held
+        print("OK")
+        sys.exit(0)
+    kernel, expected = faults[FAULT]
     held = rt.to_device(np.zeros(1000, np.float32))  # a buffer that outlives the context
     for attempt in range(2):
         victim = rt.to_device(np.zeros(16, np.float32))
@@ -118,15 +129,22 @@ SCRIPT = textwrap.dedent(r'''
             print(f"fault {attempt}: {type(exc).__name__}")
         else:
             raise AssertionError(f"{FAULT}: the kernel did not fault")
-        current_context().reset()
+        try:
+            current_context().reset()
+        except rt.ContextLostError as exc:
+            # The driver keeps the sticky fault for the rest of the process, as CUDA
+            # documents for these errors: the reset says so, typed, and the process
+            # still shuts down cleanly (checked by the caller).
+            assert "restarted" in str(exc), str(exc)
+            print(f"reset refused: {type(exc).__name__}")
+            break
         everything(f"after reset {attempt}")
     del held  # its free was dropped with the old context: nothing is freed at its address
     print("OK")
 ''')
 
 
-@pytest.mark.parametrize("fault", ["illegal_address", "trap", "assert"])
-def test_fault_reset_and_every_library_works_again(tmp_path, fault, rng):
+def _run(tmp_path, fault, rng):
     from cupric import cudnn
     if not cudnn.is_available():
         pytest.skip("cuDNN is not installed")
@@ -140,7 +158,26 @@ def test_fault_reset_and_every_library_works_again(tmp_path, fault, rng):
     print(proc.stderr[-4000:])
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "OK" in proc.stdout
-    assert proc.stdout.count("fault ") == 2
+    return proc
+
+
+def test_reset_lets_every_library_work_again(tmp_path, rng):
+    _run(tmp_path, "none", rng)
+
+
+@pytest.mark.parametrize("fault", ["illegal_address", "trap", "assert"])
+def test_fault_then_reset_recovers_or_says_restart(tmp_path, fault, rng):
+    # CUDA documents these faults as leaving the process unable to use CUDA again; where
+    # the driver does (the H100/H200 machines' 580 driver refuses the new context with
+    # the same error), the reset raises ContextLostError and the process exits cleanly;
+    # where a driver recovers, every library must work after each of two faults.
+    proc = _run(tmp_path, fault, rng)
+    if "reset refused" in proc.stdout:
+        assert proc.stdout.count("fault ") == 1
+        # A new process uses the GPU normally.
+        _run(tmp_path, "none", rng)
+    else:
+        assert proc.stdout.count("fault ") == 2
     # Shutdown frees nothing through the destroyed context and prints nothing of cupric's.
     noise = [line for line in proc.stderr.splitlines()
              if "cupric" in line or "Warning" in line or "CUDA_ERROR" in line]
