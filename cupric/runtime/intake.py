@@ -7,9 +7,10 @@ wrote the array on. This module answers those for every kind of array cupric acc
 (`DeviceBuffer` and its views, PyTorch, CuPy, numba-cuda, JAX and anything with
 ``__cuda_array_interface__`` or ``__dlpack__``) through the per-class readers of
 `cupric.runtime.array_adapters`, and resolves every kind of stream argument to a raw
-``CUstream`` handle. Kernel launches, cuBLAS, cuDNN, the ready kernels and gpu_rand fills
-all take their arguments through here, so they accept the same arrays, order the same
-streams and raise the same typed errors.
+``CUstream`` handle. Kernel launches, cuBLAS, the ready kernels, gpu_rand fills and
+`as_device_array` take their arguments through here (the other library wrappers are
+moving onto it), so they accept the same arrays, order the same streams and raise the
+same typed errors.
 
 Contract
 --------
@@ -21,6 +22,8 @@ Contract
   the two already (`order_after`). Nothing is ordered when a check fails.
 - `as_buffer(obj, stream, ...)` -> a `DeviceBuffer` (the object itself, or a borrow of its
   memory that keeps it alive), for code that wants a buffer's views and methods.
+- `array_parts(obj)`: `read` as a plain tuple (the launch path's form); `protocol_of(obj)`:
+  which protocol a foreign array is read through, or the typed error.
 - `stream_handle(stream)` -> int: the one resolver of stream arguments (None: the legacy
   default stream, 0; an int handle; a cupric `Stream`, refused with `ClosedError` once
   closed; ``__cuda_stream__``; PyTorch's ``cuda_stream``; CuPy's ``ptr``; a cuda.bindings
@@ -61,10 +64,11 @@ from .errors import ClosedError, DeviceMismatchError
 from .stream import as_stream_handle as stream_handle
 from .stream import stream_parts
 
-__all__ = ["ArrayInfo", "read", "array_info", "as_buffer", "array_parts", "check_open",
-           "check_device", "check_strides", "buffer_device", "device_problem", "order_after", "stream_handle", "stream_parts",
-           "HostMemoryError", "NotAnArrayError", "StrideError", "ReadOnlyError",
-           "ClosedError", "DeviceMismatchError", "BUFFER", "CAI", "DLPACK"]
+__all__ = ["ArrayInfo", "read", "array_info", "as_buffer", "array_parts", "protocol_of",
+           "check_open", "check_device", "check_strides", "buffer_device", "device_problem",
+           "order_after", "stream_handle", "stream_parts", "HostMemoryError",
+           "NotAnArrayError", "StrideError", "ReadOnlyError", "ClosedError",
+           "DeviceMismatchError", "BUFFER", "CAI", "DLPACK"]
 
 #: `ArrayInfo.kind` of cupric's own buffers, of arrays read through their
 #: ``__cuda_array_interface__`` dict, and of DLPack borrows; adapter-read arrays carry
