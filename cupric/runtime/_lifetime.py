@@ -219,6 +219,25 @@ def live_count() -> int:
     return len(_live)
 
 
+# Stream captures cupric has begun and not ended. While one is open, releases wait: a free
+# or module unload inside a global-mode capture is an unsupported call that invalidates
+# the capture (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED), so they run after it ends.
+_captures = [0]
+_captures_lock = threading.Lock()
+
+
+def capture_began() -> None:
+    """Hold deferred releases back until the matching `capture_ended` (graph capture)."""
+    with _captures_lock:
+        _captures[0] += 1
+
+
+def capture_ended() -> None:
+    """The capture that `capture_began` announced is over; queued releases may run."""
+    with _captures_lock:
+        _captures[0] -= 1
+
+
 def drain() -> None:
     """Run the releases queued by finalizers.
 
@@ -229,9 +248,10 @@ def drain() -> None:
     Thread safety
     -------------
     Safe from any thread; one thread drains at a time, and a drain started from within a
-    release (re-entry through `check`) returns at once.
+    release (re-entry through `check`) returns at once, as does one during a stream
+    capture begun through cupric (`capture_began`).
     """
-    if not _drain_lock.acquire(blocking=False):
+    if _captures[0] or not _drain_lock.acquire(blocking=False):
         return
     try:
         # Only the lock holder pops (and the exit hook, at exit): the truth test ends the

@@ -21,6 +21,7 @@ import weakref
 import numpy as np
 
 from ._driver import bindings, check, driver
+from . import _lifetime
 from ._lifetime import Resource
 from .errors import CudaError
 
@@ -91,7 +92,14 @@ class StreamCapture:
         if stream.ptr in (0, 2):
             raise ValueError("the legacy default stream cannot be captured; capture on a "
                              "stream from Device.create_stream()")
-        check(d.cuStreamBeginCapture(stream.handle, getattr(d.CUstreamCaptureMode, CAPTURE_MODES[self._mode])))
+        _lifetime.capture_began()
+        try:
+            check(d.cuStreamBeginCapture(stream.handle,
+                                         getattr(d.CUstreamCaptureMode,
+                                                 CAPTURE_MODES[self._mode])))
+        except BaseException:
+            _lifetime.capture_ended()
+            raise
         self._active = True
         return self
 
@@ -99,6 +107,7 @@ class StreamCapture:
         self._active = False
         d = driver()
         result = d.cuStreamEndCapture(self._stream.handle)
+        _lifetime.capture_ended()
         err = result[0]
         if exc_type is not None:
             # The block failed: drop whatever was captured and let the block's exception

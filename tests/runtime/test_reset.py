@@ -292,3 +292,19 @@ def test_workspace_and_shared_handles_forget_a_destroyed_stream(monkeypatch):
             _key=key, close=lambda key=key: closed.append(key))
     sh._forget_stream(0xABC)
     assert closed == [(0, 0xABC)] and list(table._handles) == [(0, 0xDEF)]
+
+
+def test_deferred_releases_wait_for_an_open_capture():
+    # A release run inside a global-mode capture would invalidate it: drain() holds the
+    # queue back between capture_began and capture_ended.
+    from cupric.runtime import _lifetime
+    ran = []
+    _lifetime._pending.append((lambda handle: ran.append(handle), 7, (), "test"))
+    _lifetime.capture_began()
+    try:
+        _lifetime.drain()
+        assert ran == []
+    finally:
+        _lifetime.capture_ended()
+    _lifetime.drain()
+    assert ran == [7]
