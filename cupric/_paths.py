@@ -9,9 +9,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from cupric import _config
+
 
 def cache_root() -> Path:
-    override = os.environ.get("CUPRIC_CACHE_DIR")
+    override = _config.CACHE_DIR.get()
     if override:
         return Path(override).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")

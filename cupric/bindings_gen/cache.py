@@ -31,6 +31,7 @@ import sys
 import threading
 import types
 
+from cupric import _config
 from .. import _cache
 from .errors import BindingsError
 from .generate import GeneratedModule, generate, generator_identity
@@ -43,7 +44,7 @@ _lock = threading.Lock()
 
 def bindings_dir() -> str:
     """Where generated modules live (see the module docstring for the order)."""
-    explicit = os.environ.get("CUPRIC_BINDINGS_DIR")
+    explicit = _config.BINDINGS_DIR.get()
     if explicit:
         return os.path.expanduser(explicit)
     from .._paths import cache_root

@@ -26,6 +26,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
+from cupric import _config
 from . import fakelibc
 from .errors import BindingsError, PreprocessorNotFoundError
 from .headers import HeaderSet
@@ -354,7 +355,7 @@ def preprocess(header_set: HeaderSet, backend: str | None = None) -> Preprocesse
     BindingsError
         When preprocessing fails.
     """
-    backend = backend or os.environ.get("CUPRIC_CPP") or None
+    backend = backend or _config.CPP.get()
     libc_dir = fakelibc.materialize()
     if backend == "pcpp":
         return _run_pcpp(header_set, libc_dir)

@@ -36,9 +36,9 @@ runs through the Python paths. ``CUPRIC_CUBLAS_FASTPATH=0`` turns it off;
 
 from __future__ import annotations
 
-import os
 import threading
 
+from cupric import _config
 from cupric.runtime import _cext
 
 __all__ = ["load", "build_error", "info", "FIELDS", "SOURCE"]
@@ -540,7 +540,7 @@ def load(build: bool | None = None):
             return _module
         if _error is not None:
             return None
-        if os.environ.get("CUPRIC_CUBLAS_FASTPATH", "1") == "0":
+        if not _config.CUBLAS_FASTPATH.get():
             _error = "disabled by CUPRIC_CUBLAS_FASTPATH=0"
             return None
         try:

@@ -26,9 +26,9 @@ from compiling it.
 
 from __future__ import annotations
 
-import os
 import threading
 
+from cupric import _config
 from cupric.runtime import _cext
 
 from ._replay_c import SOURCE
@@ -64,7 +64,7 @@ def load(build: bool | None = None):
             return _module
         if _error is not None:
             return None
-        if os.environ.get("CUPRIC_CUDNN_FASTPATH", "1") == "0":
+        if not _config.CUDNN_FASTPATH.get():
             _error = "disabled by CUPRIC_CUDNN_FASTPATH=0"
             return None
         try:

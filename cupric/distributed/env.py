@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from cupric import _config
+
 __all__ = ["LaunchEnv", "LaunchEnvironmentError", "read_environment", "LAUNCHERS",
            "STORE_PATH", "STORE_KIND"]
 
@@ -176,7 +178,7 @@ def read_environment(environ=None) -> LaunchEnv:
             raise LaunchEnvironmentError(f"MASTER_PORT={port} is not a TCP port")
     else:
         port = None
-    kind = environ.get(STORE_KIND, "").strip().lower() or None
+    kind = _config.STORE.get(environ)
     if kind not in (None, "mpi", "tcp", "file"):
         raise LaunchEnvironmentError(f"{STORE_KIND}={kind!r}: use mpi, tcp or file")
     return LaunchEnv(
@@ -184,4 +186,4 @@ def read_environment(environ=None) -> LaunchEnv:
         local_world_size=local_size, master_addr=environ.get("MASTER_ADDR") or None,
         master_port=port, run_id=run_id,
         agent_store=environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true",
-        store_path=environ.get(STORE_PATH) or None, store_kind=kind)
+        store_path=_config.STORE_PATH.get(environ), store_kind=kind)

@@ -7,10 +7,11 @@ that reductions and scans reuse between calls."""
 from __future__ import annotations
 
 import functools
-import os
 import threading
 
 import numpy as np
+
+from cupric._config import simulator_requested
 
 __all__ = ["on_simulator", "Call", "Workspace", "blocks_for", "covering_blocks", "sm_count",
            "device_ordinal", "same_shape", "same_dtype", "NUMERIC", "FLOATS", "INTEGERS",
@@ -37,7 +38,7 @@ SIMULATOR_MAX_BLOCKS = 4
 def on_simulator() -> bool:
     """True when kernels run on the CPU simulator: `CUPRIC_SIMULATOR` is set or the
     machine has no CUDA driver (the same rule as `Kernel` launches)."""
-    if os.environ.get("CUPRIC_SIMULATOR", "") not in ("", "0"):
+    if simulator_requested():
         return True
     known = _DRIVER[0]
     if known is None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+from cupric import _config
+
 __all__ = ["open_extension", "module_name", "load_file", "build_and_load", "compile_extension"]
 
 
@@ -32,7 +34,7 @@ def open_extension(prefix: str, subdir: str, source: str, what: str,
     """
     from cupric import _cache
     if build_missing is None:
-        build_missing = os.environ.get("CUPRIC_BUILD_LAUNCHER", "1") != "0"
+        build_missing = _config.BUILD_LAUNCHER.get()
     name = module_name(prefix, source)
     directory = _cache.folder(subdir)
     if directory is not None:

@@ -34,9 +34,9 @@ raises for a driver failure:
 
 from __future__ import annotations
 
-import os
 import threading
 
+from cupric import _config
 from . import _cext
 
 __all__ = ["Entry", "load", "native", "build_error", "SOURCE", "NO_CONTEXT", "NEED_PYTHON", "SYMBOLS"]
@@ -278,7 +278,7 @@ def native() -> Entry | None:
     global _native, _error
     if _native is not None:
         return _native
-    if os.environ.get("CUPRIC_FAST_ALLOC", "1") == "0":
+    if not _config.FAST_ALLOC.get():
         return None
     from ._driver import driver
     driver()  # cuInit first: raises NoDriverError when there is no driver

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cupric import _config
 from ._driver import driver
 from .errors import ClosedError, LaunchError, error_from_code
 from .stream import Stream as _Stream
@@ -357,7 +358,7 @@ def _launcher_name() -> str:
 
 
 def _cache_dir() -> str:
-    base = os.environ.get("CUPRIC_CACHE_DIR") or os.path.join(
+    base = _config.CACHE_DIR.get() or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cupric")
     return os.path.join(base, "launch")
 
@@ -447,11 +448,11 @@ def launch_backends() -> dict:
 
 
 def _default_backend() -> str:
-    chosen = os.environ.get("CUPRIC_LAUNCH_BACKEND")
+    chosen = _config.LAUNCH_BACKEND.get()
     if chosen:
         return chosen
     from . import _fastlaunch
-    build = os.environ.get("CUPRIC_BUILD_LAUNCHER", "1") != "0"
+    build = _config.BUILD_LAUNCHER.get()
     if _fastlaunch.load(build=build) is not None:
         return "c"
     return "api" if _load_launcher(build=build) is not None else "bindings"

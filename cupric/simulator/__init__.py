@@ -10,10 +10,10 @@ what runs how, and the limits.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 
+from cupric import _config
 from ._launch import MODES, launch
 from .errors import (BarrierError, DeadlockError, KernelAssertionError, KernelError,
                      KernelIndexError, KernelTrapError, SimulatorError)
@@ -66,7 +66,7 @@ def kernel(py_func) -> SimKernel:
 
 def requested() -> bool:
     """Whether the user asked for the simulator (`CUPRIC_SIMULATOR=1`)."""
-    return os.environ.get("CUPRIC_SIMULATOR", "") not in ("", "0")
+    return _config.simulator_requested()
 
 
 _notice_lock = threading.Lock()

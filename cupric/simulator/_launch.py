@@ -15,12 +15,12 @@ OS threads (one per simulated thread, passing a baton, `_Pool`) otherwise.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
 import numpy as np
 
+from cupric import _config
 from ..device import _intrinsic
 from ..device.errors import KernelAssertionError, KernelError
 from ..types import scalar_from_dtype
@@ -233,7 +233,7 @@ def _run_serial(func, args, launch: LaunchState) -> None:
 
 
 def _timeout() -> float:
-    return float(os.environ.get("CUPRIC_SIMULATOR_TIMEOUT", "60"))
+    return _config.SIMULATOR_TIMEOUT.get()
 
 
 class _Pool:
@@ -347,7 +347,7 @@ class _Pool:
 
 
 def _engine_choice() -> str:
-    engine = os.environ.get("CUPRIC_SIMULATOR_ENGINE", "auto")
+    engine = _config.SIMULATOR_ENGINE.get()
     if engine not in ("auto", "threads", "generators"):
         raise ValueError(f"CUPRIC_SIMULATOR_ENGINE must be auto, threads or generators, "
                          f"got {engine!r}")
@@ -378,7 +378,8 @@ def _run_threads(func, args, launch: LaunchState, through_args: bool) -> None:
 def _check_grid_size(launch: LaunchState, default_limit: int) -> int:
     g = launch.grid
     total = g[0] * g[1] * g[2] * launch.nthreads
-    limit = int(os.environ.get("CUPRIC_SIMULATOR_MAX_THREADS", default_limit))
+    limit = _config.SIMULATOR_MAX_THREADS.get()
+    limit = default_limit if limit is None else limit
     if total > limit:
         raise SimulatorError(
             f"a kernel that calls grid_sync needs all {total} threads of its grid "
