@@ -5,6 +5,7 @@ plan cache and autotuning choice, and the GELU fallback kernels on the simulator
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import math
 import subprocess
@@ -15,12 +16,14 @@ import pytest
 
 from cupric.cudnn import _validate as V
 from cupric.cudnn import api as dnn
-from cupric.cudnn import conv as conv_mod
 from cupric.cudnn import graph as G
 from cupric.cudnn import handle as handle_mod
 from cupric.runtime.errors import ClosedError
 
 from _cudnn_fake import FakeDeviceArray, nhwc
+
+# the submodule, not the public `cupric.cudnn.conv` function of the same name
+conv_mod = importlib.import_module("cupric.cudnn.conv")
 
 
 def cudnn_lib():
