@@ -220,7 +220,8 @@ def test_pointer_casts_are_not_constants():
 @pytest.mark.parametrize("expr, expected", [
     ("1.0 + 2", 3.0), ("2 - 0.5", 1.5), ("2.0 * 3", 6.0), ("3 / 2.0", 1.5), ("1 / 4.0", 0.25),
     ("1.5e3", 1500.0), (".5", 0.5), ("2.f", 2.0), ("1e-2", 0.01), ("1E2", 100.0),
-    ("-1.5", -1.5), ("+1.5", 1.5), ("0x10 + 0.5", 16.5),
+    ("-1.5", -1.5), ("+1.5", 1.5), ("0x10 + 0.5", 16.5), ("1.5F", 1.5), ("2.5L", 2.5),
+    ("2.5l", 2.5), ("1e3F", 1000.0), ("1E-1L", 0.1),
 ])
 def test_float_arithmetic(expr, expected):
     got = value(expr)
@@ -307,3 +308,9 @@ def test_fold_int_wants_an_integer():
 def test_wrap_at_the_edges_of_each_width(before, after):
     assert before.wrap() == after
     assert Int(5).bits == 32 and Int(5).unsigned is False
+
+
+def test_a_trailing_backslash_in_a_string_body_is_kept():
+    from cupric.bindings_gen.fold import _unquote_string
+    assert _unquote_string('"a\\"') == "a\\"
+    assert _unquote_string('"\\n"') == "\n"
