@@ -50,6 +50,19 @@ def _shape(size) -> tuple[int, ...] | None:
     return shape
 
 
+def _dtype_of(out, dtype) -> np.dtype:
+    """The element type to draw: `dtype` without `out`, else `out`'s own, as the intake
+    layer reads it for every array kind (PyTorch's ``torch.float32`` is no NumPy dtype;
+    bfloat16 reads as ``V2`` and is refused by the callers' checks)."""
+    if out is None:
+        return np.dtype(dtype)
+    if isinstance(out, np.ndarray):
+        return out.dtype
+    from cupric.runtime.intake import array_parts  # the device half: any device array
+
+    return array_parts(out, with_device=False)[3]
+
+
 def _float_dtype(dtype) -> np.dtype:
     dt = np.dtype(dtype)
     if dt not in _FLOATS:
@@ -267,7 +280,7 @@ class Generator:
         return result if shape is not None else result[0]
 
     def _float_call(self, host_fill, family, size, dtype, out, shift, scale, backend):
-        dt = _float_dtype(out.dtype if out is not None else dtype)
+        dt = _float_dtype(_dtype_of(out, dtype))
         kind = f"{family}_f{dt.itemsize * 8}"
         return self._run(host_fill, kind, _shape(size), dt, out, (shift, scale),
                          (dt.type(shift), dt.type(scale)), backend)
@@ -296,7 +309,7 @@ class Generator:
         Device fills may fuse that into one fma, so they can differ from the host in the
         last bit unless low = 0 and high = 1.
         """
-        dt = _float_dtype(out.dtype if out is not None else dtype)
+        dt = _float_dtype(_dtype_of(out, dtype))
         scale = float(dt.type(high) - dt.type(low))
         return self._float_call(_dist.fill_uniform, "uniform", size, dt, out, low, scale,
                                 backend)
@@ -318,7 +331,7 @@ class Generator:
         low, high = operator.index(low), operator.index(high)
         if endpoint:
             high += 1
-        dt = np.dtype(out.dtype if out is not None else dtype)
+        dt = _dtype_of(out, dtype)
         if dt.kind not in "iu" or dt.itemsize > 8:
             raise TypeError(f"dtype must be an integer type of at most 64 bits, got {dt}")
         info = np.iinfo(dt)
@@ -367,7 +380,7 @@ class Generator:
 
     def bits(self, size=None, dtype=np.uint64, out=None, *, backend=None):
         """Raw generator output: ``next_u32`` (uint32) or ``next_u64`` (uint64) per element."""
-        dt = np.dtype(out.dtype if out is not None else dtype)
+        dt = _dtype_of(out, dtype)
         if dt not in (np.dtype(np.uint32), np.dtype(np.uint64)):
             raise TypeError(f"dtype must be uint32 or uint64, got {dt}")
         return self._run(_dist.fill_bits, f"bits{dt.itemsize * 8}", _shape(size), dt, out,
