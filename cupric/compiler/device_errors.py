@@ -132,9 +132,9 @@ def _forget(ordinal: int) -> None:
 
 
 def _record(module):
-    from cupric.runtime.errors import _current_context_key
     from cupric.runtime.host import PinnedOptions, pinned_zeros
-    key = _current_context_key()
+    from cupric.runtime.native import current_context_key
+    key = current_context_key()
     with _lock:
         known = _records.get(key)
         if known is None:
@@ -149,17 +149,26 @@ def _record(module):
         return known[1]
 
 
-def install(module) -> bool:
+def install(module, image=None) -> bool:
     """Point `module`'s error record (if it has one) at its context's mapped host record.
     Returns whether the module has one. With unified addressing (every 64-bit platform
     CUDA supports) the device address of mapped pinned memory is its host address.
 
+    `image` (the PTX text or cubin the module was loaded from) lets a module without a
+    record be told apart by its symbol names, without a driver query that fails: a
+    failing `cuModuleGetGlobal` is an API error compute-sanitizer reports.
+
     Cost
     ----
-    One `cuModuleGetGlobal` per module load; for a module with a record, one 8-byte copy
-    (and, once per context, a 512-byte page-locked allocation).
+    A substring search of the image, or one `cuModuleGetGlobal` per module load; for a
+    module with a record, one 8-byte copy (and, once per context, a 512-byte page-locked
+    allocation).
     """
     from cupric.runtime.errors import NotFoundError
+    if image is not None:
+        name = RECORD_GLOBAL if isinstance(image, str) else RECORD_GLOBAL.encode()
+        if name not in image:
+            return False
     try:
         module.get_global(RECORD_GLOBAL)
     except NotFoundError:

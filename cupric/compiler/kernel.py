@@ -406,7 +406,7 @@ class Specialization:
             kind, image = artifact.image(device_arch)
             module = Module.from_data(image)
             from cupric.compiler.device_errors import install
-            install(module)  # bounds-check and assert failures report through it
+            install(module, image)  # bounds-check and assert failures report through it
             function = module.get_function(self.kernel.symbol)
             # A kernel that can reach grid_sync launches cooperatively: the driver
             # then guarantees (or refuses) that all its blocks are resident at once.
