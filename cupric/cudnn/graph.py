@@ -475,7 +475,7 @@ class Plan:
     """
 
     __slots__ = ("descriptor", "workspace_size", "uids", "engine", "time_ms", "_pack",
-                 "_pack_key", "_lock", "_graph")
+                 "_pack_key", "_lock", "_graph", "_config")
 
     def __init__(self, descriptor: Descriptor, uids, engine, graph=None):
         self.descriptor = descriptor
@@ -487,6 +487,7 @@ class Plan:
         self._pack_key = None
         self._lock = threading.Lock()
         self._graph = graph  # the plan's graph descriptor stays alive with it
+        self._config = None  # the heuristics' configuration, while it may be recorded
 
     def __repr__(self) -> str:
         return (f"<cupric.cudnn.graph.Plan engine={self.engine} "
@@ -533,6 +534,7 @@ class Plan:
         """Destroy the plan (and its cached variant pack)."""
         with self._lock:
             pack, self._pack, self._pack_key = self._pack, None, None
+        self._config = None
         if pack is not None:
             pack.close()
         self.descriptor.close()
@@ -555,6 +557,7 @@ def _count(descriptor: Descriptor, attribute: str) -> int:
 def _configs(graph: Descriptor, mode: str) -> list[Descriptor]:
     """Engine configurations the heuristics propose for a graph, best first."""
     from . import lib
+    engine_stats["heuristics"] += 1
     heur = Descriptor.create("ENGINEHEUR")
     try:
         heur.set("ENGINEHEUR_OPERATION_GRAPH", graph)
@@ -628,6 +631,7 @@ def _candidate_plans(handle, spec: GraphSpec, graph: Descriptor, options: PlanOp
                     continue
                 if index is not None:
                     seen.add(index)
+                plan._config = config
                 plans.append(plan)
                 # The plan keeps its configuration alive (Descriptor.set holds it).
                 used = True
@@ -658,6 +662,213 @@ def _time(handle, plan: Plan, pointers, repeats: int = 3) -> float:
 
 
 _MAX_CACHED_PLANS = 1024
+
+
+# --------------------------------------------------------------------------------------
+# Engine choices remembered on disk
+#
+# The heuristics query (and an autotuning round) costs each process milliseconds per
+# graph and shape. The configuration that won - engine global index and knob choices,
+# from which cuDNN rebuilds the same configuration - is recorded per (graph, options,
+# device, cuDNN version) in ``<cache root>/cudnn-engines`` as a checked blob
+# (`cupric._cache`: ours, private, SHA-256 matching); the next process finalizes that
+# configuration first and asks the heuristics only when it is refused or unreadable.
+
+ENGINE_RECORD_FORMAT = 1
+_ENGINE_FOLDER = "cudnn-engines"
+
+#: Counters (diagnostics and tests): heuristics queries made, plans rebuilt from a
+#: record, records written, records refused by cuDNN. Updated under a handle's lock,
+#: so only approximately exact when several handles build plans at once.
+engine_stats = {"heuristics": 0, "reused": 0, "recorded": 0, "refused": 0}
+
+_device_tags: dict[int, str] = {}
+_cudnn_version: list = []
+
+
+def engine_records_enabled() -> bool:
+    """Whether engine choices are read from and written to disk
+    (``CUPRIC_CUDNN_ENGINE_CACHE=0`` turns it off)."""
+    import os
+    return os.environ.get("CUPRIC_CUDNN_ENGINE_CACHE", "1") != "0"
+
+
+def _device_tag(ordinal: int) -> str:
+    """The product name and architecture of device `ordinal` (engine choices are only
+    valid on the GPU model they were made for)."""
+    tag = _device_tags.get(ordinal)
+    if tag is None:
+        from cupric.runtime.device import Device
+        dev = Device(ordinal)
+        tag = _device_tags[ordinal] = f"{dev.name}/{dev.arch}"
+    return tag
+
+
+def _library_version() -> int:
+    if not _cudnn_version:
+        from . import lib
+        _cudnn_version.append(int(lib.lib.cudnnGetVersion()))
+    return _cudnn_version[0]
+
+
+def engine_record_key(spec: GraphSpec, options: PlanOptions, device: str,
+                      version: int) -> tuple[str, str]:
+    """``(name, text)`` of a graph's engine record: `text` describes everything the
+    choice depends on (graph, shapes, strides, types, alignment, options, `device`,
+    cuDNN `version`) and `name` is its digest, the record's file name."""
+    import hashlib
+    text = repr((ENGINE_RECORD_FORMAT, version, device, spec.key().value,
+                 dataclasses.astuple(options)))
+    return "e" + hashlib.sha256(text.encode()).hexdigest()[:40], text
+
+
+def read_engine_record(name: str, text: str):
+    """``(engine, ((knob type, value), ...))`` recorded under `name` for `text`, or None
+    when there is none or it is not to be trusted (foreign, altered, another key,
+    malformed)."""
+    import json
+
+    from cupric import _cache
+    directory = _cache.folder(_ENGINE_FOLDER, create=False)
+    if directory is None:
+        return None
+    found = _cache.load_blob(directory, name)
+    if found is None:
+        return None
+    try:
+        record = json.loads(found[1])
+        if record.get("format") != ENGINE_RECORD_FORMAT or record.get("graph") != text:
+            return None
+        engine = record["engine"]
+        knobs = tuple((int(t), int(v)) for t, v in record["knobs"])
+        if type(engine) is not int:
+            return None
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return engine, knobs
+
+
+def write_engine_record(name: str, text: str, engine: int, knobs) -> bool:
+    """Record the engine configuration chosen for the graph `text`; False when the
+    cache cannot be written (warned once by `cupric._cache`)."""
+    import json
+
+    from cupric import _cache
+    directory = _cache.folder(_ENGINE_FOLDER)
+    if directory is None:
+        return False
+    data = json.dumps({"format": ENGINE_RECORD_FORMAT, "graph": text, "engine": engine,
+                       "knobs": [list(k) for k in knobs]}, sort_keys=True).encode()
+    return _cache.store_blob(directory, name, data, ".json") is not None
+
+
+def _knob_choices(config: Descriptor) -> tuple:
+    """((knob type, value), ...) of an engine configuration."""
+    from . import lib
+    choices = config.get_descriptors("ENGINECFG_KNOB_CHOICES", "KNOB_CHOICE",
+                                     int(lib.lib.CUDNN_KNOB_TYPE_COUNTS))
+    try:
+        return tuple((c.get_enums("KNOB_CHOICE_KNOB_TYPE", 1)[0],
+                      c.get_int64("KNOB_CHOICE_KNOB_VALUE")[0]) for c in choices)
+    finally:
+        for c in choices:
+            c.close()
+
+
+def _recorded_plan(handle, spec: GraphSpec, graph: Descriptor, options: PlanOptions,
+                   engine: int, knobs) -> Plan | None:
+    """The plan of a recorded engine configuration, or None when cuDNN refuses it (a
+    driver or library change the key does not see) or the options now exclude it."""
+    from . import lib
+    made: list[Descriptor] = []
+    plan = None
+    try:
+        e = Descriptor.create("ENGINE")
+        made.append(e)
+        e.set("ENGINE_OPERATION_GRAPH", graph)
+        e.set("ENGINE_GLOBAL_INDEX", engine)
+        e.finalize()
+        data_types = {t.etype for t in spec.tensors.values() if not t.virtual}
+        if options.rejects(e.get_enums("ENGINE_NUMERICAL_NOTE", 16), data_types):
+            return None
+        choices = []
+        for knob, value in knobs:
+            c = Descriptor.create("KNOB_CHOICE")
+            made.append(c)
+            c.set("KNOB_CHOICE_KNOB_TYPE", knob)
+            c.set("KNOB_CHOICE_KNOB_VALUE", value)
+            c.finalize()
+            choices.append(c)
+        config = Descriptor.create("ENGINECFG")
+        made.append(config)
+        config.set("ENGINECFG_ENGINE", e)
+        if choices:
+            config.set("ENGINECFG_KNOB_CHOICES", choices)
+        config.finalize()
+        plan_d = Descriptor.create("EXECUTION_PLAN")
+        made.append(plan_d)
+        plan_d.set("EXECUTION_PLAN_HANDLE", handle.ptr)
+        plan_d.set("EXECUTION_PLAN_ENGINE_CONFIG", config)
+        plan_d.finalize()
+        plan = Plan(plan_d, spec.io_uids(), engine)
+    except lib.CudnnError as exc:
+        if not _engine_refused(exc):
+            raise
+        return None
+    finally:
+        # On success the plan keeps the configuration, engine and knob choices alive
+        # (Descriptor.set holds them); on a refusal or an error they all go now.
+        if plan is None:
+            for d in reversed(made):
+                d.close()
+    if options.workspace_limit is not None and plan.workspace_size > options.workspace_limit:
+        plan.close()
+        return None
+    return plan
+
+
+def _engine_record(handle, spec: GraphSpec, options: PlanOptions) -> tuple | None:
+    """``(name, text)`` of the graph's engine record on this handle's device, or None
+    when records are turned off or the device cannot be named (a handle borrowed
+    without a driver to ask: nothing to key a record by)."""
+    if not engine_records_enabled():
+        return None
+    from cupric.runtime.errors import CudaError
+    try:
+        device = _device_tag(handle.device)
+    except CudaError:
+        return None
+    return engine_record_key(spec, options, device, _library_version())
+
+
+def _reuse_record(handle, spec, graph, options, record) -> tuple[list, list]:
+    """([plan], []) from the recorded configuration, or ([], []) when there is none or
+    cuDNN refuses it."""
+    if record is None:
+        return [], []
+    found = read_engine_record(*record)
+    if found is None:
+        return [], []
+    plan = _recorded_plan(handle, spec, graph, options, *found)
+    if plan is None:
+        engine_stats["refused"] += 1
+        return [], []
+    engine_stats["reused"] += 1
+    return [plan], []
+
+
+def _record_choice(record: tuple, plan: Plan) -> None:
+    """Write the configuration of a plan the heuristics (or autotuning) chose."""
+    from . import lib
+    config = plan._config
+    if plan.engine is None:
+        return
+    try:
+        knobs = _knob_choices(config)
+    except lib.CudnnError:
+        return  # a configuration whose knobs cannot be read is simply not remembered
+    if write_engine_record(*record, plan.engine, knobs):
+        engine_stats["recorded"] += 1
 
 
 def ieee_matmul_refusal(spec: GraphSpec, options: PlanOptions) -> str | None:
@@ -712,7 +923,10 @@ def plan_for(handle, spec: GraphSpec, options: PlanOptions | None = None,
     ----
     A cache hit is a dictionary lookup. A miss builds the graph, runs the heuristics and
     finalizes plans (milliseconds; runtime-compiled fusion engines compile kernels, which
-    can take a second); autotuning adds a few executions of each candidate.
+    can take a second); autotuning adds a few executions of each candidate. The choice
+    is recorded on disk (`engine_records_enabled`): a later process finalizes the
+    recorded configuration directly, without heuristics or autotuning, and falls back to
+    them only when cuDNN refuses it.
 
     Thread safety
     -------------
@@ -742,8 +956,11 @@ def plan_for(handle, spec: GraphSpec, options: PlanOptions | None = None,
                 raise
             raise NoEngineError(spec.name, [(None, f"graph refused: {exc.name}")]) from exc
         try:
-            limit = options.candidates if options.autotune and pointers is not None else 1
-            plans, tried = _candidate_plans(handle, spec, graph, options, limit)
+            record = _engine_record(handle, spec, options)
+            plans, tried = _reuse_record(handle, spec, graph, options, record)
+            if not plans:
+                limit = options.candidates if options.autotune and pointers is not None else 1
+                plans, tried = _candidate_plans(handle, spec, graph, options, limit)
         except BaseException:
             graph.close()
             raise
@@ -772,6 +989,9 @@ def plan_for(handle, spec: GraphSpec, options: PlanOptions | None = None,
         else:
             best = plans[0]
         best._graph = graph
+        if record is not None and best._config is not None:
+            _record_choice(record, best)
+        best._config = None
         if len(cache) >= _MAX_CACHED_PLANS:
             # Oldest first (dicts keep insertion order).
             oldest = next(iter(cache))
