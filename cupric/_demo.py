@@ -17,7 +17,7 @@ import numpy as np
 
 def _gpu_reason() -> str | None:
     """None when kernels can run on a GPU, else why they will run on the simulator."""
-    from cupric.runtime._driver import driver_available
+    from cupric.runtime import driver_available
 
     if not driver_available():
         return "no CUDA driver on this machine"

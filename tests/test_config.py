@@ -13,9 +13,8 @@ from cupric import _config
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "cupric"
 
-# Modules another engineer is rewriting now: their reads move to _config with that work.
-# Each entry names the variable still read there; the test fails once it is gone, so the
-# list only shrinks.
+# Modules another engineer is rewriting now: their reads move to _config with that work
+# (drop an entry once its read is gone; nothing may be added).
 _NOT_YET = {("compiler/kernel.py", "CUPRIC_SIMULATOR"),
             ("cudnn/graph.py", "CUPRIC_CUDNN_ENGINE_CACHE")}
 
@@ -43,7 +42,7 @@ def test_no_module_reads_a_cupric_variable_itself():
                 continue  # an assignment (the demo sets CUPRIC_SIMULATOR for itself)
             for name in _READ.findall(line):
                 found.add((rel, name))
-    assert found == _NOT_YET, f"read outside cupric/_config.py: {sorted(found - _NOT_YET)}"
+    assert found <= _NOT_YET, f"read outside cupric/_config.py: {sorted(found - _NOT_YET)}"
 
 
 def test_every_variable_named_in_the_package_is_declared():

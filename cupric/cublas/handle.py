@@ -14,10 +14,7 @@ import threading
 
 import numpy as np
 
-from cupric.runtime._lifetime import Resource
-from cupric.runtime.errors import ClosedError
-from cupric.runtime.intake import stream_parts
-from cupric.runtime.shared_handles import SharedHandles
+from cupric.runtime.resource import SharedHandles, StreamBoundHandle
 
 from . import _validate as V
 
@@ -201,7 +198,9 @@ class _Owned:
 
     __slots__ = ("workspace", "lt", "device")
 
-    def __init__(self, device: int):
+    def __init__(self, device: int, stream: int = 0):
+        # `stream` is part of the owned-state contract of StreamBoundHandle; cuBLAS's
+        # workspace is freed after cublasDestroy waited, so it needs no stream.
         self.workspace = None
         self.lt = 0
         self.device = device
@@ -225,8 +224,7 @@ def _destroy(raw: int, owned: _Owned) -> None:
             workspace.close()
 
 
-
-class Handle(Resource):
+class Handle(StreamBoundHandle):
     """A cuBLAS handle bound to one device and one stream (no public constructor).
 
     Get the shared handle of a (device, stream) pair with `Handle.get`, a private one
@@ -253,38 +251,24 @@ class Handle(Resource):
     ...     cublas.gemm("N", "N", 1.0, a, b, 0.0, c, handle=h)
     """
 
-    __slots__ = ("_ptr", "_device", "_stream_ptr", "_stream_obj", "_device_scalars",
-                 "_math", "_atomics", "_owned", "_lock", "_multi", "_ctx", "_lt_plans",
-                 "_key", "_fast_plans")
+    __slots__ = ("_device_scalars", "_math", "_atomics", "_lt_plans", "_fast_plans")
 
+    library = "cuBLAS"
     _shared = SharedHandles()
-
-    def __init__(self, *args, **kwargs):
-        raise TypeError("Handle has no public constructor; use cublas.Handle.get(device, "
-                        "stream), cublas.Handle.create(device, stream, options) or "
-                        "cublas.Handle.from_handle(raw)")
+    _owned_type = _Owned
+    _binding, _c_type, _c_create = "cupric.cublas.lib", "cublasHandle_t", "cublasCreate"
+    _destroy = staticmethod(_destroy)
 
     # -- construction ------------------------------------------------------------------
 
-    @classmethod
-    def _blank(cls, raw: int, device: int, stream, multi: bool) -> "Handle":
-        self = cls.__new__(cls)
-        self._ptr = int(raw)
-        self._device = device
-        self._stream_ptr, self._stream_obj = stream_parts(stream)
+    def _init_state(self) -> None:
         self._device_scalars = False
         self._math = 0
         self._atomics = False
-        self._owned = _Owned(device)
-        self._lock = threading.Lock()
-        self._multi = multi
-        self._ctx = 0
         self._lt_plans = {}
-        self._key = None
         # Compiled GEMM plans (cupric.cublas._fastgemm): key -> capsule. Cleared whenever
         # what they assume changes (math mode, pointer mode) and on close.
         self._fast_plans = {}
-        return self
 
     @classmethod
     def create(cls, device=None, stream=None, options: HandleOptions | None = None) -> "Handle":
@@ -308,52 +292,29 @@ class Handle(Resource):
 
         Cost
         ----
-        ``cublasCreate`` (a few milliseconds the first time in a process) plus one
-        allocation of the workspace.
+        ``cublasCreate`` (a driver round trip; loading cuBLAS the first time in a
+        process) plus one allocation of the workspace.
         """
-        from cupric.runtime.device import Device, device_count
-        from cupric.runtime.memory import empty
-
-        from . import lib
         options = HandleOptions() if options is None else options
         if not isinstance(options, HandleOptions):
             raise TypeError(f"options must be a HandleOptions, got {type(options).__name__}")
-        if device is None:
-            device = getattr(stream, "device", None)
-        dev = Device(device) if device is not None else Device.current()
-        ctx = dev.make_current()
-        ffi = lib.ffi
-        out = ffi.new("cublasHandle_t *")
-        lib.check(lib.lib.cublasCreate(out))
-        raw = int(ffi.cast("uintptr_t", out[0]))
-        self = cls._blank(raw, dev.ordinal, stream, device_count() > 1)
-        self._ctx = int(ctx.ptr)
-        self._init_resource(raw, _destroy, self._owned)
-        try:
-            # cublasSetStream resets the workspace to cuBLAS's own pool: stream first.
-            lib.check(fast_function("cublasSetStream")(raw, self._stream_ptr))
-            size = options.workspace_bytes
-            if size is None:
-                size = 32 * _MIB if dev.compute_capability >= (9, 0) else 4 * _MIB
-            if size:
-                workspace = empty(size, np.uint8)
-                self._owned.workspace = workspace
-                lib.check(fast_function("cublasSetWorkspace")(raw, workspace.ptr, size))
-            self._apply(options)
-        except BaseException:
-            self.close()
-            raise
-        return self
+        return cls._open(device, stream, options=options)
 
-    @classmethod
-    def get(cls, device=None, stream=None) -> "Handle":
-        """The shared handle of (device, stream), created with default options once.
+    def _setup(self, dev, options: HandleOptions) -> None:
+        from cupric.runtime.memory import empty
 
-        Reused by every caller that asks for the same pair; `close()` on it removes it
-        from the cache. Changing its modes changes them for every user: take a private
-        handle (`create`) for other options.
-        """
-        return cls._shared.get(device, stream, lambda ordinal: cls.create(ordinal, stream))
+        from . import lib
+        raw = self._ptr
+        # cublasSetStream resets the workspace to cuBLAS's own pool: stream first.
+        lib.check(fast_function("cublasSetStream")(raw, self._stream_ptr))
+        size = options.workspace_bytes
+        if size is None:
+            size = 32 * _MIB if dev.compute_capability >= (9, 0) else 4 * _MIB
+        if size:
+            workspace = empty(size, np.uint8)
+            self._owned.workspace = workspace
+            lib.check(fast_function("cublasSetWorkspace")(raw, workspace.ptr, size))
+        self._apply(options)
 
     @classmethod
     def from_handle(cls, raw, *, device: int = 0, stream=None,
@@ -381,9 +342,8 @@ class Handle(Resource):
                             f"{type(raw).__name__}")
         if pointer_mode not in _POINTER_MODES:
             raise ValueError(f"pointer_mode must be 'host' or 'device', got {pointer_mode!r}")
-        self = cls._blank(raw, int(device), stream, False)
+        self = cls._borrow(raw, device, stream)
         self._device_scalars = pointer_mode == "device"
-        self._init_resource(raw, None)
         return self
 
     def _apply(self, options: HandleOptions) -> None:
@@ -396,34 +356,10 @@ class Handle(Resource):
 
     # -- state ---------------------------------------------------------------------------
 
-    def _label(self) -> str:
-        return f"cuBLAS handle (device {self._device})"
-
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else f"0x{self._ptr:x}"
-        return (f"<cupric.cublas.Handle {state} device={self._device} "
-                f"stream=0x{self._stream_ptr:x}>")
-
     @property
     def ptr(self) -> int:
         """The raw ``cublasHandle_t`` as an int."""
         return self.ready()
-
-    @property
-    def device(self) -> int:
-        """Ordinal of the handle's device."""
-        return self._device
-
-    @property
-    def stream(self) -> int:
-        """The raw stream handle calls are queued on (0: legacy default stream)."""
-        return self._stream_ptr
-
-    @property
-    def workspace_bytes(self) -> int:
-        """Bytes of the workspace the handle owns (0 for borrowed handles)."""
-        ws = self._owned.workspace
-        return 0 if ws is None else ws.nbytes
 
     def close(self) -> None:
         """Destroy the cuBLAS (and cuBLASLt) handle and free the workspace.
@@ -435,38 +371,9 @@ class Handle(Resource):
         """
         if self._closed:
             return
-        Handle._shared.discard(self)
         self._fast_plans.clear()
         self._lt_plans.clear()
         super().close()
-
-    def ready(self) -> int:
-        """The raw handle, checked usable for a call now.
-
-        Raises `ClosedError` for a closed handle or a closed stream; with several GPUs,
-        makes the handle's device current in the calling thread when it is not.
-        """
-        if self._closed:
-            raise ClosedError("this cuBLAS Handle is closed")
-        stream = self._stream_obj
-        if stream is not None and getattr(stream, "_closed", False):
-            raise ClosedError("the stream this cuBLAS Handle is bound to was closed")
-        if self._multi:
-            self._make_current()
-        return self._ptr
-
-    def _make_current(self) -> None:
-        from cupric.runtime._driver import check, driver
-        d = driver()
-        if int(check(d.cuCtxGetCurrent())) != self._ctx:
-            from cupric.runtime.device import Device
-            Device(self._device).make_current()
-
-    def synchronize(self) -> None:
-        """Wait for the work queued on the handle's stream."""
-        from cupric.runtime._driver import check, driver
-        self.ready()
-        check(driver().cuStreamSynchronize(self._stream_ptr))
 
     # -- modes ---------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 import threading
 
-from cupric.runtime._lifetime import Resource
+from cupric.runtime.resource import Resource
 from cupric.runtime.errors import ClosedError
 
 from . import _validate as V

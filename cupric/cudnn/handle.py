@@ -13,9 +13,8 @@ import threading
 
 import numpy as np
 
-from cupric.runtime._lifetime import Resource
 from cupric.runtime.errors import ClosedError
-from cupric.runtime.shared_handles import SharedHandles, stream_device, stream_parts
+from cupric.runtime.resource import SharedHandles, StreamBoundHandle, stream_parts
 
 __all__ = ["Handle", "default_handle", "resolve", "stream_of"]
 
@@ -57,7 +56,7 @@ def _destroy(raw: int, owned: _Owned) -> None:
 
 
 
-class Handle(Resource):
+class Handle(StreamBoundHandle):
     """A cuDNN handle bound to one device and one stream (no public constructor).
 
     `Handle.get(device, stream)` returns the shared handle of a (device, stream) pair;
@@ -80,14 +79,22 @@ class Handle(Resource):
     ...     y = cudnn.conv2d(x, w, padding=1, handle=h)
     """
 
-    __slots__ = ("_ptr", "_device", "_stream_ptr", "_stream_obj", "_owned", "_lock",
-                 "_key", "_ctx", "_multi", "_replays")
+    __slots__ = ("_replays",)
 
+    library = "cuDNN"
     _shared = SharedHandles()
+    _owned_type = _Owned
+    _lock_type = staticmethod(threading.RLock)
+    _binding, _c_type, _c_create = "cupric.cudnn.lib", "cudnnHandle_t", "cudnnCreate"
+    _destroy = staticmethod(_destroy)
 
-    def __init__(self, *args, **kwargs):
-        raise TypeError("Handle has no public constructor; use cudnn.Handle.get(device, "
-                        "stream) or cudnn.Handle.create(device, stream)")
+    def _init_state(self) -> None:
+        # Replay entries of checked calls (`cupric.cudnn._replay`), key -> capsule.
+        self._replays = {}
+
+    def _call_arg(self):
+        from . import lib
+        return lib.ffi.cast("cudnnHandle_t", self._ptr)
 
     @classmethod
     def create(cls, device=None, stream=None) -> "Handle":
@@ -110,50 +117,16 @@ class Handle(Resource):
 
         Cost
         ----
-        ``cudnnCreate``: tens of milliseconds the first time in a process (it loads
-        cuDNN's sub-libraries), about a millisecond later.
+        ``cudnnCreate``: the first one in a process loads cuDNN's sub-libraries and is
+        much slower than later ones.
         """
-        from cupric.runtime.device import Device, device_count
+        return cls._open(device, stream)
 
+    def _setup(self, dev) -> None:
         from . import lib
-        if device is None:
-            device = stream_device(stream)
-        dev = Device(device) if device is not None else Device.current()
-        ctx = dev.make_current()
         ffi = lib.ffi
-        out = ffi.new("cudnnHandle_t *")
-        lib.check(lib.lib.cudnnCreate(out))
-        raw = int(ffi.cast("uintptr_t", out[0]))
-        stream_ptr, stream_obj = stream_parts(stream)
-        self = cls.__new__(cls)
-        self._ptr = raw
-        self._device = dev.ordinal
-        self._stream_ptr = stream_ptr
-        self._stream_obj = stream_obj
-        self._owned = _Owned(dev.ordinal, stream_ptr)
-        self._lock = threading.RLock()
-        self._key = None
-        self._ctx = int(ctx.ptr)
-        self._multi = device_count() > 1
-        # Replay entries of checked calls (`cupric.cudnn._replay`), key -> capsule.
-        self._replays = {}
-        self._init_resource(raw, _destroy, self._owned)
-        try:
-            lib.check(lib.lib.cudnnSetStream(ffi.cast("cudnnHandle_t", raw),
-                                             ffi.cast("cudaStream_t", stream_ptr)))
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    @classmethod
-    def get(cls, device=None, stream=None) -> "Handle":
-        """The shared handle of (device, stream), created once.
-
-        Reused by every caller asking for the same pair, together with its workspace and
-        plan cache; `close()` on it removes it from the sharing table.
-        """
-        return cls._shared.get(device, stream, lambda ordinal: cls.create(ordinal, stream))
+        lib.check(lib.lib.cudnnSetStream(ffi.cast("cudnnHandle_t", self._ptr),
+                                         ffi.cast("cudaStream_t", self._stream_ptr)))
 
     @classmethod
     def from_handle(cls, raw, *, device: int = 0, stream=None) -> "Handle":
@@ -173,51 +146,9 @@ class Handle(Resource):
         The owner must keep the handle alive while cupric uses it, and must not change
         its stream behind cupric's back.
         """
-        stream_ptr, stream_obj = stream_parts(stream)
-        self = cls.__new__(cls)
-        self._ptr = int(raw)
-        self._device = int(device)
-        self._stream_ptr = stream_ptr
-        self._stream_obj = stream_obj
-        self._owned = _Owned(int(device), stream_ptr)
-        self._lock = threading.RLock()
-        self._key = None
-        self._ctx = 0
-        self._multi = False
-        self._replays = {}
-        self._init_resource(int(raw), None)
-        return self
+        return cls._borrow(raw, device, stream)
 
     # -- state ---------------------------------------------------------------------------
-
-    def _label(self) -> str:
-        return f"cuDNN handle (device {self._device})"
-
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else f"0x{self._ptr:x}"
-        return (f"<cupric.cudnn.Handle {state} device={self._device} "
-                f"stream=0x{self._stream_ptr:x}>")
-
-    @property
-    def device(self) -> int:
-        """Ordinal of the handle's device."""
-        return self._device
-
-    @property
-    def stream(self) -> int:
-        """The raw stream handle calls are queued on (0: legacy default stream)."""
-        return self._stream_ptr
-
-    @property
-    def stream_object(self):
-        """The stream object the handle was made with (None for raw handles)."""
-        return self._stream_obj
-
-    @property
-    def workspace_bytes(self) -> int:
-        """Bytes of workspace the handle currently owns."""
-        ws = self._owned.workspace
-        return 0 if ws is None else ws.nbytes
 
     @property
     def plans(self) -> dict:
@@ -229,34 +160,12 @@ class Handle(Resource):
         """The lock serializing workspace growth and plan-cache updates."""
         return self._lock
 
-    def ready(self):
-        """The raw ``cudnnHandle_t`` (cffi), checked usable for a call now.
-
-        Raises `ClosedError` for a closed handle or a closed stream; with several GPUs,
-        makes the handle's device current in the calling thread when it is not.
-        """
-        if self._closed:
-            raise ClosedError("this cuDNN Handle is closed")
-        stream = self._stream_obj
-        if stream is not None and getattr(stream, "_closed", False):
-            raise ClosedError("the stream this cuDNN Handle is bound to was closed")
-        if self._multi:
-            self._make_current()
-        from . import lib
-        return lib.ffi.cast("cudnnHandle_t", self._ptr)
-
     @property
     def ptr(self) -> int:
         """The raw ``cudnnHandle_t`` as an int."""
         if self._closed:
             raise ClosedError("this cuDNN Handle is closed")
         return self._ptr
-
-    def _make_current(self) -> None:
-        from cupric.runtime._driver import check, driver
-        if int(check(driver().cuCtxGetCurrent())) != self._ctx:
-            from cupric.runtime.device import Device
-            Device(self._device).make_current()
 
     def check_device(self, buf, name: str, op: str) -> None:
         """Raise ValueError if `buf` lives on another device than the handle's (asked of
@@ -324,12 +233,6 @@ class Handle(Resource):
             raise ValueError(f"reserve_workspace: nbytes must be >= 0, got {nbytes}")
         return self.workspace(max(int(nbytes), 1))
 
-    def synchronize(self) -> None:
-        """Wait for the work queued on the handle's stream."""
-        from cupric.runtime._driver import check, driver
-        self.ready()
-        check(driver().cuStreamSynchronize(self._stream_ptr))
-
     def clear_plans(self) -> None:
         """Drop every cached execution plan and replay entry (rebuilt on next use)."""
         with self._lock:
@@ -348,7 +251,6 @@ class Handle(Resource):
         """
         if self._closed:
             return
-        Handle._shared.discard(self)
         self._replays.clear()
         borrowed = not self.owns_handle
         super().close()

@@ -197,17 +197,16 @@ def _forget_stream(handle) -> None:
     for ws in list(_WORKSPACES.values()):
         with ws.lock:
             if ws.last_stream == h:
-                from cupric.runtime._driver import check, driver
+                from cupric.runtime.native import check, driver
                 check(driver().cuStreamSynchronize(h))
                 ws.last_stream = None
 
 
 def _register_reset_hook() -> None:
-    from cupric.runtime import _lifetime
     from cupric.runtime.context import on_reset
-    from cupric.runtime.stream import _destroy_stream
+    from cupric.runtime.resource import on_stream_destroyed
     on_reset(_forget_device)
-    _lifetime.before_release(_destroy_stream, _forget_stream)
+    on_stream_destroyed(_forget_stream)
 
 
 _register_reset_hook()

@@ -15,7 +15,7 @@ import dataclasses
 import threading
 import time
 
-from cupric.runtime._lifetime import Resource
+from cupric.runtime.resource import Resource
 from cupric.runtime import intake
 
 from .tables import reduction_op, wire_type
@@ -258,7 +258,7 @@ def _abort_then(abort, error) -> None:
 
 
 def _stream_done(handle: int) -> bool:
-    from cupric.runtime._driver import check, driver
+    from cupric.runtime.native import check, driver
     (err,) = driver().cuStreamQuery(handle)
     if err == 600:  # CUDA_ERROR_NOT_READY
         return False

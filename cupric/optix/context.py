@@ -11,7 +11,7 @@ import logging
 import threading
 import weakref
 
-from cupric.runtime._lifetime import Resource
+from cupric.runtime.resource import Resource
 
 from .options import ContextOptions
 
@@ -230,7 +230,7 @@ class DeviceContext(Resource):
             OptiX failed to destroy an object or the context; every object and the
             context are closed anyway, and the first failure is raised.
         """
-        from cupric.runtime._lifetime import drain, pending_count
+        from cupric.runtime.resource import drain, pending_count
         if self.closed:
             return
         # Run queued releases first. A release drops the last reference to what its

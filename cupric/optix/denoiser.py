@@ -16,7 +16,7 @@ import threading
 
 import numpy as np
 
-from cupric.runtime._lifetime import Resource
+from cupric.runtime.resource import Resource
 
 from .lib import OptixError
 from .options import DenoiserOptions

@@ -9,7 +9,7 @@ intersection modules (spheres, curves) come from OptiX itself.
 
 from __future__ import annotations
 
-from cupric.runtime._lifetime import Resource
+from cupric.runtime.resource import Resource
 
 from .lib import OptixError
 from .options import AccelBuildOptions, ModuleCompileOptions, PipelineCompileOptions

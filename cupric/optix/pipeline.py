@@ -9,7 +9,7 @@ and the stack sizes computed from every group's needs.
 
 from __future__ import annotations
 
-from cupric.runtime._lifetime import Resource
+from cupric.runtime.resource import Resource
 
 from .module import Module, call_with_log, pipeline_compile_options_struct
 from .options import PipelineCompileOptions, PipelineLinkOptions

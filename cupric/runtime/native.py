@@ -1,0 +1,20 @@
+"""The runtime's native entry points, public for the other cupric packages.
+
+The libraries (cuBLAS, cuDNN, NCCL, OptiX) and the ready kernels talk to the CUDA driver
+and to the runtime's compiled fast paths through these names, never through the
+runtime's private modules: `driver()` is the `cuda.bindings.driver` module with
+``cuInit`` done, `check(result)` unpacks a cuda.bindings result and raises the typed
+`CudaError`, and `Allocation` is the owner object every `DeviceBuffer` view holds (its
+``_closed`` slot is what compiled fast paths read to refuse freed memory);
+`current_context_key()` names the calling thread's current context (0 for none), for
+tables kept per context.
+"""
+
+from __future__ import annotations
+
+from ._driver import check, driver, driver_available, driver_version
+from .errors import _current_context_key as current_context_key
+from .memory import _Allocation as Allocation
+
+__all__ = ["driver", "check", "driver_available", "driver_version", "Allocation",
+           "current_context_key"]
