@@ -126,8 +126,8 @@ def _isa_fits(ptx: str, release: tuple[int, ...] | None) -> bool:
 
 #: nvJitLink option that turns off its cache of intermediate steps. That cache only helps
 #: a process that links the same input twice (the kernel cache answers those first), and
-#: setting it up made the first link of a process take 12 to 180 ms on the H200 machine
-#: (nvJitLink 13.0; 7 ms with the option, and the same cubin). Emptied when an nvJitLink
+#: setting it up made the first link of a process several times slower (nvJitLink 13.0;
+#: the same cubin with the option). Emptied when an nvJitLink
 #: refuses the option.
 _NO_CACHE = ["-no-cache"]
 

@@ -428,7 +428,7 @@ def start_loading() -> threading.Event:
     """Start loading libNVVM and nvJitLink on threads, ahead of a compile.
 
     The caller types and lowers its kernel meanwhile: the dynamic loader's work for the
-    two libraries (70 and 120 MB; 4 and 10 ms on the H200 machine) is then over when the
+    two libraries (70 and 120 MB: milliseconds of loading) is then over when the
     IR is ready. Errors are not reported here: the compile and the link meet them again
     and raise them with their full message.
 

@@ -510,7 +510,7 @@ def invoke(name: str, *args) -> None:
 
     Cost
     ----
-    One dictionary lookup and the cffi call (about 1 us for a GEMM's 14 arguments).
+    One dictionary lookup and the cffi call (BENCHMARKS.md has the GEMM host cost).
     """
     fn = _FAST.get(name)
     if fn is None:

@@ -876,7 +876,7 @@ def ieee_matmul_refusal(spec: GraphSpec, options: PlanOptions) -> str | None:
 
     The float32 matmul engine cuDNN 9.19 proposes (global index 0, finalize mode
     ``BLAS_MATMUL``) computes at TF32 precision (errors up to 2.8e-4 of the largest
-    result of a K = 32 product, measured on an H200 against float64) while its
+    result of a K = 32 product, measured against float64) while its
     numerical notes carry neither ``TENSOR_CORE`` nor ``DOWN_CONVERT_INPUTS``, the notes
     `PlanOptions.rejects` (and PyTorch) filter TF32 engines by. No engine is therefore
     known to compute a float32 matmul in IEEE float32: such a graph is refused up front

@@ -97,8 +97,8 @@ def covering_blocks(n: int, block: int, per_thread: int = 1,
                     simulator: bool | None = None) -> int:
     """Blocks for an elementwise grid-stride kernel over `n` items, `per_thread` items
     per thread per trip: a grid that covers `n` once, so each thread makes one trip (the
-    geometry of a plain CUDA C elementwise kernel; on an H200 a grid capped at 8 blocks
-    per SM ran vecadd, saxpy, memcpy and fill on float32 6-9 % slower; see
+    geometry of a plain CUDA C elementwise kernel; a grid capped at 8 blocks per SM ran
+    vecadd, saxpy, memcpy and fill on float32 slower; see
     `elementwise.quad_geometry` for where it is used). Capped at `MAX_GRID_X` blocks
     (beyond that the kernels' grid-stride loops take the rest) and at
     `SIMULATOR_MAX_BLOCKS` on the simulator, which runs blocks one after another. Never

@@ -3,7 +3,7 @@ Each is a grid-stride loop over groups of four neighbouring elements (one 128-bi
 per array for 32-bit types when the arrays are 16-byte aligned), generic over the dtype.
 vecadd, saxpy, memcpy and fill on items of 4 bytes or more launch a grid that covers the
 array once (`covering_blocks`, see `quad_geometry`), so each thread makes one trip, as a
-plain CUDA C kernel does (on an H200, 6-9 % faster than a grid of 8 blocks per SM); their
+plain CUDA C kernel does (measured faster than a grid of 8 blocks per SM); their
 loops serve grids smaller than the array (launches of the kernels by hand, the
 simulator, arrays past 2^31-1 blocks). Smaller items and the one-element kernels
 (float16 arithmetic, `map`) keep a grid of at most 8 blocks per SM: how they fare on a
@@ -30,9 +30,9 @@ __all__ = ["vecadd", "saxpy", "memcpy", "fill", "map", "vecadd_kernel", "saxpy_k
 BLOCK = 256
 #: Threads per block of vecadd and saxpy (two arrays read, one written, four elements a
 #: thread): 768-thread blocks hold an SM at 1536 threads (two blocks) where 256-thread
-#: ones fill it (2048); on an H200 the lighter load streams 0.6-1.2 % faster (2^27 and
-#: 2^28 float32) -- the occupancy CUDA C's compile of the same kernel gets from its 40
-#: registers. memcpy and fill keep 256 (a copy ran 10 % slower with 768).
+#: ones fill it (2048); the lighter load measured slightly faster on large float32
+#: arrays -- the occupancy CUDA C's compile of the same kernel gets from its 40
+#: registers. memcpy and fill keep 256 (a copy measured slower with 768).
 STREAM_BLOCK = 768
 #: Elements each thread handles per trip of its grid-stride loop.
 UNROLL = 4
@@ -242,7 +242,7 @@ def quad_geometry(call: Call, out, block: int) -> tuple:
     """(blocks, threads per block) of a four-elements-a-thread kernel writing `out`.
 
     Items of 4 bytes or more: a grid covering the array once with `block` threads per
-    block (measured on an H200 with float32: 6-9 % faster than the bounded grid). Smaller
+    block (measured faster than the bounded grid with float32; BENCHMARKS.md). Smaller
     items move few bytes per thread, where a covering grid is not measured to pay (the
     rgba2gray kernel, 20 bytes a thread, was slower on one): a grid of at most
     WAVES_PER_SM blocks of BLOCK threads per SM, as before."""

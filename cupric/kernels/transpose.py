@@ -98,8 +98,8 @@ def transpose(a, out=None, stream=None, *, tile_dim=TILE_DIM):
     stream : Stream or stream-like, optional
     tile_dim : {32, 64}
         Side of the square tile a block of 32 x 8 threads moves (4 or 16 elements per
-        thread). 64 measured 10% slower on an H200 (40 registers and 16.6 KB of shared
-        memory per block: fewer resident blocks).
+        thread). 64 measured slower (40 registers and 16.6 KB of shared memory per
+        block: fewer resident blocks; BENCHMARKS.md).
 
     Returns
     -------
@@ -108,9 +108,9 @@ def transpose(a, out=None, stream=None, *, tile_dim=TILE_DIM):
     Cost
     ----
     One launch of 32x8-thread blocks, one per tile; reads and writes each element
-    once, both coalesced: bandwidth-bound (8192 x 16384 float32 on an H200: 85% of a
-    device-to-device copy's rate, 1.02x the same kernel in CUDA C, once interior tiles
-    skipped the per-element bounds test).
+    once, both coalesced: bandwidth-bound (BENCHMARKS.md compares it with a
+    device-to-device copy and the same kernel in CUDA C; interior tiles skip the
+    per-element bounds test).
 
     Examples
     --------

@@ -41,8 +41,8 @@ context's own retain) pass ``bound=False``. Device allocations, which are far mo
 numerous, are instead dropped per device from the tables by `forget`.
 
 `TrackedResource` is the same contract at a lower cost, for objects made by the thousand
-(device allocations): instead of a `weakref.finalize` per object (about 1 us to make and
-detach), its release is an entry of one process-wide table keyed by the object's id,
+(device allocations): instead of a `weakref.finalize` per object (costly to make and
+detach beside an allocation), its release is an entry of one process-wide table keyed by the object's id,
 which `close()` or the object's `__del__` pops (a dict pop is atomic: exactly one of
 them gets it), and which the exit hook empties, releasing what is still alive. `__del__`
 queues the release as a finalizer does; it never calls the driver itself.

@@ -236,7 +236,7 @@ class Context(Resource):
 
         Cost
         ----
-        One `cuCtxGetCurrent` (about 0.2 us) when already current.
+        One `cuCtxGetCurrent` when already current.
         """
         d = driver()
         current = check(d.cuCtxGetCurrent())

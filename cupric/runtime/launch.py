@@ -5,7 +5,7 @@ array of pointers (`void**`), one per kernel parameter, to the parameter values.
 `PreparedLaunch` fixes the parameter layout once per signature; each launch only writes
 the values and calls the driver, so the host cost stays close to the driver's own.
 
-How the driver is called (measured on an H200, see benchmarks/launch_overhead.py): by
+How the driver is called (measured by benchmarks/launch_overhead.py; BENCHMARKS.md): by
 default through a small CPython extension (`_fastlaunch`) that packs and launches in one
 C call, compiled once into the user's cache; where no compiler is available, through
 cuda.bindings' `cuLaunchKernel` with the values packed by one `struct.pack_into` into a
@@ -518,7 +518,7 @@ class PreparedLaunch:
     With the compiled extension (backend ``"c"``, the default where it builds), a
     fraction of a microsecond above the driver's own cost of `cuLaunchKernel`. On the
     Python backends, one `struct.pack_into` and one native call; Python ints and floats
-    pack fastest there, NumPy scalars cost about 0.15 us more each.
+    pack fastest there, NumPy scalars cost more each.
     """
 
     __slots__ = ("function", "param_types", "cooperative", "_func", "_format",

@@ -550,8 +550,8 @@ class Function:
 
         Cost
         ----
-        About 1 us more than `PreparedLaunch.launch` for the type inference; use
-        `prepare()` in hot loops.
+        More than `PreparedLaunch.launch` by the type inference (BENCHMARKS.md has the
+        figures); use `prepare()` in hot loops.
         """
         if grid.__class__ is LaunchConfig:
             config = grid

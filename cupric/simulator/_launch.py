@@ -162,9 +162,9 @@ def launch(py_func, grid, block, args, *, shared_bytes: int = 0, mode: str | Non
 
     Cost
     ----
-    Serial mode runs roughly 400k simple threads per second. The live modes cost about
-    2-6 us per thread per barrier or warp collective on the generator engine, and 20-30 us
-    on OS threads: use modest grids in tests.
+    Serial mode is the cheapest. The live modes cost microseconds per thread per barrier
+    or warp collective on the generator engine, and several times more on OS threads:
+    use modest grids in tests.
     """
     func = _python_function(py_func)
     if func is None:
