@@ -491,6 +491,12 @@ class _Launcher:
         return self.kernel._launch(self.grid, self.block, self.stream, self.shared_bytes, args)
 
 
+#: What ``kern[grid, block, stream, shared_bytes]`` makes: `_Launcher`, or once a
+#: compiled launcher exists (`cupric.compiler._fastcall`), the extension's `bind` (the
+#: same call in C).
+_BIND = [_Launcher]
+
+
 def _config(kern, config, simulate=False):
     if not isinstance(config, tuple) or not 2 <= len(config) <= 4:
         raise TypeError(f"launch {kern.__name__} as {kern.__name__}[grid, block](...) or "
@@ -627,8 +633,8 @@ class Kernel:
     # -- launching -------------------------------------------------------------------------
 
     def __getitem__(self, config) -> _Launcher:
-        if config.__class__ is tuple and len(config) == 2:  # kern[grid, block]: fast
-            return _Launcher(self, config[0], config[1])
+        if config.__class__ is tuple and 2 <= len(config) <= 4:  # kern[grid, block, ...]
+            return _BIND[0](self, *config)
         return _config(self, config)
 
     @property
@@ -738,6 +744,10 @@ class Kernel:
             else:
                 _launcher.index_chain(fast)
                 self._fast = fast
+                if _BIND[0] is _Launcher and _launcher.is_compiled(fast):
+                    # From now on kern[grid, block] is the extension's bound
+                    # configuration, whose call enters the compiled launcher directly.
+                    _BIND[0] = _launcher._fastcall.load().bind
 
     def _device_error(self, index: int, found: int, device: int):
         """The `DeviceMismatchError` for argument `index` living on device `found` while

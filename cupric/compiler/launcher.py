@@ -13,6 +13,8 @@ CuPy arrays and PyTorch tensors keeps a fast path for each (at most `MAX_LAUNCHE
 
 from __future__ import annotations
 
+from cupric.compiler import _fastcall
+
 __all__ = ["make_launcher", "launcher_keys", "index_chain", "MAX_LAUNCHERS"]
 
 #: Launchers a kernel keeps (signature x array kinds); later combinations take the
@@ -67,6 +69,8 @@ def make_launcher(kern, key, args, written, prepared, device: int = -1, fallback
            "_current": _current_device}
     checks, setup, flat, arrays = [], [], [], []
     streams: list = []  # CuPy current-stream readers to check once per launch
+    plan: list | None = [] if device < 0 else None  # (kind, dtype, itemsize) for C
+    strided = []  # PyTorch's strided layout, for the compiled launcher
     for i, (name, value, part) in enumerate(zip(names, args, key)):
         cls = value.__class__
         env[f"C{i}"] = cls
@@ -92,13 +96,17 @@ def make_launcher(kern, key, args, written, prepared, device: int = -1, fallback
             setup.append(f"p{i} = {name}.ptr; n{i} = {name}.shape[0]")
             flat += [f"p{i}", f"n{i}", "1"]
             arrays.append((i, size))
+            _plan(plan, _fastcall.BUFFER if own else None, value.dtype, size)
         elif adapter is not None and adapter.kind == "cupy":
             # What CupyAdapter.read gives a non-empty contiguous 1-D array, inline; an
             # empty one (its pointer reads 0) takes the general path. CuPy keeps its
             # contiguity flag, size and rank as plain fields: no shape tuple is built.
             env[f"D{i}"] = value.dtype
             size = part[0].itemsize
-            if hasattr(value, "_c_contiguous"):
+            fields = hasattr(value, "_c_contiguous")
+            _plan(plan, _fastcall.CUPY_FIELDS if fields else _fastcall.CUPY, value.dtype,
+                  size)
+            if fields:
                 setup.append(f"if {name}.dtype is not D{i} or not {name}._c_contiguous or "
                              f"{name}.ndim != 1: {slow}")
                 setup.append(f"n{i} = {name}.size")
@@ -123,6 +131,8 @@ def make_launcher(kern, key, args, written, prepared, device: int = -1, fallback
             env[f"D{i}"] = value.dtype
             env[f"L{i}"] = adapter.strided
             size = part[0].itemsize
+            _plan(plan, _fastcall.TORCH, value.dtype, size)
+            strided.append(adapter.strided)
             setup.append(f"if {name}.dtype is not D{i} or not {name}.is_cuda or "
                          f"{name}.requires_grad or {name}.layout is not L{i} or "
                          f"{name}.ndim != 1 or {name}.stride(0) != 1: {slow}")
@@ -135,6 +145,7 @@ def make_launcher(kern, key, args, written, prepared, device: int = -1, fallback
             arrays.append((i, size))
         elif part is cls and (cls in python_scalars or cls in numpy_scalars):
             flat.append(name)
+            _plan(plan, _fastcall.SCALAR, None, 0)
         else:
             return None
     if device >= 0:
@@ -168,12 +179,45 @@ def make_launcher(kern, key, args, written, prepared, device: int = -1, fallback
     namespace = dict(env)
     exec(compile(source, f"<cupric fast launch of {kern.__name__}>", "exec"), namespace)
     fast = namespace["fast"]
+    compiled = _compiled(plan, args, written, prepared, env["_slow"], streams, strided)
+    if compiled is not None:
+        fast = compiled  # the same checks and values, made in C (the source says which)
     fast.launch_key = (key, tuple(v.__class__ for v in args))
     fast.next_launcher = fallback
     fast.source = source
     fast.probe = arrays[0][0] if arrays else None  # the first array argument's index
     fast.dispatch = None  # set on the chain's head by `index_chain`
     return fast
+
+
+def _plan(plan, kind, dtype, itemsize) -> None:
+    """Record one argument of the compiled launcher's table (`kind` None: an argument it
+    does not read, so the signature keeps the generated Python launcher)."""
+    if plan is not None:
+        plan.append(None if kind is None else (kind, dtype, itemsize))
+
+
+def _compiled(plan, args, written, prepared, fallback, streams, strided):
+    """The compiled launcher (`cupric.compiler._fastcall`) for a planned signature, or
+    None: the extension is switched off or missing, the machine has several GPUs (plan
+    None), or an argument is of a kind it does not read."""
+    if plan is None or None in plan or len(set(map(id, strided))) > 1 or \
+            len(plan) > _fastcall.MAX_ARGS:
+        return None
+    module = _fastcall.load()
+    if module is None:
+        return None
+    return module.make(prepared.launch, fallback, order_cupy, tuple(streams),
+                       strided[0] if strided else None,
+                       tuple(p[0] for p in plan), tuple(v.__class__ for v in args),
+                       tuple(p[1] for p in plan), tuple(p[2] for p in plan),
+                       tuple(i in written for i in range(len(plan))))
+
+
+def is_compiled(launcher) -> bool:
+    """Whether a launcher of the chain is the compiled one."""
+    cls = launcher.__class__
+    return cls.__module__ == "cupric.compiler._fastcall" and cls.__name__ == "Launcher"
 
 
 def index_chain(head) -> None:

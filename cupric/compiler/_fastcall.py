@@ -1,0 +1,602 @@
+"""The compiled kernel launcher: ``kern[grid, block](*args)`` to the prepared launch in C.
+
+A generated launcher (`cupric.compiler.launcher`) re-checks, per call, what can differ
+between launches of one signature (the argument classes, dtypes, rank, contiguity,
+liveness, alignment and overlap of written arrays) and hands the values to the runtime's
+prepared launch. This CPython extension makes the same checks in C, reading DeviceBuffer
+slots at offsets taken once from the class (as `cupric.cudnn._replay_c` does) and CuPy
+arrays and PyTorch tensors through their attributes, and calls the prepared launch (the
+compiled packer of `cupric.runtime._fastlaunch`) with a stack of values, so no Python
+frame runs between the subscript and cuLaunchKernel.
+
+Anything it does not accept goes, untouched, to the launcher's fallback (the launcher
+made before it, else `Kernel._launch`), which raises the typed errors of the Python
+path; an error in C is never reported as anything else. ``CUPRIC_KERNEL_FASTCALL=0``
+(read once) keeps the generated Python launchers.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from cupric import _config
+from cupric.runtime import _cext
+
+__all__ = ["load", "build_error", "enabled", "SOURCE", "SCALAR", "BUFFER", "CUPY",
+           "CUPY_FIELDS", "TORCH",
+           "MAX_ARGS"]
+
+#: Argument kinds of a launch table (the C enum).
+SCALAR, BUFFER, CUPY, CUPY_FIELDS, TORCH = range(5)
+#: The most arguments a compiled launcher takes (MAXA in C); longer signatures keep the
+#: generated Python launcher.
+MAX_ARGS = 64
+
+SOURCE = r"""
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+
+#define MAXA 64
+enum { K_SCALAR = 0, K_BUFFER = 1, K_CUPY = 2, K_CUPY_FIELDS = 3, K_TORCH = 4 };
+
+#define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
+
+static Py_ssize_t off_ptr, off_shape, off_strides, off_dtype, off_ndim, off_alloc, off_closed;
+static PyTypeObject *buffer_type, *alloc_type;
+static PyObject *s_data, *s_ptr, *s_size, *s_ndim, *s_shape, *s_strides, *s_dtype,
+    *s_c_contiguous, *s_is_cuda, *s_requires_grad, *s_layout, *s_stride, *s_numel,
+    *s_data_ptr, *s_fast, *s_dispatch, *s_launch, *s_closed, *v_zero, *v_one;
+
+static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *off) {
+    PyObject *descr = PyObject_GetAttrString((PyObject *)type, name);
+    if (descr == NULL) return -1;
+    if (!Py_IS_TYPE(descr, &PyMemberDescr_Type)
+        || ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
+        Py_DECREF(descr);
+        PyErr_Format(PyExc_TypeError, "%s.%s is not an object slot", type->tp_name, name);
+        return -1;
+    }
+    *off = ((PyMemberDescrObject *)descr)->d_member->offset;
+    Py_DECREF(descr);
+    return 0;
+}
+
+/* configure(DeviceBuffer, _Allocation) */
+static PyObject *configure(PyObject *module, PyObject *args) {
+    PyObject *bt, *at;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyType_Type, &bt, &PyType_Type, &at)) return NULL;
+    PyTypeObject *B = (PyTypeObject *)bt, *A = (PyTypeObject *)at;
+    if (slot_offset(B, "ptr", &off_ptr) || slot_offset(B, "shape", &off_shape)
+        || slot_offset(B, "strides", &off_strides) || slot_offset(B, "dtype", &off_dtype)
+        || slot_offset(B, "ndim", &off_ndim) || slot_offset(B, "_alloc", &off_alloc)
+        || slot_offset(A, "_closed", &off_closed))
+        return NULL;
+#define INTERN(var, text) if (var == NULL && (var = PyUnicode_InternFromString(text)) == NULL) return NULL
+    INTERN(s_data, "data"); INTERN(s_ptr, "ptr"); INTERN(s_size, "size");
+    INTERN(s_ndim, "ndim"); INTERN(s_shape, "shape"); INTERN(s_strides, "strides");
+    INTERN(s_dtype, "dtype"); INTERN(s_c_contiguous, "_c_contiguous");
+    INTERN(s_is_cuda, "is_cuda"); INTERN(s_requires_grad, "requires_grad");
+    INTERN(s_layout, "layout"); INTERN(s_stride, "stride"); INTERN(s_numel, "numel");
+    INTERN(s_data_ptr, "data_ptr"); INTERN(s_fast, "_fast"); INTERN(s_dispatch, "dispatch");
+    INTERN(s_launch, "_launch"); INTERN(s_closed, "_closed");
+    if (v_zero == NULL && (v_zero = PyLong_FromLong(0)) == NULL) return NULL;
+    if (v_one == NULL && (v_one = PyLong_FromLong(1)) == NULL) return NULL;
+    Py_INCREF(bt); Py_INCREF(at);
+    Py_XDECREF((PyObject *)buffer_type); Py_XDECREF((PyObject *)alloc_type);
+    buffer_type = B; alloc_type = A;
+    Py_RETURN_NONE;
+}
+
+/* -- the launch table of one signature and argument classes -------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *dict;
+    PyObject *dispatch;      /* (probe, {class: launcher}) or None, set by index_chain */
+    PyObject *launch;        /* prepared.launch(grid, block, stream, shared, *values) */
+    PyObject *fallback;      /* fallback(grid, block, stream, shared, args) */
+    PyObject *order;         /* order(stream, current): CuPy's current stream */
+    PyObject *readers;       /* tuple of CuPy current-stream readers */
+    PyObject *strided;       /* torch.strided, or None */
+    Py_ssize_t nargs;
+    int kind[MAXA];
+    PyObject *cls[MAXA];
+    PyObject *dtype[MAXA];
+    long long itemsize[MAXA];
+    char written[MAXA];
+} Table;
+
+static PyTypeObject TableType;
+
+static int table_traverse(Table *t, visitproc visit, void *arg) {
+    Py_VISIT(t->dict); Py_VISIT(t->dispatch); Py_VISIT(t->launch); Py_VISIT(t->fallback);
+    Py_VISIT(t->order); Py_VISIT(t->readers); Py_VISIT(t->strided);
+    for (Py_ssize_t i = 0; i < t->nargs; i++) { Py_VISIT(t->cls[i]); Py_VISIT(t->dtype[i]); }
+    return 0;
+}
+
+static int table_clear(Table *t) {
+    Py_CLEAR(t->dict); Py_CLEAR(t->dispatch); Py_CLEAR(t->launch); Py_CLEAR(t->fallback);
+    Py_CLEAR(t->order); Py_CLEAR(t->readers); Py_CLEAR(t->strided);
+    for (Py_ssize_t i = 0; i < t->nargs; i++) { Py_CLEAR(t->cls[i]); Py_CLEAR(t->dtype[i]); }
+    return 0;
+}
+
+static void table_dealloc(Table *t) {
+    PyObject_GC_UnTrack(t);
+    table_clear(t);
+    Py_TYPE(t)->tp_free((PyObject *)t);
+}
+
+/* Truth of `name` on `o`: 1, 0, or -1 (no error set: the fallback). */
+static int attr_truth(PyObject *o, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL) { PyErr_Clear(); return -1; }
+    int r = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    if (r < 0) { PyErr_Clear(); return -1; }
+    return r;
+}
+
+/* `o` as a long long, 1 on success; 0 (no error set) otherwise. */
+static int as_ll(PyObject *o, long long *out) {
+    if (o == NULL || !PyLong_Check(o)) return 0;
+    *out = PyLong_AsLongLong(o);
+    if (*out == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+    return 1;
+}
+
+static int as_u64(PyObject *o, unsigned long long *out) {
+    if (o == NULL || !PyLong_Check(o)) return 0;
+    *out = PyLong_AsUnsignedLongLong(o);
+    if (*out == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+    return 1;
+}
+
+/* Attribute `name` of `o` is `want` (identity): 1, else 0 (no error set). */
+static int attr_is(PyObject *o, PyObject *name, PyObject *want) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL) { PyErr_Clear(); return 0; }
+    int r = v == want;
+    Py_DECREF(v);
+    return r;
+}
+
+static PyObject *call_fallback(Table *t, PyObject *const *cfg, PyObject *const *args,
+                               Py_ssize_t n, PyObject *tuple) {
+    PyObject *stack[5] = {cfg[0], cfg[1], cfg[2], cfg[3], tuple};
+    if (tuple != NULL) return PyObject_Vectorcall(t->fallback, stack, 5, NULL);
+    PyObject *made = PyTuple_New(n);
+    if (made == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) { Py_INCREF(args[i]); PyTuple_SET_ITEM(made, i, args[i]); }
+    stack[4] = made;
+    PyObject *r = PyObject_Vectorcall(t->fallback, stack, 5, NULL);
+    Py_DECREF(made);
+    return r;
+}
+
+/* The launch: `cfg` is (grid, block, stream, shared_bytes); `tuple` the args tuple when
+   the caller has one (else one is made for the fallback). */
+static PyObject *table_run(Table *t, PyObject *const *cfg, PyObject *const *args,
+                           Py_ssize_t n, PyObject *tuple) {
+    PyObject *stack[4 + 3 * MAXA];
+    PyObject *owned[3 * MAXA];
+    int nowned = 0;
+    unsigned long long ptrs[MAXA], bits = 0;
+    long long lens[MAXA];
+    int at[MAXA], narr = 0;
+    Py_ssize_t k = 4;
+    if (n != t->nargs) goto slow;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if ((PyObject *)Py_TYPE(args[i]) != t->cls[i]) goto slow;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = args[i], *p, *len;
+        long long x;
+        unsigned long long u;
+        switch (t->kind[i]) {
+        case K_SCALAR:
+            stack[k++] = v;
+            continue;
+        case K_BUFFER: {
+            PyObject *alloc = SLOT(v, off_alloc), *strides = SLOT(v, off_strides),
+                     *shape = SLOT(v, off_shape);
+            if (!as_ll(SLOT(v, off_ndim), &x) || x != 1) goto slow;
+            if (SLOT(v, off_dtype) != t->dtype[i]) goto slow;
+            if (strides == NULL || !PyTuple_Check(strides) || PyTuple_GET_SIZE(strides) < 1
+                || !as_ll(PyTuple_GET_ITEM(strides, 0), &x) || x != t->itemsize[i])
+                goto slow;
+            /* Liveness: the allocation record every view shares. */
+            if (alloc == NULL || alloc == Py_None) goto slow;
+            if (Py_IS_TYPE(alloc, alloc_type)) {
+                if (SLOT(alloc, off_closed) != Py_False) goto slow;
+            } else if (attr_truth(alloc, s_closed) != 0) {
+                goto slow;
+            }
+            p = SLOT(v, off_ptr);
+            if (shape == NULL || !PyTuple_Check(shape) || PyTuple_GET_SIZE(shape) < 1) goto slow;
+            len = PyTuple_GET_ITEM(shape, 0);
+            if (!as_u64(p, &u) || !as_ll(len, &x)) goto slow;
+            stack[k++] = p; stack[k++] = len; stack[k++] = v_one;
+            break;
+        }
+        case K_CUPY:
+        case K_CUPY_FIELDS: {
+            if (!attr_is(v, s_dtype, t->dtype[i])) goto slow;
+            if (t->kind[i] == K_CUPY_FIELDS) {
+                if (attr_truth(v, s_c_contiguous) != 1) goto slow;
+                PyObject *nd = PyObject_GetAttr(v, s_ndim);
+                int ok = as_ll(nd, &x) && x == 1;
+                Py_XDECREF(nd);
+                if (!ok) { PyErr_Clear(); goto slow; }
+                len = PyObject_GetAttr(v, s_size);
+                if (len == NULL) { PyErr_Clear(); goto slow; }
+                owned[nowned++] = len;
+            } else {
+                PyObject *shape = PyObject_GetAttr(v, s_shape);
+                if (shape == NULL) { PyErr_Clear(); goto slow; }
+                owned[nowned++] = shape;
+                if (!PyTuple_Check(shape) || PyTuple_GET_SIZE(shape) != 1) goto slow;
+                PyObject *strides = PyObject_GetAttr(v, s_strides);
+                if (strides == NULL) { PyErr_Clear(); goto slow; }
+                owned[nowned++] = strides;
+                if (!PyTuple_Check(strides) || PyTuple_GET_SIZE(strides) < 1
+                    || !as_ll(PyTuple_GET_ITEM(strides, 0), &x) || x != t->itemsize[i])
+                    goto slow;
+                len = PyTuple_GET_ITEM(shape, 0);
+            }
+            if (!as_ll(len, &x) || x == 0) goto slow;   /* empty: pointer 0, general path */
+            PyObject *mem = PyObject_GetAttr(v, s_data);
+            if (mem == NULL) { PyErr_Clear(); goto slow; }
+            p = PyObject_GetAttr(mem, s_ptr);
+            Py_DECREF(mem);
+            if (p == NULL) { PyErr_Clear(); goto slow; }
+            owned[nowned++] = p;
+            if (!as_u64(p, &u)) goto slow;
+            stack[k++] = p; stack[k++] = len; stack[k++] = v_one;
+            break;
+        }
+        case K_TORCH: {
+            if (!attr_is(v, s_dtype, t->dtype[i])) goto slow;
+            if (attr_truth(v, s_is_cuda) != 1 || attr_truth(v, s_requires_grad) != 0) goto slow;
+            if (!attr_is(v, s_layout, t->strided)) goto slow;
+            PyObject *nd = PyObject_GetAttr(v, s_ndim);
+            int ok = as_ll(nd, &x) && x == 1;
+            Py_XDECREF(nd);
+            if (!ok) { PyErr_Clear(); goto slow; }
+            PyObject *st = PyObject_CallMethodOneArg(v, s_stride, v_zero);
+            ok = as_ll(st, &x) && x == 1;
+            Py_XDECREF(st);
+            if (!ok) { PyErr_Clear(); goto slow; }
+            len = PyObject_CallMethodNoArgs(v, s_numel);
+            if (len == NULL) { PyErr_Clear(); goto slow; }
+            owned[nowned++] = len;
+            if (!as_ll(len, &x) || x == 0) goto slow;
+            p = PyObject_CallMethodNoArgs(v, s_data_ptr);
+            if (p == NULL) { PyErr_Clear(); goto slow; }
+            owned[nowned++] = p;
+            if (!as_u64(p, &u)) goto slow;
+            stack[k++] = p; stack[k++] = len; stack[k++] = v_one;
+            break;
+        }
+        default:
+            goto slow;
+        }
+        ptrs[narr] = u; lens[narr] = x; at[narr] = (int)i; narr++;
+        bits |= u;
+    }
+    if (bits & 15) goto slow;   /* the aligned variant only */
+    for (int w = 0; w < narr; w++) {
+        if (!t->written[at[w]]) continue;
+        for (int o = 0; o < narr; o++) {
+            if (o == w) continue;
+            unsigned long long wend = ptrs[w] + (unsigned long long)lens[w] * t->itemsize[at[w]];
+            unsigned long long oend = ptrs[o] + (unsigned long long)lens[o] * t->itemsize[at[o]];
+            if (lens[w] && lens[o] && ptrs[w] < oend && ptrs[o] < wend) goto slow;
+        }
+    }
+    /* Last (every check above may still send the call to the general path): order the
+       launch stream after CuPy's current stream where CUDA does not already. */
+    for (Py_ssize_t r = 0; r < PyTuple_GET_SIZE(t->readers); r++) {
+        PyObject *q = PyObject_CallNoArgs(PyTuple_GET_ITEM(t->readers, r));
+        if (q == NULL) goto fail;
+        int is0 = PyObject_RichCompareBool(q, v_zero, Py_EQ);
+        int is1 = is0 == 0 ? PyObject_RichCompareBool(q, v_one, Py_EQ) : 0;
+        if (is0 < 0 || is1 < 0) { Py_DECREF(q); goto fail; }
+        int legacy = is0 || is1;
+        if (!legacy || cfg[2] != Py_None) {
+            PyObject *ostack[2] = {cfg[2], q};
+            PyObject *res = PyObject_Vectorcall(t->order, ostack, 2, NULL);
+            Py_DECREF(q);
+            if (res == NULL) goto fail;
+            Py_DECREF(res);
+        } else {
+            Py_DECREF(q);
+        }
+    }
+    stack[0] = cfg[0]; stack[1] = cfg[1]; stack[2] = cfg[2]; stack[3] = cfg[3];
+    {
+        PyObject *res = PyObject_Vectorcall(t->launch, stack, (size_t)k, NULL);
+        for (int j = 0; j < nowned; j++) Py_DECREF(owned[j]);
+        return res;
+    }
+fail:
+    for (int j = 0; j < nowned; j++) Py_DECREF(owned[j]);
+    return NULL;
+slow:
+    for (int j = 0; j < nowned; j++) Py_DECREF(owned[j]);
+    return call_fallback(t, cfg, args, n, tuple);
+}
+
+/* launcher(grid, block, stream, shared_bytes, args): the generated launchers' call. */
+static PyObject *table_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                                  PyObject *kwnames) {
+    Table *t = (Table *)self;
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (kwnames != NULL || n != 5 || !PyTuple_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "launcher(grid, block, stream, shared_bytes, args)");
+        return NULL;
+    }
+    PyObject *tuple = args[4];
+    return table_run(t, args, &PyTuple_GET_ITEM(tuple, 0), PyTuple_GET_SIZE(tuple), tuple);
+}
+
+static PyMemberDef table_members[] = {
+    {"dispatch", T_OBJECT, offsetof(Table, dispatch), 0, "(probe, {class: launcher}) or None"},
+    {"fallback", T_OBJECT, offsetof(Table, fallback), READONLY, "where refused calls go"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject TableType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cupric.compiler._fastcall.Launcher",
+    .tp_basicsize = sizeof(Table),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "a compiled kernel launcher for one signature and argument classes",
+    .tp_dealloc = (destructor)table_dealloc,
+    .tp_traverse = (traverseproc)table_traverse,
+    .tp_clear = (inquiry)table_clear,
+    .tp_vectorcall_offset = offsetof(Table, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_members = table_members,
+    .tp_dictoffset = offsetof(Table, dict),
+    .tp_getattro = PyObject_GenericGetAttr,
+    .tp_setattro = PyObject_GenericSetAttr,
+};
+
+/* make(launch, fallback, order, readers, strided, kinds, classes, dtypes, itemsizes,
+        written) */
+static PyObject *make(PyObject *module, PyObject *args) {
+    PyObject *launch, *fallback, *order, *readers, *strided, *kinds, *classes, *dtypes,
+        *sizes, *written;
+    if (!PyArg_ParseTuple(args, "OOOO!OO!O!O!O!O!", &launch, &fallback, &order,
+                          &PyTuple_Type, &readers, &strided, &PyTuple_Type, &kinds,
+                          &PyTuple_Type, &classes, &PyTuple_Type, &dtypes,
+                          &PyTuple_Type, &sizes, &PyTuple_Type, &written))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(kinds);
+    if (buffer_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "configure() first");
+        return NULL;
+    }
+    if (n > MAXA || PyTuple_GET_SIZE(classes) != n || PyTuple_GET_SIZE(dtypes) != n
+        || PyTuple_GET_SIZE(sizes) != n || PyTuple_GET_SIZE(written) != n) {
+        PyErr_SetString(PyExc_ValueError, "make: too many arguments or mismatched tables");
+        return NULL;
+    }
+    Table *t = PyObject_GC_New(Table, &TableType);
+    if (t == NULL) return NULL;
+    t->vectorcall = table_vectorcall;
+    t->dict = NULL;
+    t->nargs = 0;
+    Py_INCREF(Py_None); t->dispatch = Py_None;
+    Py_INCREF(launch); t->launch = launch;
+    Py_INCREF(fallback); t->fallback = fallback;
+    Py_INCREF(order); t->order = order;
+    Py_INCREF(readers); t->readers = readers;
+    Py_INCREF(strided); t->strided = strided;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long kind = PyLong_AsLong(PyTuple_GET_ITEM(kinds, i));
+        long long size = PyLong_AsLongLong(PyTuple_GET_ITEM(sizes, i));
+        int w = PyObject_IsTrue(PyTuple_GET_ITEM(written, i));
+        PyObject *cls = PyTuple_GET_ITEM(classes, i);
+        if (PyErr_Occurred() || w < 0) goto bad;
+        if (kind < K_SCALAR || kind > K_TORCH || !PyType_Check(cls)) {
+            PyErr_SetString(PyExc_ValueError, "make: bad kind or class");
+            goto bad;
+        }
+        if (kind == K_BUFFER && !PyType_IsSubtype((PyTypeObject *)cls, buffer_type)) {
+            PyErr_SetString(PyExc_TypeError, "make: a buffer argument must be a DeviceBuffer");
+            goto bad;
+        }
+        t->kind[i] = (int)kind;
+        t->itemsize[i] = size;
+        t->written[i] = (char)w;
+        Py_INCREF(cls); t->cls[i] = cls;
+        t->dtype[i] = PyTuple_GET_ITEM(dtypes, i);
+        Py_INCREF(t->dtype[i]);
+        t->nargs = i + 1;
+    }
+    PyObject_GC_Track((PyObject *)t);
+    return (PyObject *)t;
+bad:
+    PyObject_GC_Track((PyObject *)t);
+    Py_DECREF(t);
+    return NULL;
+}
+
+/* -- kern[grid, block]: a bound configuration whose call is the launch ---------------- */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *kernel, *grid, *block, *stream, *shared;
+} Bound;
+
+static void bound_dealloc(Bound *b) {
+    Py_XDECREF(b->kernel); Py_XDECREF(b->grid); Py_XDECREF(b->block);
+    Py_XDECREF(b->stream); Py_XDECREF(b->shared);
+    PyObject_Free(b);
+}
+
+static PyObject *bound_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                                  PyObject *kwnames) {
+    Bound *b = (Bound *)self;
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) {
+        PyErr_SetString(PyExc_TypeError, "kernel launches take positional arguments only");
+        return NULL;
+    }
+    PyObject *cfg[4] = {b->grid, b->block, b->stream, b->shared};
+    PyObject *fast = PyObject_GetAttr(b->kernel, s_fast);
+    if (fast == NULL) return NULL;
+    if (fast != Py_None) {
+        /* Several kinds on one kernel: the launcher of this call's kind. */
+        PyObject *dispatch;
+        if (Py_IS_TYPE(fast, &TableType)) {
+            dispatch = ((Table *)fast)->dispatch;
+            Py_XINCREF(dispatch);
+        } else {
+            dispatch = PyObject_GetAttr(fast, s_dispatch);
+            if (dispatch == NULL) { Py_DECREF(fast); return NULL; }
+        }
+        if (dispatch != NULL && dispatch != Py_None && PyTuple_Check(dispatch)
+            && PyTuple_GET_SIZE(dispatch) == 2) {
+            Py_ssize_t probe = PyLong_AsSsize_t(PyTuple_GET_ITEM(dispatch, 0));
+            PyObject *table = PyTuple_GET_ITEM(dispatch, 1);
+            if (probe == -1 && PyErr_Occurred()) PyErr_Clear();
+            else if (probe >= 0 && probe < n && PyDict_Check(table)) {
+                PyObject *pick = PyDict_GetItemWithError(table, (PyObject *)Py_TYPE(args[probe]));
+                if (pick != NULL) { Py_INCREF(pick); Py_SETREF(fast, pick); }
+                else if (PyErr_Occurred()) { Py_DECREF(dispatch); Py_DECREF(fast); return NULL; }
+            }
+        }
+        Py_XDECREF(dispatch);
+        PyObject *r;
+        if (Py_IS_TYPE(fast, &TableType)) {
+            r = table_run((Table *)fast, cfg, args, n, NULL);
+        } else {
+            PyObject *tuple = PyTuple_New(n);
+            if (tuple == NULL) { Py_DECREF(fast); return NULL; }
+            for (Py_ssize_t i = 0; i < n; i++) { Py_INCREF(args[i]); PyTuple_SET_ITEM(tuple, i, args[i]); }
+            PyObject *stack[5] = {cfg[0], cfg[1], cfg[2], cfg[3], tuple};
+            r = PyObject_Vectorcall(fast, stack, 5, NULL);
+            Py_DECREF(tuple);
+        }
+        Py_DECREF(fast);
+        return r;
+    }
+    Py_DECREF(fast);
+    PyObject *tuple = PyTuple_New(n);
+    if (tuple == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) { Py_INCREF(args[i]); PyTuple_SET_ITEM(tuple, i, args[i]); }
+    PyObject *stack[6] = {b->kernel, cfg[0], cfg[1], cfg[2], cfg[3], tuple};
+    PyObject *r = PyObject_VectorcallMethod(s_launch, stack, 6, NULL);
+    Py_DECREF(tuple);
+    return r;
+}
+
+static PyMemberDef bound_members[] = {
+    {"kernel", T_OBJECT, offsetof(Bound, kernel), READONLY, NULL},
+    {"grid", T_OBJECT, offsetof(Bound, grid), READONLY, NULL},
+    {"block", T_OBJECT, offsetof(Bound, block), READONLY, NULL},
+    {"stream", T_OBJECT, offsetof(Bound, stream), READONLY, NULL},
+    {"shared_bytes", T_OBJECT, offsetof(Bound, shared), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject BoundType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cupric.compiler._fastcall.Bound",
+    .tp_basicsize = sizeof(Bound),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "kern[grid, block]: a launch configuration bound to a kernel",
+    .tp_dealloc = (destructor)bound_dealloc,
+    .tp_vectorcall_offset = offsetof(Bound, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_members = bound_members,
+};
+
+/* bind(kernel, grid, block, stream=None, shared_bytes=0): kern[grid, block, ...] */
+static PyObject *bind(PyObject *module, PyObject *const *args, Py_ssize_t n) {
+    if (n < 3 || n > 5) {
+        PyErr_SetString(PyExc_TypeError, "bind(kernel, grid, block, stream, shared_bytes)");
+        return NULL;
+    }
+    if (s_fast == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "configure() first");
+        return NULL;
+    }
+    Bound *b = PyObject_New(Bound, &BoundType);
+    if (b == NULL) return NULL;
+    b->vectorcall = bound_vectorcall;
+    b->kernel = Py_NewRef(args[0]);
+    b->grid = Py_NewRef(args[1]);
+    b->block = Py_NewRef(args[2]);
+    b->stream = Py_NewRef(n > 3 ? args[3] : Py_None);
+    b->shared = Py_NewRef(n > 4 ? args[4] : v_zero);
+    return (PyObject *)b;
+}
+
+static PyMethodDef methods[] = {
+    {"configure", configure, METH_VARARGS, "configure(DeviceBuffer, _Allocation)"},
+    {"make", make, METH_VARARGS, "a compiled launcher for one signature"},
+    {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL,
+     "bind(kernel, grid, block, stream=None, shared_bytes=0)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, MODULE_NAME, NULL, -1, methods};
+
+PyMODINIT_FUNC INIT_NAME(void) {
+    if (PyType_Ready(&TableType) < 0 || PyType_Ready(&BoundType) < 0) return NULL;
+    return PyModule_Create(&moduledef);
+}
+"""
+
+_module = None
+_error: str | None = None
+_enabled: bool | None = None
+_lock = threading.Lock()
+
+
+def enabled() -> bool:
+    """Whether compiled launchers are wanted (``CUPRIC_KERNEL_FASTCALL``, read once)."""
+    global _enabled
+    if _enabled is None:
+        _enabled = bool(_config.KERNEL_FASTCALL.get())
+    return _enabled
+
+
+def build_error() -> str | None:
+    """Why the extension could not be built, configured or loaded, or None."""
+    return _error
+
+
+def load(build: bool = True):
+    """The configured extension module (built into the cache if needed and `build`), or
+    None when it is switched off or cannot be had (the reason: `build_error`)."""
+    global _module, _error
+    if not enabled():
+        return None
+    if _module is not None:
+        return _module
+    with _lock:
+        if _module is not None:
+            return _module
+        if _error is not None:
+            return None  # a failed build is not retried within one process
+        try:
+            module = _cext.open_extension("_cupric_fastcall", "launch", SOURCE,
+                                          "kernel launch extension", build)
+            if module is None:
+                return None
+            from cupric.runtime.memory import DeviceBuffer, _Allocation
+            module.configure(DeviceBuffer, _Allocation)
+        except Exception as exc:  # no compiler or headers, a changed slot layout: recorded
+            _error = f"{type(exc).__name__}: {exc}"[:500]
+            return None
+        _module = module
+        return _module

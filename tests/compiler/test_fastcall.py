@@ -1,0 +1,403 @@
+"""The compiled kernel launcher (`cupric.compiler._fastcall`), without a GPU.
+
+Each kernel's prepared launch is the runtime's compiled packer calling a recorder in place
+of libcuda's cuLaunchKernel, which reads the parameter bytes through the `void**` array as
+the driver would. The same calls are made three ways: through the general path alone,
+through the generated Python launchers (``CUPRIC_KERNEL_FASTCALL=0``) and through the
+compiled launcher; the driver must see the same launches, byte for byte, and every
+refused call must raise the Python path's typed error with nothing launched.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import shutil
+import subprocess
+import sys
+import weakref
+
+import cffi
+import numpy as np
+import pytest
+
+import cupric
+from cupric.compiler import _fastcall, launcher
+from cupric.runtime import array_adapters as aa
+from cupric.runtime import launch as L
+from cupric.runtime.errors import ClosedError
+from cupric.types import (Array, boolean, f16, f32, f64, i8, i16, i32, i64, u8, u16, u32,
+                          u64)
+
+kmod = importlib.import_module("cupric.compiler.kernel")
+memory = importlib.import_module("cupric.runtime.memory")
+adapters = pytest.importorskip("test_launch_adapters")  # its CuPy / PyTorch fakes
+FakeCupy, FakeTensor = adapters.FakeCupy, adapters.FakeTensor
+FakeCupyFields = adapters.FakeCupyFields
+
+SIGNATURE = ("int(uintptr_t, unsigned int, unsigned int, unsigned int, unsigned int, "
+             "unsigned int, unsigned int, unsigned int, uintptr_t, void **, void **)")
+
+
+class _Function:
+    """A loaded kernel function as the prepared launch sees it; `ptr` names the variant."""
+    name = "k"
+    max_threads_per_block = 1024
+    num_regs = 32
+    max_dynamic_shared_size_bytes = 48 * 1024
+    shared_size_bytes = 0
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+        self.device = None
+
+
+@pytest.fixture(scope="module")
+def extensions(tmp_path_factory):
+    """Both extensions built once into a private cache."""
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler for the launch extensions")
+    pytest.importorskip("setuptools")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("CUPRIC_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+    from cupric.runtime import _fastlaunch
+    for mod in (_fastlaunch, _fastcall):
+        mp.setattr(mod, "_module", None)
+        mp.setattr(mod, "_error", None)
+    mp.setattr(_fastcall, "_enabled", True)
+    assert _fastlaunch.load(build=True) is not None, _fastlaunch.build_error()
+    assert _fastcall.load(build=True) is not None, _fastcall.build_error()
+    yield
+    mp.undo()
+
+
+@pytest.fixture
+def driver(extensions, monkeypatch):
+    """Every specialization's prepared launch is the compiled packer over a recorder:
+    returns the list of launches the 'driver' saw."""
+    ffi = cffi.FFI()
+    calls, keep = [], []
+    prepared_by_spec: dict = {}
+
+    def record(f, gx, gy, gz, bx, by, bz, shared, stream, argv, extra):
+        sizes = record.sizes[f]
+        params = tuple(bytes(ffi.buffer(argv[i], n)) for i, n in enumerate(sizes))
+        calls.append((f, (gx, gy, gz), (bx, by, bz), shared, stream, params))
+        return 0
+
+    record.sizes = {}
+    callback = ffi.callback(SIGNATURE, record)
+    keep.append(callback)
+    native = L._Native()
+    native.ffi, native.lib, native.path, native.null = ffi, None, "fake", ffi.NULL
+    native.launch = callback
+    native.launch_cooperative = None
+    monkeypatch.setattr(L, "native", lambda: native)
+
+    def prepared(spec, device=None):
+        key = (id(spec.kernel), spec.arg_types, spec.noalias, spec.aligned)
+        if key not in prepared_by_spec:
+            # The function address says which variant launched: noalias, aligned, types.
+            ptr = 0x1000 + 4 * len(prepared_by_spec) + 2 * spec.noalias + spec.aligned
+            types = kmod.param_types(spec.arg_types)
+            p = L.make_prepared(_Function(ptr), types, backend="c")
+            record.sizes[ptr] = [t[1] if isinstance(t, tuple) else L.PARAM_TYPES[t][1]
+                                 for t in p.param_types]
+            prepared_by_spec[key] = (ptr, p)
+        return prepared_by_spec[key][1]
+
+    monkeypatch.setattr(kmod, "_SIMULATOR", [False])
+    monkeypatch.setattr(kmod, "_MULTI", [False])
+    monkeypatch.setattr(kmod.Specialization, "prepared", prepared)
+    monkeypatch.setattr(kmod, "_BIND", [kmod._Launcher])
+    aa.register_array_adapter(FakeCupy, aa.CupyAdapter(lambda: 0))
+    aa.register_array_adapter(FakeCupyFields, aa.CupyAdapter(lambda: 0))
+    aa.register_array_adapter(FakeTensor, aa.TorchAdapter(adapters.TORCH_TYPESTRS,
+                                                          adapters.STRIDED))
+    yield calls
+    for cls in (FakeCupy, FakeCupyFields, FakeTensor):
+        aa.unregister_array_adapter(cls)
+
+
+def _reset(kern):
+    kern._specs.clear()
+    kern._variants.clear()
+    kern._fast = None
+    kern._no_fast.clear()
+
+
+def _run(kern, calls, mode, monkeypatch, log):
+    """Launch every call in `mode` ("general", "python", "c"); returns (launches, errors,
+    the kinds of launcher that were at the chain's head)."""
+    _reset(kern)
+    monkeypatch.setattr(_fastcall, "_enabled", mode == "c")
+    monkeypatch.setattr(kmod, "_BIND", [kmod._Launcher])
+    start = len(log)
+    errors, heads = [], []
+    for *config, args in calls:  # (grid, block[, stream[, shared_bytes]], args)
+        if mode == "general":
+            kern._fast = None
+        heads.append(None if kern._fast is None else launcher.is_compiled(kern._fast))
+        try:
+            kern[tuple(config)](*args)
+            errors.append(None)
+        except Exception as exc:  # compared between the modes, type and message
+            errors.append((type(exc), str(exc)))
+    return log[start:], errors, heads
+
+
+def _three_ways(kern, calls, monkeypatch, log):
+    runs = {mode: _run(kern, calls, mode, monkeypatch, log)
+            for mode in ("general", "python", "c")}
+    assert runs["c"][:2] == runs["python"][:2] == runs["general"][:2]
+    assert True not in runs["python"][2] and False not in runs["c"][2]
+    return runs
+
+
+def _buf(ptr, shape, dtype=np.float32, strides=None):
+    return memory.borrow(ptr, shape, strides, dtype, device=0)
+
+
+# -- kernels -----------------------------------------------------------------------------------
+
+@cupric.kernel
+def _axpy(a: f32, x: Array[f32, 1], y: Array[f32, 1]):
+    i = cupric.device.grid(1)
+    if i < len(x):
+        y[i] = a * x[i] + y[i]
+
+
+@cupric.kernel
+def _scalars(a: i8, b: i16, c: i32, d: i64, e: u8, f: u16, g: u32, h: u64, p: f16,
+             q: f32, r: f64, s: boolean, out: Array[f64, 1]):
+    i = cupric.device.grid(1)
+    if i < len(out):
+        out[i] = r + q + d + h
+
+
+@cupric.kernel
+def _copy2(x, y):
+    i = cupric.device.grid(1)
+    if i < x.shape[0]:
+        y[i, 0] = x[i, 0]
+
+
+@cupric.kernel
+def _copy3(x, y):
+    i = cupric.device.grid(1)
+    if i < x.shape[0]:
+        y[i, 0, 0] = x[i, 0, 0]
+
+
+@cupric.kernel
+def _aggregate(t, s, out: Array[f32, 1]):
+    i = cupric.device.grid(1)
+    if i < len(out):
+        out[i] = t[0] + s.x
+
+
+# -- the same launches, byte for byte ----------------------------------------------------------
+
+def test_one_d_arrays_and_scalars_launch_identically(driver, monkeypatch):
+    x, y = _buf(0x10000, (256,)), _buf(0x20000, (256,))
+    a = np.float32(2)
+    calls = [(4, 64, (a, x, y)), (4, 64, (a, x, y)), ((2, 3), (32, 2), (a, x, y)),
+             (4, 64, (a, _buf(0x10008, (256,)), y)),       # misaligned: general path
+             (4, 64, (a, x, _buf(0x10000 + 512, (256,)))),  # overlaps x: general path
+             (4, 64, (a, x, _buf(0x30000, (0,)))),          # empty output
+             (4, 64, (a, x[::2], y)),                        # strided view: general
+             (4, 64, (2.5, x, y)),                           # a Python float: new key
+             (4, 64, 7, (a, x, y)),                          # a stream handle
+             (4, 64, None, 128, (a, x, y)),                  # and shared memory
+             (4, 64, (a, x, y))]
+    runs = _three_ways(_axpy, calls, monkeypatch, driver)
+    launches, _, heads = runs["c"]
+    assert heads[1] and heads[-1]                            # the compiled launcher ran
+    assert launcher.is_compiled(_axpy._fast)
+    assert type(_axpy[4, 64]).__name__ == "Bound"
+    f, grid, block, shared, stream, params = launches[0]
+    assert (grid, block, shared, stream) == ((4, 1, 1), (64, 1, 1), 0, 0)
+    assert params == (np.float32(2).tobytes(), (0x10000).to_bytes(8, "little"),
+                      (256).to_bytes(8, "little"), (1).to_bytes(8, "little"),
+                      (0x20000).to_bytes(8, "little"), (256).to_bytes(8, "little"),
+                      (1).to_bytes(8, "little"))
+    assert launches[2][1:3] == ((2, 3, 1), (32, 2, 1))
+    assert launches[-3][3:5] == (0, 7) and launches[-2][3:5] == (128, 0)
+    assert type(_axpy[4, 64, 7, 128]).__name__ == "Bound" and _axpy[4, 64, 7].stream == 7
+    # The variants: aligned and noalias, unaligned, may alias.
+    assert [f & 3 for f, *_ in launches[:5]] == [3, 3, 3, 2, 1]
+
+
+def test_every_scalar_type_packs_identically(driver, monkeypatch):
+    out = _buf(0x40000, (64,), np.float64)
+    numpy_values = (np.int8(-7), np.int16(-300), np.int32(-70000), np.int64(-(1 << 40)),
+                    np.uint8(250), np.uint16(65000), np.uint32(4000000000),
+                    np.uint64((1 << 64) - 1), np.float16(1.5), np.float32(0.1),
+                    np.float64(1e300), np.bool_(True), out)
+    calls = [(1, 64, numpy_values)] * 3
+    runs = _three_ways(_scalars, calls, monkeypatch, driver)
+    launches, errors, heads = runs["c"]
+    assert errors == [None] * 3 and heads[1:] == [True, True]
+    params = launches[0][5]
+    assert params[:12] == tuple(np.asarray(v).tobytes() for v in numpy_values[:12])
+    # Python scalars where the signature takes them (ints for every integer parameter,
+    # a float for the floats, a bool): the packer converts them the same way too.
+    python_values = (-7, -300, -70000, -(1 << 40), 250, 65000, 4000000000, (1 << 64) - 1,
+                     1.5, 0.1, 1e300, True, out)
+    runs = _three_ways(_scalars, [(1, 64, python_values)] * 3, monkeypatch, driver)
+    assert runs["c"][1] == [None] * 3 and runs["c"][2][1:] == [True, True]
+
+
+@pytest.mark.parametrize("shape,strides", [
+    ((4, 8), None), ((8, 4), (4, 32)), ((4, 8), (64, 8)),
+    ((2, 3, 4), None), ((2, 3, 4), (4, 8, 24)), ((2, 3, 4), (96, 32, 4))])
+def test_arrays_of_every_rank_and_layout_launch_identically(driver, monkeypatch, shape,
+                                                            strides):
+    x = _buf(0x10000, shape, np.float32, strides)
+    y = _buf(0x80000, shape, np.float32)
+    calls = [(1, 32, (x, y))] * 3
+    runs = _three_ways(_copy2 if len(shape) == 2 else _copy3, calls, monkeypatch, driver)
+    launches, errors, heads = runs["c"]
+    assert errors == [None] * 3
+    assert heads == [None] * 3                 # n-d arrays: the general path each time
+    assert len(launches) == 3 and len(launches[0][5]) == 2 * (1 + 2 * len(shape))
+
+
+def test_structs_and_tuples_launch_identically(driver, monkeypatch):
+    record = np.dtype([("x", np.float32), ("n", np.int64)], align=True)
+    s = np.array([(1.5, 7)], dtype=record)[0]
+    out = _buf(0x10000, (32,))
+    calls = [(1, 32, ((3, 4.0), s, out))] * 3
+    runs = _three_ways(_aggregate, calls, monkeypatch, driver)
+    launches, errors, _ = runs["c"]
+    assert errors == [None] * 3
+    params = launches[0][5]
+    assert params[:3] == ((3).to_bytes(8, "little"), np.float64(4.0).tobytes(),
+                          s.tobytes())
+
+
+@pytest.mark.parametrize("kind", ["cupy", "cupy_fields", "torch"])
+def test_cupy_and_torch_launch_identically(driver, monkeypatch, kind):
+    make = {"cupy": lambda p, n, **kw: FakeCupy(p, (n,), **kw),
+            "cupy_fields": lambda p, n, **kw: FakeCupyFields(p, (n,), **kw),
+            "torch": lambda p, n, **kw: FakeTensor(p, (n,), **kw)}[kind]
+    x, y = make(0x10000, 256), make(0x20000, 256)
+    a = np.float32(2)
+    calls = [(4, 64, (a, x, y)), (4, 64, (a, x, y)),
+             (4, 64, (a, make(0x10008, 256), y)),            # misaligned
+             (4, 64, (a, x, make(0x10000 + 512, 256))),     # overlapping output
+             (4, 64, (a, x, make(0x30000, 0))),              # empty: pointer 0
+             (4, 64, (a, x, y))]
+    runs = _three_ways(_axpy, calls, monkeypatch, driver)
+    assert runs["c"][2][1] and runs["c"][2][-1]
+    # The same bytes as DeviceBuffers at those addresses.
+    by_buffer = _run(_axpy, [(4, 64, (a, _buf(0x10000, (256,)), _buf(0x20000, (256,))))] * 2,
+                     "c", monkeypatch, driver)[0]
+    assert by_buffer == [runs["c"][0][0]] * 2
+
+
+def test_several_kinds_keep_a_compiled_launcher_each(driver, monkeypatch):
+    a = np.float32(2)
+    kinds = [(a, _buf(0x10000, (256,)), _buf(0x20000, (256,))),
+             (a, FakeCupy(0x10000, (256,)), FakeCupy(0x20000, (256,))),
+             (a, FakeTensor(0x10000, (256,)), FakeTensor(0x20000, (256,)))]
+    calls = [(4, 64, args) for args in kinds * 3]
+    runs = _three_ways(_axpy, calls, monkeypatch, driver)
+    assert runs["c"][2][3:] == [True] * 6
+    probe, table = _axpy._fast.dispatch
+    assert probe == 1 and len(table) == 3
+    assert all(launcher.is_compiled(fn) for fn in table.values())
+
+
+# -- refusals: the Python path's typed errors, nothing launched -------------------------------
+
+def test_refusals_raise_the_python_paths_errors(driver, monkeypatch):
+    x, y = _buf(0x10000, (256,)), _buf(0x20000, (256,))
+    a = np.float32(2)
+    closed = _buf(0x50000, (256,))
+    view = closed[:128]
+    closed.close()
+    good = (4, 64, (a, x, y))
+    calls = [good, good,
+             (4, 64, (a, closed, y)),                                # closed buffer
+             (4, 64, (a, view, y)),                                  # view of a closed one
+             (4, 64, (a, _buf(0x10000, (256,), np.float64), y)),     # wrong dtype
+             (4, 64, (a, _buf(0x10000, (16, 16)), y)),               # wrong rank
+             (4, 64, (a, np.zeros(4, np.float32), y)),               # host array
+             (4, 64, (a, "x", y)),                                   # wrong class
+             (4, 64, (a, x)),                                        # too few arguments
+             (4, 64, (a, x, y, y)),                                  # too many
+             (4, 64, (a, FakeTensor(0x10000, (256,), requires_grad=True), y)),
+             good]
+    runs = _three_ways(_axpy, calls, monkeypatch, driver)
+    launches, errors, heads = runs["c"]
+    assert heads[2:] == [True] * 10
+    assert errors[2][0] is ClosedError and "argument 1 is a closed DeviceBuffer" in errors[2][1]
+    assert errors[3][0] is ClosedError
+    assert all(e is not None for e in errors[2:11]) and errors[11] is None
+    assert issubclass(errors[4][0], TypeError) and issubclass(errors[8][0], TypeError)
+    assert len(launches) == 3                          # the refused calls launched nothing
+
+
+def test_other_devices_keep_the_python_launcher(driver, monkeypatch):
+    """With several GPUs the device checks stay in the generated Python launcher."""
+    monkeypatch.setattr(kmod, "_MULTI", [True])
+    monkeypatch.setattr(kmod, "_current_device", lambda: 0)
+    x, y = _buf(0x10000, (256,)), _buf(0x20000, (256,))
+    _run(_axpy, [(4, 64, (np.float32(2), x, y))] * 2, "c", monkeypatch, driver)
+    assert _axpy._fast is not None and not launcher.is_compiled(_axpy._fast)
+
+
+def test_errors_inside_the_prepared_launch_propagate(driver, monkeypatch):
+    """A configuration the packer refuses raises its typed error through either launcher."""
+    x, y = _buf(0x10000, (256,)), _buf(0x20000, (256,))
+    a = np.float32(2)
+    calls = [(4, 64, (a, x, y)), (4, 64, (a, x, y)), (0, 64, (a, x, y)),
+             ((1, 2, 3, 4), 64, (a, x, y)), (4, (64, 0), (a, x, y)), (4, 64, (a, x, y))]
+    launches, errors, heads = _three_ways(_axpy, calls, monkeypatch, driver)["c"]
+    assert heads[2:] == [True] * 4 and len(launches) == 3
+    assert all(e is not None for e in errors[2:5])
+
+
+def test_a_kernel_with_a_compiled_launcher_is_collected(driver, monkeypatch):
+    @cupric.kernel
+    def k(a: f32, x: Array[f32, 1], y: Array[f32, 1]):
+        i = cupric.device.grid(1)
+        if i < len(x):
+            y[i] = a * x[i]
+
+    x, y = _buf(0x10000, (256,)), _buf(0x20000, (256,))
+    k[4, 64](np.float32(1), x, y)
+    k[4, 64](np.float32(1), x, y)
+    assert launcher.is_compiled(k._fast)
+    ref = weakref.ref(k)
+    del k
+    gc.collect()
+    assert ref() is None
+
+
+# -- the switch --------------------------------------------------------------------------------
+
+def test_switched_off_keeps_todays_path(driver, monkeypatch):
+    x, y = _buf(0x10000, (256,)), _buf(0x20000, (256,))
+    _run(_axpy, [(4, 64, (np.float32(2), x, y))] * 2, "python", monkeypatch, driver)
+    assert _axpy._fast is not None and not launcher.is_compiled(_axpy._fast)
+    assert type(_axpy[4, 64]) is kmod._Launcher
+    monkeypatch.setattr(_fastcall, "_enabled", False)
+    monkeypatch.setattr(_fastcall, "_module", None)
+    assert _fastcall.load() is None
+
+
+def test_the_switch_is_read_from_the_environment():
+    code = ("from cupric.compiler import _fastcall; print(_fastcall.enabled(), "
+            "_fastcall.load() is None)")
+    for value, expected in (("0", "False True"), ("1", "True")):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True, env={**_env(), "CUPRIC_KERNEL_FASTCALL": value,
+                                              "CUPRIC_BUILD_LAUNCHER": "0"}).stdout
+        assert out.startswith(expected)
+
+
+def _env():
+    import os
+    return {k: v for k, v in os.environ.items() if k != "CUPRIC_KERNEL_FASTCALL"}
