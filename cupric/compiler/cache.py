@@ -17,6 +17,7 @@ import json
 import os
 import re
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -27,6 +28,8 @@ __all__ = ["KernelCache", "CacheEntry", "CacheStats", "make_key", "default_cache
 #: Bumped when the on-disk layout changes; older entries are then ignored and replaced.
 #: (Entries that recorded BLAKE2b sums instead of SHA-256 read as corrupt: rebuilt once.)
 FORMAT_VERSION = 1
+#: Entries the in-memory layer keeps (the least recently used go first).
+MEMORY_ENTRIES = 256
 
 _KEY_RE = re.compile(r"^[0-9a-f]{16,128}$")
 _KIND_RE = re.compile(r"^[a-z][a-z0-9_]{0,15}$")
@@ -164,7 +167,9 @@ class KernelCache:
         # from cupric's cache root down.
         self._top = self._root if root is not None else self._root.parent
         self._folder = self._root / f"v{FORMAT_VERSION}"
-        self._memory: dict[str, CacheEntry] | None = {} if memory else None
+        # The newest MEMORY_ENTRIES entries, oldest first: a process that makes kernels on
+        # the fly must not keep every artifact it ever loaded.
+        self._memory: OrderedDict[str, CacheEntry] | None = OrderedDict() if memory else None
         self._lock = threading.Lock()
         self._stats = CacheStats()
 
@@ -213,6 +218,7 @@ class KernelCache:
             with self._lock:
                 entry = self._memory.get(key)
                 if entry is not None:
+                    self._memory.move_to_end(key)
                     self._stats.memory_hits += 1
                     return entry
         entry = self._read(key)
@@ -221,9 +227,17 @@ class KernelCache:
                 self._stats.misses += 1
                 return None
             self._stats.disk_hits += 1
-            if self._memory is not None:
-                self._memory[key] = entry
+            self._remember(key, entry)
         return entry
+
+    def _remember(self, key: str, entry: CacheEntry) -> None:
+        # Under self._lock.
+        if self._memory is None:
+            return
+        self._memory[key] = entry
+        self._memory.move_to_end(key)
+        while len(self._memory) > MEMORY_ENTRIES:
+            self._memory.popitem(last=False)
 
     def __contains__(self, key: str) -> bool:
         return self.get(key) is not None
@@ -309,8 +323,7 @@ class KernelCache:
                                  for k, v in encoded.items()}, json.loads(json.dumps(meta)))
         with self._lock:
             self._stats.writes += written
-            if self._memory is not None:
-                self._memory[key] = entry
+            self._remember(key, entry)
         return entry
 
     # -- maintenance ----------------------------------------------------------------------

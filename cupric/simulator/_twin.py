@@ -31,7 +31,9 @@ from ._transform import build_function, function_def
 __all__ = ["twin_of"]
 
 _LOCK = threading.RLock()
-_CACHE: dict = {}   # (id(typed), c_division) -> (typed, function)
+# Twins live on the typed function (``typed._cupric_twins[c_division]``), not in a table
+# keyed by it: they go with the kernel, so kernels made on the fly are not kept for ever.
+_TWINS = "_cupric_twins"
 
 _NATIVE = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
            ast.Mod: "%", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^",
@@ -46,13 +48,11 @@ def _pure(fn):
 def twin_of(typed, c_division: bool = False):
     """The twin function of a typed kernel or device function (cached per specialization).
     """
-    key = (id(typed), c_division)
     with _LOCK:
-        known = _CACHE.get(key)
-        if known is not None and known[0] is typed:
-            return known[1]
-        func = _Builder(typed, c_division).build()
-        _CACHE[key] = (typed, func)
+        twins = typed.__dict__.setdefault(_TWINS, {})
+        func = twins.get(c_division)
+        if func is None:
+            func = twins[c_division] = _Builder(typed, c_division).build()
         return func
 
 

@@ -271,3 +271,18 @@ def test_a_changed_libnvvm_turns_a_frontend_hit_into_a_miss(cache, monkeypatch):
     monkeypatch.setattr(backend, "_file_identity",
                         lambda path: [path, real(path)[1] + 1, real(path)[2]])
     assert backend.lookup(key, options=options, cache=KernelCache(cache.root)) is None
+
+
+def test_memory_layer_keeps_only_the_newest_entries(tmp_path, monkeypatch):
+    # Kernels made on the fly must not pile up in memory: the in-memory layer is an LRU.
+    from cupric.compiler import cache as C
+    monkeypatch.setattr(C, "MEMORY_ENTRIES", 3)
+    store = C.KernelCache(tmp_path)
+    keys = [C.make_key("lru", str(i)) for i in range(5)]
+    for k in keys:
+        store.put(k, {"ptx": f"// {k}"})
+    assert list(store._memory) == keys[2:]
+    assert store.get(keys[2]) is not None           # a hit moves it to the newest end
+    assert list(store._memory) == [keys[3], keys[4], keys[2]]
+    assert store.get(keys[0]).payloads["ptx"] == f"// {keys[0]}"   # from disk again
+    assert keys[3] not in store._memory and len(store._memory) == 3

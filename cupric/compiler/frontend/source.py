@@ -159,12 +159,27 @@ def _parse_block(all_lines: list[str], start: int, filename: str):
     return None
 
 
+# For callables that take no attributes (bound methods, builtins): kept for the process.
 _CACHE: dict[object, FunctionSource] = {}
+_ATTRIBUTE = "__cupric_source__"
 
 
 def get_source(py_func) -> FunctionSource:
-    """The parsed source of `py_func`, parsed once per function object."""
+    """The parsed source of `py_func`, parsed once per function object.
+
+    The result is kept on the function itself, not in a process-wide table keyed by it:
+    what hangs off the parse (typed functions, specializations, the kernel, its loaded
+    modules) then goes with the function, so a program that makes kernels on the fly
+    does not keep every one it ever made.
+    """
+    src = getattr(py_func, _ATTRIBUTE, None)
+    if src is not None:
+        return src
     src = _CACHE.get(py_func)
     if src is None:
-        src = _CACHE[py_func] = FunctionSource(py_func)
+        src = FunctionSource(py_func)
+        try:
+            setattr(py_func, _ATTRIBUTE, src)
+        except (AttributeError, TypeError):
+            _CACHE[py_func] = src
     return src
