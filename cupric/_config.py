@@ -24,7 +24,9 @@ from typing import Callable
 
 __all__ = ["Setting", "SETTINGS", "setting", "simulator_requested", "markdown_table",
            "SIMULATOR", "SIMULATOR_ENGINE", "SIMULATOR_TIMEOUT", "SIMULATOR_MAX_THREADS",
-           "CACHE_DIR", "BINDINGS_DIR", "BUILD_LAUNCHER", "LAUNCH_BACKEND", "FAST_ALLOC",
+           "CACHE_DIR", "BINDINGS_DIR", "BUILD_LAUNCHER", "BUILD_SYNC", "LAUNCH_BACKEND",
+           "FAST_ALLOC",
+           "KERNEL_FASTCALL",
            "CUBLAS_FASTPATH", "CUDNN_FASTPATH", "CUDNN_ENGINE_CACHE", "CPP", "STORE",
            "STORE_PATH"]
 
@@ -90,7 +92,7 @@ class Setting:
 
     def raw(self, environ=None) -> str | None:
         """The variable's text in `environ` (default: the process environment), or None."""
-        return (_environ if environ is None else environ).get(self.name)
+        return (os.environ if environ is None else environ).get(self.name)
 
     def get(self, environ=None):
         """The typed value from `environ` (default: the process environment).
@@ -138,10 +140,19 @@ BUILD_LAUNCHER = Setting(
     "0 stops cupric from compiling its C extensions (launch, allocation, cuBLAS and "
     "cuDNN fast paths); ones already in the cache still load, the rest fall back to the "
     "Python paths.", "first use", _on_unless_zero)
+BUILD_SYNC = Setting(
+    "CUPRIC_BUILD_SYNC", "switch", "off",
+    "1 builds a missing C extension in the calling thread when it is first needed, one "
+    "at a time; by default every missing fast path is built at once in background "
+    "threads while the Python paths run.", "each use", _on_unless_empty_or_zero)
 LAUNCH_BACKEND = Setting(
     "CUPRIC_LAUNCH_BACKEND", "name of a launch backend", "the fastest available",
     "Forces the kernel launch backend (`cupric.runtime.launch`), read when a kernel's "
     "launch is prepared: c, api, bindings, cffi or ctypes.", "each use", _text_or_none)
+KERNEL_FASTCALL = Setting(
+    "CUPRIC_KERNEL_FASTCALL", "switch", "on",
+    "0 keeps `@cupric.kernel` launches on the generated Python launchers instead of the "
+    "compiled launcher (`cupric.compiler._fastcall`).", "first use", _on_unless_zero)
 FAST_ALLOC = Setting(
     "CUPRIC_FAST_ALLOC", "switch", "on",
     "0 keeps device allocations on the Python path instead of the compiled allocator.",
@@ -176,8 +187,8 @@ STORE_PATH = Setting(
 #: Every setting by variable name, in the order of the docs table.
 SETTINGS: dict[str, Setting] = {s.name: s for s in (
     SIMULATOR, SIMULATOR_ENGINE, SIMULATOR_TIMEOUT, SIMULATOR_MAX_THREADS, CACHE_DIR,
-    BINDINGS_DIR, BUILD_LAUNCHER, LAUNCH_BACKEND, FAST_ALLOC, CUBLAS_FASTPATH,
-    CUDNN_FASTPATH, CUDNN_ENGINE_CACHE, CPP, STORE, STORE_PATH)}
+    BINDINGS_DIR, BUILD_LAUNCHER, BUILD_SYNC, LAUNCH_BACKEND, KERNEL_FASTCALL, FAST_ALLOC,
+    CUBLAS_FASTPATH, CUDNN_FASTPATH, CUDNN_ENGINE_CACHE, CPP, STORE, STORE_PATH)}
 
 
 def setting(name: str) -> Setting:
@@ -195,14 +206,30 @@ def setting(name: str) -> Setting:
                        f"{', '.join(SETTINGS)}") from None
 
 
+# `os.environ` keeps the process environment in `_data`, keyed and valued as the
+# platform's encoding (bytes on POSIX); `setenv`, `del` and `putenv` through os.environ
+# update it. Reading it directly skips `os.environ.get`'s encoding of the key and decoding
+# of the value: the ready kernels ask `simulator_requested` on every call.
+try:
+    _environ_data = _environ._data
+    _SIMULATOR_KEY = _environ.encodekey("CUPRIC_SIMULATOR")
+    _SIMULATOR_OFF = (None, _environ.encodevalue(""), _environ.encodevalue("0"))
+except AttributeError:  # another Python's os.environ: the public lookup
+    _environ_data = None
+
+
 def simulator_requested() -> bool:
-    """Whether ``CUPRIC_SIMULATOR`` asks for the simulator (read at each call).
+    """Whether ``CUPRIC_SIMULATOR`` asks for the simulator (read at each call: a change
+    of ``os.environ`` takes effect at once).
 
     Cost
     ----
     One dictionary lookup: callers on launch paths may ask per launch.
     """
-    return _environ.get("CUPRIC_SIMULATOR", "") not in ("", "0")
+    environ = os.environ
+    if environ is _environ and _environ_data is not None:
+        return _environ_data.get(_SIMULATOR_KEY) not in _SIMULATOR_OFF
+    return environ.get("CUPRIC_SIMULATOR", "") not in ("", "0")
 
 
 def markdown_table() -> str:

@@ -65,6 +65,14 @@ def test_simulator_switch(monkeypatch, text, expected):
     assert _config.SIMULATOR.get() is expected  # the declared parse agrees with the fast one
 
 
+def test_simulator_switch_follows_a_replaced_environ(monkeypatch):
+    import os
+    monkeypatch.setattr(os, "environ", {"CUPRIC_SIMULATOR": "1"})
+    assert _config.simulator_requested() is True and _config.SIMULATOR.get() is True
+    monkeypatch.setattr(os, "environ", {})
+    assert _config.simulator_requested() is False and _config.SIMULATOR.get() is False
+
+
 @pytest.mark.parametrize("text, expected", [(None, True), ("", True), ("1", True),
                                             ("0", False)])
 def test_switches_on_by_default(text, expected):
