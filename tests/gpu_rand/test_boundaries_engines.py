@@ -25,9 +25,11 @@ M64 = (1 << 64) - 1
 # -- the class of each generator ----------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["xoroshiro64**", "xoshiro128+", "xoshiro256++", "xoroshiro128**"])
-def test_each_generator_class_keeps_its_type_and_algorithm(name):
+@pytest.mark.parametrize("fresh", [False, True], ids=["module", "factory"])
+def test_each_generator_class_keeps_its_type_and_algorithm(name, fresh):
     alg = A.get(name)
-    cls = GENERATORS[name]
+    # The module's class, and one the factory makes now (the same code, run in the test).
+    cls = host._make_class(alg) if fresh else GENERATORS[name]
     assert cls.__name__ == alg.class_name and issubclass(cls, BitGenerator)
     assert cls.__module__ == "cupric.gpu_rand.host"
     assert cls.__doc__ == (f"{name}: {alg.words} x {alg.word_bits}-bit state, vectorized "
@@ -411,3 +413,23 @@ def test_berlekamp_massey_recovers_a_known_register():
     assert gf2.berlekamp_massey(bits) == 0b10011
     assert gf2.berlekamp_massey([0] * 10) == 1                # the zero sequence: degree 0
     assert gf2.degree(gf2.berlekamp_massey([0, 0, 0, 1])) == 4  # nothing shorter fits
+
+
+def test_plain_bit_generators_index_and_rebuild_like_the_classes():
+    g = BitGenerator("xoshiro128**", np.arange(1, 13, dtype=np.uint32).reshape(4, 3))
+    assert type(g) is BitGenerator
+    one = g[1]
+    assert type(one) is BitGenerator and one.state.tolist() == [[2], [5], [8], [11]]
+    two = g[0:2]
+    assert type(two) is BitGenerator and two.state.shape == (4, 2)
+    again = BitGenerator.from_state("xoshiro128**", g.state)
+    assert type(again) is BitGenerator and again == g and again.algorithm is g.algorithm
+    assert repr(g) == "<Xoshiro128StarStar x3>"
+
+
+def test_byte_seeds_from_any_integer_array():
+    alg = A.get("xoroshiro64**")
+    raw = list(range(1, 9))
+    want = BitGenerator.from_seed("xoroshiro64**", bytes(raw)).state
+    assert np.array_equal(splitmix.state_from_seed_bytes(alg, [raw]), want)
+    assert np.array_equal(splitmix.state_from_seed_bytes(alg, np.array([raw], np.int64)), want)
