@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import operator
 
-from cupric.runtime._lifetime import Resource
 from cupric.runtime.errors import ClosedError
+from cupric.runtime.resource import Resource
 
 __all__ = ["Descriptor", "ATTRIBUTE_TYPES", "attribute_type", "DESCRIPTOR_TYPES",
            "last_error"]

@@ -162,7 +162,6 @@ _NOT_YET = {
     ("compiler/_fastcall.py", "cupric.runtime.memory._Allocation"),
     ("cublas/_fastgemm.py", "cupric.runtime._cext"),
     ("cudnn/_replay.py", "cupric.runtime._cext"),
-    ("cudnn/backend.py", "cupric.runtime._lifetime"),
     # switched to cupric.runtime.native/resource in the working tree, committed with the
     # background-build work in the same files
     ("cublas/_fastgemm.py", "cupric.runtime.memory._Allocation"),
