@@ -281,19 +281,30 @@ def run(json_path: str | None = None) -> dict:
 
     fast_paths = results["kernel_fast_path"] = {}
 
-    def python_kernel(label, make_arrays):
+    compiled_paths = results["kernel_compiled_launcher"] = {}
+
+    def python_kernel(label, make_arrays, compiled=True):
         # A @cupric.kernel of its own per row, bound to the stream once and called.
+        # compiled=False: the generated Python launcher (CUPRIC_KERNEL_FASTCALL=0's path)
+        # for this kernel, beside the compiled one in the same process.
         def setup():
             import cupric
+            from cupric.compiler import _fastcall, launcher
             kern = cupric.kernel(_axpy)
             xs, ys, reset, read = make_arrays()
             fa, fn_ = np.float32(a), np.int32(n)
             launch_ = kern[GRID, BLOCK, stream]
             reset()
-            launch_(xs, ys, fa, fn_)
+            was = _fastcall.enabled()
+            _fastcall._enabled = was and compiled
+            try:
+                launch_(xs, ys, fa, fn_)  # makes the kernel's launcher for this kind
+            finally:
+                _fastcall._enabled = was
             stream.synchronize()
             # Whether a generated fast launcher took it (where the kernel says).
             fast_paths[label] = getattr(kern, "_fast", None) is not None
+            compiled_paths[label] = launcher.is_compiled(getattr(kern, "_fast", None))
             return {"launch": lambda: launch_(xs, ys, fa, fn_), "sync": sync, "reset": reset,
                     "read": lambda: (sync(), read())[1]}
         return label, setup
@@ -313,7 +324,9 @@ def run(json_path: str | None = None) -> dict:
 
     # Array against array: each cupric row beside the peer that takes the same arrays.
     array_rows = [python_kernel(ROW_BUFFERS, buffers),
+                  python_kernel(ROW_BUFFERS_PY, buffers, compiled=False),
                   python_kernel(ROW_CUPY, cupy_arrays),
+                  python_kernel(ROW_CUPY_PY, cupy_arrays, compiled=False),
                   ("CuPy RawKernel, CuPy arrays", cupy_raw),
                   python_kernel(ROW_TORCH, torch_arrays),
                   ("PyTorch add(alpha=, out=), one kernel", torch_add),
@@ -356,7 +369,11 @@ ROW_CUPY = "@cupric.kernel, CuPy arrays"
 ROW_TORCH = "@cupric.kernel, PyTorch tensors"
 ROW_NUMBA = "@cupric.kernel, numba-cuda device arrays"
 ROW_CAI = "@cupric.kernel, CuPy arrays through __cuda_array_interface__ only"
+ROW_BUFFERS_PY = "@cupric.kernel, DeviceBuffers, Python launcher"
+ROW_CUPY_PY = "@cupric.kernel, CuPy arrays, Python launcher"
 PEER_OF.update({ROW_BUFFERS: "CuPy RawKernel, CuPy arrays",
+                ROW_BUFFERS_PY: "CuPy RawKernel, CuPy arrays",
+                ROW_CUPY_PY: "CuPy RawKernel, CuPy arrays",
                 ROW_CUPY: "CuPy RawKernel, CuPy arrays",
                 ROW_CAI: "CuPy RawKernel, CuPy arrays",
                 ROW_TORCH: "PyTorch add(alpha=, out=), one kernel",

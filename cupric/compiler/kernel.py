@@ -491,10 +491,23 @@ class _Launcher:
         return self.kernel._launch(self.grid, self.block, self.stream, self.shared_bytes, args)
 
 
-#: What ``kern[grid, block, stream, shared_bytes]`` makes: `_Launcher`, or once a
-#: compiled launcher exists (`cupric.compiler._fastcall`), the extension's `bind` (the
-#: same call in C).
-_BIND = [_Launcher]
+def _first_bind(kern, *config):
+    """The first ``kern[...]`` of the process: chooses what the later ones make."""
+    bind = _Launcher
+    if not _use_simulator():
+        from cupric.compiler import _fastcall
+        module = _fastcall.load()  # None when switched off or not buildable
+        if module is not None:
+            bind = module.bind
+    _BIND[0] = bind
+    return bind(kern, *config)
+
+
+#: What ``kern[grid, block, stream, shared_bytes]`` makes: the compiled launcher
+#: extension's `bind` (`cupric.compiler._fastcall`: the call enters the kernel's compiled
+#: launcher in C), or `_Launcher` on the simulator, with the extension switched off or
+#: not buildable; the first subscript of the process decides.
+_BIND = [_first_bind]
 
 
 def _config(kern, config, simulate=False):

@@ -401,3 +401,18 @@ def test_the_switch_is_read_from_the_environment():
 def _env():
     import os
     return {k: v for k, v in os.environ.items() if k != "CUPRIC_KERNEL_FASTCALL"}
+
+
+def test_the_first_subscript_chooses_the_binding(extensions, monkeypatch):
+    for simulated, enabled, expected in ((True, True, "_Launcher"), (False, True, "Bound"),
+                                         (False, False, "_Launcher")):
+        monkeypatch.setattr(kmod, "_SIMULATOR", [simulated])
+        monkeypatch.setattr(_fastcall, "_enabled", enabled)
+        monkeypatch.setattr(kmod, "_BIND", [kmod._first_bind])
+        assert type(_axpy[1, 32]).__name__ == expected
+        bound = _axpy[2, 64, 5, 16]                   # the choice stays
+        assert type(bound).__name__ == expected
+        assert (bound.kernel, bound.grid, bound.block, bound.stream, bound.shared_bytes) == \
+            (_axpy, 2, 64, 5, 16)
+    with pytest.raises(TypeError, match=r"_axpy\[grid, block\]"):
+        _axpy[1, 2, 3, 4, 5]
