@@ -12,8 +12,8 @@ from __future__ import annotations
 import collections
 import threading
 
-from cupric.runtime.resource import Resource
 from cupric.runtime.errors import ClosedError
+from cupric.runtime.resource import Resource
 
 from . import _validate as V
 

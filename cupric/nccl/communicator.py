@@ -15,8 +15,8 @@ import dataclasses
 import threading
 import time
 
-from cupric.runtime.resource import Resource
 from cupric.runtime import intake
+from cupric.runtime.resource import Resource
 
 from .tables import reduction_op, wire_type
 
