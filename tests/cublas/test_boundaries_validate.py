@@ -86,12 +86,14 @@ def test_matrix_leading_dimension_refused(shape, strides):
 def test_matrix_rows_must_be_contiguous_with_a_hint_for_row_major():
     with pytest.raises(ValueError) as info:
         V.matrix(buf((2, 3), (24, 8)), "b")       # C order: row-major
-    assert "b is not column-major: strides (24, 8) for shape (2, 3)" in str(info.value)
-    assert "pass its transpose .T with the opposite trans" in str(info.value)
+    assert str(info.value) == (
+        "b is not column-major: strides (24, 8) for shape (2, 3); cuBLAS needs unit stride "
+        "down each column (it is row-major: pass its transpose .T with the opposite trans, "
+        "or use cupric.cublas.matmul)")
     with pytest.raises(ValueError) as info:
         V.matrix(buf((2, 3), (16, 32)), "b")      # neither
-    assert "cuBLAS needs unit stride down each column" in str(info.value)
-    assert "transpose" not in str(info.value)
+    assert str(info.value) == ("b is not column-major: strides (16, 32) for shape (2, 3); "
+                               "cuBLAS needs unit stride down each column")
 
 
 @pytest.mark.parametrize("shape", [(4,), (), (2, 2, 2)])
@@ -229,3 +231,37 @@ def test_which_precisions_each_routine_takes(routine, allowed):
         else:
             with pytest.raises(TypeError, match=f"{routine} is defined for"):
                 V.same_prefix(routine, ("x", b))
+
+
+def test_the_first_operand_is_named_when_its_dtype_has_no_precision():
+    with pytest.raises(TypeError, match="a has dtype float16; cuBLAS routines take"):
+        V.same_prefix("gemm", ("a", buf((2,), (2,), np.float16)), ("b", buf((2,), (8,))))
+
+
+class _Exported:
+    """A device array known only through the CUDA Array Interface (a made-up pointer)."""
+
+    def __init__(self, readonly):
+        self.__cuda_array_interface__ = {"shape": (4,), "typestr": "<f8", "strides": None,
+                                         "data": (0x20000, readonly), "version": 3,
+                                         "stream": None}
+
+
+def test_device_arrays_read_only_where_the_routine_writes():
+    from cupric.runtime import memory as m
+    ro = m.borrow(0x10000, (4,), (8,), np.float64, readonly=True)
+    assert V.device_array(ro, "x") is ro
+    assert V.device_array(ro, "x", stream=5) is ro      # no producer stream to wait for
+    with pytest.raises(ValueError) as info:
+        V.device_array(ro, "y", writable=True)
+    assert str(info.value) == ("y is read-only (its producer exported it read-only) but this "
+                               "routine writes it")
+    rw = m.borrow(0x10000, (4,), (8,), np.float64)
+    assert V.device_array(rw, "y", writable=True) is rw
+    got = V.device_array(_Exported(readonly=True), "x")
+    assert (got.ptr, got.shape, got.readonly) == (0x20000, (4,), True)
+    with pytest.raises(ValueError) as info:
+        V.device_array(_Exported(readonly=True), "c", writable=True)
+    assert str(info.value) == ("c is read-only (its producer exported it read-only) but this "
+                               "routine writes it")
+    assert V.device_array(_Exported(readonly=False), "c", writable=True).readonly is False
