@@ -8,6 +8,7 @@ import ast
 import pathlib
 
 import pytest
+import test_shared_handles  # tests/runtime: the sharing table's fake device
 
 from cupric.runtime import resource
 from cupric.runtime.errors import ClosedError
@@ -19,14 +20,7 @@ class FakeContext:
     ptr = 0xC7
 
 
-class FakeDevice:
-    def __init__(self, device):
-        self.ordinal = device if isinstance(device, int) else device.ordinal
-
-    @classmethod
-    def current(cls):
-        return cls(0)
-
+class FakeDevice(test_shared_handles.FakeDevice):
     def make_current(self):
         return FakeContext()
 
