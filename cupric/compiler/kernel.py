@@ -554,7 +554,9 @@ class Kernel:
     First launch with new argument types: typing, codegen, libNVVM and the linker (tens of
     ms), or a disk-cache hit. Later launches: a dictionary lookup on the argument types and
     the runtime's prepared packing, through a launcher generated for the signature and the
-    argument classes (`cupric.compiler.launcher`; several array kinds keep one each).
+    argument classes (`cupric.compiler.launcher`; several array kinds keep one each), in C
+    for scalars and contiguous 1-D arrays on one GPU (`cupric.compiler._fastcall`;
+    ``CUPRIC_KERNEL_FASTCALL=0`` keeps the generated Python launchers).
     Arrays are read by `cupric.runtime.intake`: CuPy arrays, PyTorch tensors and
     numba-cuda device arrays through their own attributes, other arrays through
     `__cuda_array_interface__` or DLPack.

@@ -9,6 +9,9 @@ dtypes, contiguity, liveness, alignment, overlap of written arrays) and hands th
 straight to the runtime's prepared launch. Launchers chain: each falls through to the
 one made before it, the last to the general path, so a kernel called with DeviceBuffers,
 CuPy arrays and PyTorch tensors keeps a fast path for each (at most `MAX_LAUNCHERS`).
+With one GPU, where `cupric.compiler._fastcall` is built and not switched off, the
+launcher is that extension's compiled table making the same checks in C (the Python
+source it replaces stays readable as its `source`); elsewhere it is the generated function.
 """
 
 from __future__ import annotations
@@ -204,6 +207,10 @@ def _compiled(plan, args, written, prepared, fallback, streams, strided):
     if plan is None or None in plan or len(set(map(id, strided))) > 1 or \
             len(plan) > _fastcall.MAX_ARGS:
         return None
+    from cupric.runtime.memory import DeviceBuffer
+    if any(p[0] == _fastcall.BUFFER and not issubclass(v.__class__, DeviceBuffer)
+           for p, v in zip(plan, args)):
+        return None  # a DeviceBuffer look-alike: its slots are not DeviceBuffer's
     module = _fastcall.load()
     if module is None:
         return None
