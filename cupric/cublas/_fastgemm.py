@@ -526,11 +526,12 @@ def build_error() -> str | None:
     return _error
 
 
-def load(build: bool | None = None):
+def load(build: bool | None = None, wait: bool = True):
     """The configured extension module (built into the cache if needed), or None.
 
     `build` None follows ``CUPRIC_BUILD_LAUNCHER`` (anything but "0" builds). A failure
-    is recorded in `build_error` and not retried within the process.
+    is recorded in `build_error` and not retried within the process. With `wait` False
+    a build still running in the background raises `cupric.runtime._cext.Pending`.
     """
     global _module, _error
     if _module is not None:
@@ -545,10 +546,12 @@ def load(build: bool | None = None):
             return None
         try:
             module = _cext.open_extension("_cupric_fastgemm", "cublas", SOURCE,
-                                          "cuBLAS fast-path extension", build)
+                                          "cuBLAS fast-path extension", build, wait=wait)
             if module is None:
                 return None
             _configure(module)
+        except _cext.Pending:
+            raise
         except Exception as exc:  # no compiler, headers or a stale file: the Python paths run
             _error = f"{type(exc).__name__}: {exc}"[:500]
             return None
@@ -559,12 +562,13 @@ def load(build: bool | None = None):
 def _configure(module) -> None:
     if module.FIELDS != " ".join(FIELDS):
         raise RuntimeError("the extension's plan fields differ from FIELDS")
-    from cupric.runtime.memory import DeviceBuffer, _Allocation, empty
+    from cupric.runtime.memory import DeviceBuffer, empty
+    from cupric.runtime.native import Allocation
 
     from . import lib, lt
     from .handle import Handle, _tls
     from cupric.runtime.intake import ArrayInfo
-    module.configure(DeviceBuffer, _Allocation, Handle, _tls, empty, lib.check, lt.check,
+    module.configure(DeviceBuffer, Allocation, Handle, _tls, empty, lib.check, lt.check,
                      ArrayInfo)
 
 
@@ -666,8 +670,15 @@ def _first_call(*args):
 
 
 def install() -> None:
-    """Point `numpy_api.matmul` and `level3.gemm` at the compiled paths (None without)."""
-    module = load()
+    """Point `numpy_api.matmul` and `level3.gemm` at the compiled paths (None without).
+
+    While the extension is built in the background they stay `_first_call` (each call
+    asks again and takes the Python path).
+    """
+    try:
+        module = load(wait=False)
+    except _cext.Pending:
+        return
     from . import level3, numpy_api
     numpy_api._c_matmul = None if module is None else module.matmul
     level3._c_gemm = None if module is None else module.gemm

@@ -236,11 +236,13 @@ def build_error() -> str | None:
     return _error
 
 
-def load(build: bool | None = None):
+def load(build: bool | None = None, wait: bool = True):
     """The extension module (built into the cache if needed), or None.
 
     `build` None follows ``CUPRIC_BUILD_LAUNCHER`` (anything but "0" builds). A failure is
-    recorded in `build_error` and not retried within the process.
+    recorded in `build_error` and not retried within the process. With `wait` False a
+    build still running in the background gives None (`pending` tells) instead of
+    blocking.
     """
     global _module, _error
     if _module is not None:
@@ -252,11 +254,20 @@ def load(build: bool | None = None):
             return None
         try:
             _module = _cext.open_extension("_cupric_fastalloc", "memory", SOURCE,
-                                           "allocation extension", build)
+                                           "allocation extension", build, wait=wait)
+        except _cext.Pending:
+            return None
         except Exception as exc:  # no compiler, headers or a stale file: recorded
             _error = f"{type(exc).__name__}: {exc}"[:500]
             return None
         return _module
+
+
+def pending() -> bool:
+    """Whether a background build of the extension was started and its result not yet
+    taken (the Python path runs meanwhile; `native` gives the compiled path once the
+    build is done, and records the error if it failed)."""
+    return _module is None and _error is None and _cext.started("_cupric_fastalloc", SOURCE)
 
 
 class Entry:
@@ -272,8 +283,8 @@ def native() -> Entry | None:
     """The extension's functions bound to the loaded libcuda, or None.
 
     Needs the driver (`cuInit` done through `_driver.driver()`, which raises
-    `NoDriverError` without one); None when the extension cannot be built or
-    ``CUPRIC_FAST_ALLOC=0``.
+    `NoDriverError` without one); None when the extension cannot be built,
+    ``CUPRIC_FAST_ALLOC=0``, or while it is being built (`pending`).
     """
     global _native, _error
     if _native is not None:
@@ -282,7 +293,7 @@ def native() -> Entry | None:
         return None
     from ._driver import driver
     driver()  # cuInit first: raises NoDriverError when there is no driver
-    module = load()
+    module = load(wait=False)
     if module is None:
         return None
     with _lock:

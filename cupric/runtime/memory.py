@@ -54,7 +54,9 @@ stream_handle = _as_stream_handle
 
 # The compiled allocation path (`_fastalloc.Entry`): _UNSET until the first allocation
 # resolves it, None where it cannot be built (or is turned off); then every call below
-# goes through cuda.bindings. Tests that substitute a fake driver set it to None.
+# goes through cuda.bindings. While the extension is built in the background it stays
+# _UNSET (each call asks again, on the Python path meanwhile). Tests that substitute a
+# fake driver set it to None.
 _UNSET = object()
 _fast = _UNSET
 
@@ -67,6 +69,8 @@ def _load_fast():
     except Exception as exc:  # no driver: the cuda.bindings path raises the typed error
         exc.with_traceback(None)  # the error is kept by _driver: keep no frames with it
         entry = None
+    if entry is None and _fastalloc.pending():
+        return None
     _fast = entry
     return entry
 

@@ -40,6 +40,9 @@ def root(tmp_path, monkeypatch):
     path = tmp_path / "cache"
     monkeypatch.setenv("CUPRIC_CACHE_DIR", str(path))
     monkeypatch.delenv("CUPRIC_BINDINGS_DIR", raising=False)
+    # Builds in the calling thread, as these tests count and substitute them
+    # (test_cext_background covers the background builds).
+    monkeypatch.setenv("CUPRIC_BUILD_SYNC", "1")
     monkeypatch.setattr(_cache, "_warned", set())
     return path
 
