@@ -294,6 +294,9 @@ def run(json_path: str | None = None) -> dict:
             xs, ys, reset, read = make_arrays()
             fa, fn_ = np.float32(a), np.int32(n)
             launch_ = kern[GRID, BLOCK, stream]
+            if not compiled:  # today's Python binding too, not the extension's
+                from cupric.compiler.kernel import _Launcher
+                launch_ = _Launcher(kern, GRID, BLOCK, stream)
             reset()
             was = _fastcall.enabled()
             _fastcall._enabled = was and compiled
