@@ -2,21 +2,24 @@
 
 Every cupric.cudnn operation first offers its arguments to `run`, a small CPython
 extension. It reads each array (a cupric `DeviceBuffer` through its slots, a PyTorch
-tensor through ``data_ptr()``, ``shape``, ``stride()``, ``dtype``...), builds the call's
-key (the operation's parameters and each array's type, dtype, shape, strides and
-alignment) and looks it up in the handle's table of *entries*. An entry is what a full
-Python call of the same key used: the execution plan (and its workspace) or the legacy
-entry point with its descriptors and scalars, which arguments take which data pointers,
-the byte extents of every array and how to allocate each output. The extension checks
-what the key cannot (closed handle, stream, buffers, descriptors and workspace;
-read-only outputs; outputs overlapping inputs; the device of PyTorch tensors), allocates
-outputs through `cupric.runtime.memory.empty` (the compiled allocation path), patches
-the pointers into a variant pack (reused while they stay the same) or the argument list,
-and calls cuDNN with the GIL held (which serializes replays and their variant packs).
-On a machine with several GPUs it also checks that the handle's context is current and
-that every array says it lives on the handle's device. Anything it does not know -
-another array kind, a new shape, a failed check - returns None, and the Python path runs, raising the typed error where
-there is one, and records the entry after a successful call.
+tensor through ``data_ptr()``, ``shape``, ``stride()``, ``dtype``..., a CuPy array
+through ``data.ptr``, ``shape``, ``strides``, ``dtype``, ``data.device_id``), builds
+the call's key (the operation's parameters and each array's type, dtype, shape, strides
+and alignment) and looks it up in the handle's table of *entries*. An entry is what a
+full Python call of the same key used: the execution plan (and its workspace) or the
+legacy entry point with its descriptors, scalars and workspace, which arguments take
+which data pointers, the byte extents of every array and how to allocate each output.
+The extension checks what the key cannot (closed handle, stream, buffers, descriptors
+and workspace; read-only outputs; outputs overlapping inputs; the device of PyTorch
+tensors and CuPy arrays; CuPy's current stream, which CuPy names as its arrays'
+producer, being the handle's), allocates outputs through `cupric.runtime.memory.empty`
+(the compiled allocation path), patches the pointers into a variant pack (reused while
+they stay the same) or the argument list, and calls cuDNN with the GIL held (which
+serializes replays and their variant packs). On a machine with several GPUs it also
+checks that the handle's context is current and that every array says it lives on the
+handle's device. Anything it does not know - another array kind, a new shape, a failed
+check - returns None, and the Python path runs, raising the typed error where there is
+one, and records the entry after a successful call.
 
 The extension is built once per machine and Python version into the cupric cache (see
 `cupric.runtime._cext`); without a compiler everything runs through the Python paths.
@@ -38,7 +41,8 @@ __all__ = ["run", "load", "build_error", "remember_graph", "remember_legacy", "a
 
 # The call shapes the extension knows (the order of its C enum).
 KINDS = {"graph": 0, "p8": 1, "p12": 2, "softmax_fwd": 3, "softmax_bwd": 4,
-         "bn_train": 5, "bn_infer": 6, "bn_bwd": 7, "dropout": 8, "p7": 9}
+         "bn_train": 5, "bn_infer": 6, "bn_bwd": 7, "dropout": 8, "p7": 9,
+         "bn_train_ex": 10, "bn_bwd_ex": 11}
 ENTRY_LIMIT = 2048  # per handle
 
 _module = None
@@ -140,11 +144,33 @@ def _torch_seen(arrays) -> None:
         _module.set_torch(torch.Tensor, torch.strided)
 
 
+_cupy_type = None
+
+
+def _cupy_seen(arrays) -> None:
+    """Hand the extension `cupy.ndarray` and the intake's reader of CuPy's current stream
+    (so both paths agree on which producer stream a CuPy array names), once."""
+    import sys
+    global _cupy_type
+    cupy = sys.modules.get("cupy")
+    ndarray = getattr(cupy, "ndarray", None)
+    if ndarray is None or _module is None or ndarray is _cupy_type:
+        return
+    if any(type(a) is ndarray for a in arrays):
+        from cupric.runtime.array_adapters import adapter_for
+        adapter = adapter_for(ndarray)
+        if adapter is None or adapter.kind != "cupy":
+            return
+        _module.set_cupy(ndarray, adapter.current_stream)
+        _cupy_type = ndarray
+
+
 def _key(h, head, arrays, outs):
     module = _module
     if module is None or len(h._replays) >= ENTRY_LIMIT:
         return None
     _torch_seen(arrays + outs)
+    _cupy_seen(arrays + outs)
     return module.key_of(head, arrays, outs, h)
 
 
@@ -236,7 +262,7 @@ def remember_graph(h, head, arrays, outs, tensors, plan, uid_slots, *, allocated
 
 def remember_legacy(h, head, arrays, outs, tensors, kind, fn, template, *, doubles=(),
                     guards=(), keep=None, allocated=None, inplace=None,
-                    alloc_tensors=None) -> None:
+                    alloc_tensors=None, workspace=None) -> None:
     """Record the entry of a legacy call that just ran.
 
     `template` lists the call's arguments: an int (the address of a descriptor or a
@@ -244,7 +270,9 @@ def remember_legacy(h, head, arrays, outs, tensors, kind, fn, template, *, doubl
     cffi function called; `guards` the Resources (descriptors) it used, which must still
     be open; `keep` what else the addresses belong to (scalars). `alloc_tensors`
     replaces the output tensors for the allocation specs (outputs that are not checked
-    tensors, such as a dropout reserve).
+    tensors, such as a dropout reserve). `workspace` is the handle's workspace buffer
+    whose address the template holds: the entry replays only while it is still the
+    handle's (and open).
     """
     key = _key(h, head, arrays, outs)
     if key is None or not _replayable(tensors):
@@ -265,7 +293,8 @@ def remember_legacy(h, head, arrays, outs, tensors, kind, fn, template, *, doubl
             slots.append(-1)
     entry = _module.make_entry(
         KINDS[kind], int(lib.ffi.cast("uintptr_t", fn)), h._ptr, tuple(args),
-        tuple(slots), tuple(float(d) for d in doubles), 0, (), (), None, 0, n_in,
+        tuple(slots), tuple(float(d) for d in doubles), 0, (), (), workspace,
+        0 if workspace is None else workspace.ptr, n_in,
         _spans(tensors), tuple(inplace or (0,) * len(outs)), allocs, tuple(guards), keep)
     h._replays[key] = entry
 

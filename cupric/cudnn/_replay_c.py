@@ -32,13 +32,22 @@ typedef int (*bnb_fn)(void *, int, void *, void *, void *, void *, void *, void 
                       void *);
 typedef int (*drop_fn)(void *, void *, void *, void *, void *, void *, void *, size_t);
 typedef int (*p7_fn)(void *, void *, void *, void *, void *, void *, void *);
+/* cudnnBatchNormalizationForwardTrainingEx / BackwardEx (persistent kernels). */
+typedef int (*bntx_fn)(void *, int, int, void *, void *, void *, void *, void *, void *, void *,
+                       void *, void *, void *, void *, double, void *, void *, double, void *,
+                       void *, void *, void *, size_t, void *, size_t);
+typedef int (*bnbx_fn)(void *, int, int, void *, void *, void *, void *, void *, void *, void *,
+                       void *, void *, void *, void *, void *, void *, void *, void *, void *,
+                       void *, void *, void *, double, void *, void *, void *, void *, size_t,
+                       void *, size_t);
 typedef int (*ctx_fn)(void **);   /* cuCtxGetCurrent */
 
-enum { K_GRAPH = 0, K_P8, K_P12, K_SMF, K_SMB, K_BNT, K_BNI, K_BNB, K_DROP, K_P7, K_LAST };
-static const int NARGS[K_LAST] = {0, 8, 12, 9, 11, 17, 14, 19, 8, 7};
+enum { K_GRAPH = 0, K_P8, K_P12, K_SMF, K_SMB, K_BNT, K_BNI, K_BNB, K_DROP, K_P7, K_BNTX,
+       K_BNBX, K_LAST };
+static const int NARGS[K_LAST] = {0, 8, 12, 9, 11, 17, 14, 19, 8, 7, 25, 30};
 
 #define MAXA 12      /* arrays per call (inputs + outputs) */
-#define MAXARG 20
+#define MAXARG 32
 #define MAXUID 16
 #define MAXGUARD 12
 static const char CAPSULE[] = "cupric.cudnn.replay_entry";
@@ -66,8 +75,11 @@ typedef struct {
 } Entry;
 
 static int configured = 0;
-static PyTypeObject *buffer_type, *alloc_type, *handle_type, *torch_type;
+static PyTypeObject *buffer_type, *alloc_type, *handle_type, *torch_type, *cupy_type;
 static PyObject *tls, *empty_fn, *graph_check, *legacy_check, *torch_strided, *resolve_fn;
+/* CuPy's current stream handle, asked once per call; None: its interface names no stream
+   (CUPY_CUDA_ARRAY_INTERFACE_EXPORT_VERSION=2), as the intake's CuPy adapter reads it. */
+static PyObject *cupy_stream_fn;
 static Py_ssize_t off_ptr, off_shape, off_strides, off_dtype, off_readonly, off_alloc,
     off_stream, off_closed, off_alloc_closed, off_alloc_device, off_h_ptr, off_h_multi,
     off_h_stream, off_h_stream_obj, off_h_device, off_h_owned, off_h_replays, off_h_ctx,
@@ -79,7 +91,8 @@ static one_fn be_finalize, be_destroy;
 static exec_fn be_execute;
 static int E_PACK, A_UIDS, A_PTRS, A_WS, T_INT64, T_VOID_PTR;
 static PyObject *s_handle, *s_closed, *s_is_cuda, *s_requires_grad, *s_layout, *s_dtype,
-    *s_shape, *s_stride, *s_data_ptr, *s_get_device;
+    *s_shape, *s_stride, *s_data_ptr, *s_get_device, *s_data, *s_ptr, *s_device_id,
+    *s_strides;
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
@@ -163,6 +176,8 @@ static PyObject *configure(PyObject *module, PyObject *args) {
     INTERN(s_requires_grad, "requires_grad"); INTERN(s_layout, "layout");
     INTERN(s_dtype, "dtype"); INTERN(s_shape, "shape"); INTERN(s_stride, "stride");
     INTERN(s_data_ptr, "data_ptr"); INTERN(s_get_device, "get_device");
+    INTERN(s_data, "data"); INTERN(s_ptr, "ptr"); INTERN(s_device_id, "device_id");
+    INTERN(s_strides, "strides");
     Py_INCREF(bt); Py_INCREF(at); Py_INCREF(ht); Py_INCREF(t); Py_INCREF(e); Py_INCREF(gc);
     Py_INCREF(lc); Py_INCREF(rf);
     buffer_type = B; alloc_type = A; handle_type = H;
@@ -178,6 +193,28 @@ static PyObject *set_torch(PyObject *module, PyObject *args) {
     Py_INCREF(tt); Py_INCREF(strided);
     Py_XDECREF((PyObject *)torch_type); Py_XDECREF(torch_strided);
     torch_type = (PyTypeObject *)tt; torch_strided = strided;
+    Py_RETURN_NONE;
+}
+
+/* set_cupy(cupy.ndarray, current_stream or None), or set_cupy(None, None) to forget:
+   CuPy arrays are read directly from then on. */
+static PyObject *set_cupy(PyObject *module, PyObject *args) {
+    PyObject *ct, *fn;
+    if (!PyArg_ParseTuple(args, "OO", &ct, &fn)) return NULL;
+    if (ct != Py_None && !PyType_Check(ct)) {
+        PyErr_SetString(PyExc_TypeError, "set_cupy: a type or None expected");
+        return NULL;
+    }
+    if (fn != Py_None && !PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "set_cupy: a callable or None expected");
+        return NULL;
+    }
+    Py_XDECREF((PyObject *)cupy_type); Py_XDECREF(cupy_stream_fn);
+    cupy_type = NULL; cupy_stream_fn = NULL;
+    if (ct != Py_None) {
+        Py_INCREF(ct); Py_INCREF(fn);
+        cupy_type = (PyTypeObject *)ct; cupy_stream_fn = fn;
+    }
     Py_RETURN_NONE;
 }
 
@@ -235,9 +272,10 @@ static int same_stream(PyObject *s, PyObject *h) {
     return a == b;
 }
 
-/* Read one array into key[at .. at+4] and *ptr. 1: done; 0: the Python path (no error). */
+/* Read one array into key[at .. at+4] and *ptr. 1: done; 0: the Python path (no error).
+   *cstream caches CuPy's current stream for the call (NULL until a CuPy array asks). */
 static int read_array(PyObject *obj, PyObject *h, PyObject *key, Py_ssize_t at,
-                      uintptr_t *ptr, int *readonly) {
+                      uintptr_t *ptr, int *readonly, PyObject **cstream) {
     PyObject *items[5] = {NULL, NULL, NULL, NULL, NULL};
     if (obj == Py_None) {
         *ptr = 0; *readonly = 0;
@@ -271,19 +309,19 @@ static int read_array(PyObject *obj, PyObject *h, PyObject *key, Py_ssize_t at,
         /* Outside the common case (host, autograd or sparse tensors) the Python path
            raises its typed error. */
         v = PyObject_GetAttr(obj, s_is_cuda); ok = v == Py_True; Py_XDECREF(v);
-        if (!ok) goto torch_fail;
+        if (!ok) goto not_read;
         v = PyObject_GetAttr(obj, s_requires_grad); ok = v == Py_False; Py_XDECREF(v);
-        if (!ok) goto torch_fail;
+        if (!ok) goto not_read;
         v = PyObject_GetAttr(obj, s_layout); ok = v != NULL && v == torch_strided;
         Py_XDECREF(v);
-        if (!ok) goto torch_fail;
+        if (!ok) goto not_read;
         v = PyObject_CallMethodNoArgs(obj, s_get_device);
         ok = v != NULL && PyLong_Check(v)
              && PyObject_RichCompareBool(v, SLOT(h, off_h_device), Py_EQ) == 1;
         Py_XDECREF(v);
-        if (!ok) goto torch_fail;
+        if (!ok) goto not_read;
         v = PyObject_CallMethodNoArgs(obj, s_data_ptr);
-        if (v == NULL || !PyLong_Check(v)) { Py_XDECREF(v); goto torch_fail; }
+        if (v == NULL || !PyLong_Check(v)) { Py_XDECREF(v); goto not_read; }
         *ptr = (uintptr_t)PyLong_AsUnsignedLongLongMask(v);
         Py_DECREF(v);
         *readonly = 0;
@@ -292,7 +330,40 @@ static int read_array(PyObject *obj, PyObject *h, PyObject *key, Py_ssize_t at,
         items[3] = PyObject_CallMethodNoArgs(obj, s_stride);
         if (items[1] == NULL || items[2] == NULL || items[3] == NULL || PyErr_Occurred()) {
             Py_XDECREF(items[1]); Py_XDECREF(items[2]); Py_XDECREF(items[3]);
-            goto torch_fail;
+            goto not_read;
+        }
+    } else if (cupy_type != NULL && Py_IS_TYPE(obj, cupy_type)) {
+        /* What the intake's CuPy adapter reads (data.ptr, shape, byte strides, dtype,
+           data.device_id). The memory must be on the handle's device, and CuPy's current
+           stream, which its interface names as the producer's, must be the handle's:
+           otherwise the Python path orders the two streams. */
+        if (cupy_stream_fn != Py_None) {
+            if (*cstream == NULL) {
+                *cstream = PyObject_CallNoArgs(cupy_stream_fn);
+                if (*cstream == NULL) goto not_read;
+            }
+            if (!same_stream(*cstream, h)) goto not_read;
+        }
+        PyObject *mem = PyObject_GetAttr(obj, s_data), *v;
+        if (mem == NULL) goto not_read;
+        v = PyObject_GetAttr(mem, s_device_id);
+        int ok = v != NULL && PyLong_Check(v)
+                 && PyObject_RichCompareBool(v, SLOT(h, off_h_device), Py_EQ) == 1;
+        Py_XDECREF(v);
+        if (!ok) { Py_DECREF(mem); goto not_read; }
+        v = PyObject_GetAttr(mem, s_ptr);
+        Py_DECREF(mem);
+        if (v == NULL || !PyLong_Check(v)) { Py_XDECREF(v); goto not_read; }
+        *ptr = (uintptr_t)PyLong_AsUnsignedLongLongMask(v);
+        Py_DECREF(v);
+        *readonly = 0;
+        items[1] = PyObject_GetAttr(obj, s_dtype);
+        items[2] = PyObject_GetAttr(obj, s_shape);
+        items[3] = PyObject_GetAttr(obj, s_strides);
+        if (items[1] == NULL || items[2] == NULL || items[3] == NULL || PyErr_Occurred()
+            || !PyTuple_Check(items[2]) || !PyTuple_Check(items[3])) {
+            Py_XDECREF(items[1]); Py_XDECREF(items[2]); Py_XDECREF(items[3]);
+            goto not_read;
         }
     } else {
         return 0;
@@ -309,7 +380,7 @@ static int read_array(PyObject *obj, PyObject *h, PyObject *key, Py_ssize_t at,
     Py_INCREF(items[0]);
     for (int i = 0; i < 5; i++) PyTuple_SET_ITEM(key, at + i, items[i]);
     return 1;
-torch_fail:
+not_read:
     PyErr_Clear();
     return 0;
 }
@@ -324,14 +395,17 @@ static PyObject *make_key(PyObject *head, PyObject *arrays, PyObject *outs, PyOb
     if (key == NULL) { PyErr_Clear(); return NULL; }
     Py_INCREF(head);
     PyTuple_SET_ITEM(key, 0, head);
+    PyObject *cstream = NULL;
     for (Py_ssize_t i = 0; i < ni + no; i++) {
         PyObject *obj = i < ni ? PyTuple_GET_ITEM(arrays, i) : PyTuple_GET_ITEM(outs, i - ni);
-        if (!read_array(obj, h, key, 1 + 5 * i, &ptrs[i], &readonly[i])) {
+        if (!read_array(obj, h, key, 1 + 5 * i, &ptrs[i], &readonly[i], &cstream)) {
             /* Unfilled items are NULL; a tuple deallocates those fine. */
+            Py_XDECREF(cstream);
             Py_DECREF(key);
             return NULL;
         }
     }
+    Py_XDECREF(cstream);
     *n_in = ni; *n_out = no;
     return key;
 }
@@ -525,6 +599,16 @@ static int run_legacy(Entry *e, uintptr_t *ptrs) {
         return ((drop_fn)e->fn)(A(0), A(1), A(2), A(3), A(4), A(5), A(6), (size_t)v[7]);
     case K_P7:
         return ((p7_fn)e->fn)(A(0), A(1), A(2), A(3), A(4), A(5), A(6));
+    case K_BNTX:
+        return ((bntx_fn)e->fn)(A(0), (int)v[1], (int)v[2], A(3), A(4), A(5), A(6), A(7), A(8),
+                                A(9), A(10), A(11), A(12), A(13), e->dbl[0], A(15), A(16),
+                                e->dbl[1], A(18), A(19), A(20), A(21), (size_t)v[22], A(23),
+                                (size_t)v[24]);
+    case K_BNBX:
+        return ((bnbx_fn)e->fn)(A(0), (int)v[1], (int)v[2], A(3), A(4), A(5), A(6), A(7), A(8),
+                                A(9), A(10), A(11), A(12), A(13), A(14), A(15), A(16), A(17),
+                                A(18), A(19), A(20), A(21), e->dbl[0], A(23), A(24), A(25),
+                                A(26), (size_t)v[27], A(28), (size_t)v[29]);
     }
     return -1;
 }
@@ -638,6 +722,7 @@ done:
 static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS, "set the types, callables and entry points"},
     {"set_torch", set_torch, METH_VARARGS, "read torch.Tensor directly"},
+    {"set_cupy", set_cupy, METH_VARARGS, "read cupy.ndarray directly"},
     {"key_of", key_of, METH_VARARGS, "the key of a call, or None"},
     {"make_entry", make_entry, METH_VARARGS, "an entry capsule"},
     {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL,

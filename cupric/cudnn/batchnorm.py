@@ -5,12 +5,16 @@ training the mean and (biased) variance come from the batch (over N and the spat
 axes) and the running statistics are updated; in inference the running statistics are
 used. cupric calls cuDNN's ``cudnnBatchNormalization*`` routines: the graph API's
 batch-norm operations are served only by specialized engines for narrow layouts (see
-docs/cudnn.md).
+docs/cudnn.md). Training on channels-last data runs cuDNN's persistent kernels through
+the ``*Ex`` entry points (the choice PyTorch makes), with the workspace and reserve
+space cuDNN asks for; other layouts keep the plain spatial kernels.
 """
 
 from __future__ import annotations
 
 import dataclasses
+
+import numpy as np
 
 from . import _replay
 from . import _validate as V
@@ -19,9 +23,13 @@ from .descriptors import describe, scalars, tensor_descriptor
 __all__ = ["BatchNormResult", "batch_norm_training", "batch_norm_inference",
            "batch_norm_backward", "batch_norm"]
 
-# cudnnBatchNormMode_t values (a CPU test compares them).
+# cudnnBatchNormMode_t values and CUDNN_BATCHNORM_OPS_BN (a CPU test compares them).
 _SPATIAL = 1
 _SPATIAL_PERSISTENT = 2
+_OPS_BN = 0
+# Element types the persistent kernels are chosen for by default (float64 keeps the plain
+# spatial ones, as PyTorch, which never hands float64 to cuDNN's batch norm).
+_PERSISTENT_TYPES = ("f16", "bf16", "f32")
 # cuDNN refuses smaller epsilons (CUDNN_BN_MIN_EPSILON, 0.0 since cuDNN 7.5).
 MIN_EPSILON = 0.0
 
@@ -41,6 +49,9 @@ class BatchNormResult:
     y: object
     save_mean: object
     save_inv_std: object
+    #: The persistent kernels' reserve space (a uint8 DeviceBuffer), or None when cuDNN
+    #: asked for none: pass it to `batch_norm_backward` as ``reserve``.
+    reserve: object = None
 
     def __iter__(self):
         return iter((self.y, self.save_mean, self.save_inv_std))
@@ -75,10 +86,34 @@ def _epsilon(eps: float, op: str) -> float:
     return eps
 
 
-def _mode(tx: V.Tensor, persistent: bool) -> int:
-    # The persistent kernels are faster for NHWC half/bfloat16 data; they may overflow
-    # for some inputs, hence opt-in.
-    return _SPATIAL_PERSISTENT if persistent else _SPATIAL
+# Layouts (dtype, shape, strides) whose persistent kernels cuDNN refused: the spatial
+# path runs them from then on (bounded like the other per-layout tables).
+_refused: set = set()
+_REFUSED_LIMIT = 1024
+
+
+def _persistent(tx: V.Tensor, persistent: bool | None) -> bool:
+    """Whether a training call runs the persistent kernels (the ``Ex`` entry points).
+
+    None picks what PyTorch picks (aten/src/ATen/native/cudnn/BatchNorm.cpp): training on
+    channels-last 4-d or 5-d data; channels-first data keeps the plain spatial kernels,
+    whose accuracy PyTorch prefers where the persistent ones are not much faster.
+    """
+    if persistent is not None:
+        return bool(persistent)
+    return (tx.ndim in (4, 5) and V.channels_last(tx.layout)
+            and tx.etype in _PERSISTENT_TYPES
+            and (tx.etype, tx.shape, tx.strides) not in _refused)
+
+
+def _refuse(tx: V.Tensor, exc) -> bool:
+    """After cuDNN refused the persistent kernels for `tx` with `exc`: whether to run the
+    spatial ones instead (a NOT_SUPPORTED status; other errors are the caller's)."""
+    if not 3000 <= getattr(exc, "code", 0) < 4000:
+        return False
+    if len(_refused) < _REFUSED_LIMIT:
+        _refused.add((tx.etype, tx.shape, tx.strides))
+    return True
 
 
 def _ptr(t):
@@ -86,9 +121,24 @@ def _ptr(t):
     return lib.ffi.cast("void *", 0 if t is None else t.ptr)
 
 
+def _size(query, *args) -> int:
+    """A size cuDNN reports through its last ``size_t *`` argument."""
+    from . import lib
+    size = lib.ffi.new("size_t *")
+    lib.check(query(*args, size))
+    return int(size[0])
+
+
+def _reserve_bytes(hr, mode: int, xd) -> int:
+    from . import lib
+    L = lib.lib
+    return _size(L.cudnnGetBatchNormalizationTrainingExReserveSpaceSize, hr, mode, _OPS_BN,
+                 lib.ffi.NULL, xd.raw)
+
+
 def batch_norm_training(x, weight, bias, running_mean=None, running_var=None, *,
                         momentum: float = 0.1, eps: float = 1e-5, out=None,
-                        persistent: bool = False, handle=None,
+                        persistent: bool | None = None, handle=None,
                         stream=None) -> BatchNormResult:
     """Normalize with the batch statistics and update the running ones.
 
@@ -106,21 +156,26 @@ def batch_norm_training(x, weight, bias, running_mean=None, running_var=None, *,
     eps : float
         Added to the variance; not negative.
     out : device array, optional
-    persistent : bool
-        Use cuDNN's persistent kernels (faster for NHWC half precision).
+    persistent : bool, optional
+        Run cuDNN's persistent kernels (``cudnnBatchNormalizationForwardTrainingEx``,
+        much faster for channels-last data; cuDNN documents that they may overflow for
+        inputs of a very large range). None (default) picks them as PyTorch does: for
+        channels-last float32/float16/bfloat16 data, falling back to the spatial
+        kernels where cuDNN refuses them; False never, True always.
     handle, stream
         As in `cupric.cudnn.conv_forward`.
 
     Returns
     -------
     BatchNormResult
-        ``(y, save_mean, save_inv_std)``.
+        ``(y, save_mean, save_inv_std)`` when unpacked; ``.reserve`` holds the
+        persistent kernels' reserve space for `batch_norm_backward` (None if none).
     """
     head = ("bn_train", momentum, eps, persistent)
-    done = _replay.run(head, (x, weight, bias), (out, running_mean, running_var, None, None),
-                       handle, stream)
+    done = _replay.run(head, (x, weight, bias),
+                       (out, running_mean, running_var, None, None, None), handle, stream)
     if done is not None:
-        return BatchNormResult(done[0], done[3], done[4])
+        return BatchNormResult(done[0], done[3], done[4], done[5])
     op = "batch_norm_training"
     from .handle import resolve, stream_of
     s = stream_of(handle, stream)
@@ -146,24 +201,70 @@ def batch_norm_training(x, weight, bias, running_mean=None, running_var=None, *,
         V.check_overlap(op, ("running_var", trv), *ins)
     save_mean = V.new_output((c,), ptype, None, s)
     save_inv = V.new_output((c,), ptype, None, s)
+    h = resolve(handle, stream)
+    xd, yd, bnd = describe(tx), describe(ty), _param_descriptor(ptype, tx.ndim, c)
+    call = (h, head, (x, weight, bias), (out, running_mean, running_var, None, None, None),
+            tx, tw, tb, ty, trm, trv, save_mean, save_inv, xd, yd, bnd, float(momentum), eps)
+    if _persistent(tx, persistent):
+        try:
+            return _training_ex(*call, out)
+        except Exception as exc:
+            if persistent is not None or not _refuse(tx, exc):
+                raise
+    return _training_spatial(*call, out)
+
+
+def _training_spatial(h, head, arrays, outs, tx, tw, tb, ty, trm, trv, save_mean, save_inv,
+                      xd, yd, bnd, momentum, eps, out) -> BatchNormResult:
     from . import lib
     one, zero = scalars(tx.etype)
-    h = resolve(handle, stream)
-    mode = _mode(tx, persistent)
-    xd, yd, bnd = describe(tx), describe(ty), _param_descriptor(ptype, tx.ndim, c)
     fn = lib.lib.cudnnBatchNormalizationForwardTraining
-    lib.check(fn(h.ready(), mode, one, zero, xd.raw, _ptr(tx), yd.raw, _ptr(ty), bnd.raw,
-                 _ptr(tw), _ptr(tb), float(momentum), _ptr(trm), _ptr(trv), eps,
-                 lib.ffi.cast("void *", save_mean.ptr), lib.ffi.cast("void *", save_inv.ptr)))
+    lib.check(fn(h.ready(), _SPATIAL, one, zero, xd.raw, _ptr(tx), yd.raw, _ptr(ty),
+                 bnd.raw, _ptr(tw), _ptr(tb), momentum, _ptr(trm), _ptr(trv), eps,
+                 _ptr(save_mean), _ptr(save_inv)))
     A = _replay.address
     _replay.remember_legacy(
-        h, head, (x, weight, bias), (out, running_mean, running_var, None, None),
-        (tx, tw, tb, ty, trm, trv, save_mean, save_inv), "bn_train", fn,
-        (h._ptr, mode, A(one), A(zero), xd._ptr, ("t", 0), yd._ptr, ("t", 3), bnd._ptr,
+        h, head, arrays, outs, (tx, tw, tb, ty, trm, trv, save_mean, save_inv, None),
+        "bn_train", fn,
+        (h._ptr, _SPATIAL, A(one), A(zero), xd._ptr, ("t", 0), yd._ptr, ("t", 3), bnd._ptr,
          ("t", 1), ("t", 2), 0, ("t", 4), ("t", 5), 0, ("t", 6), ("t", 7)),
-        doubles=(float(momentum), eps), guards=(xd, yd, bnd), keep=(one, zero),
-        allocated=(True, False, False, True, True))
+        doubles=(momentum, eps), guards=(xd, yd, bnd), keep=(one, zero),
+        allocated=(True, False, False, True, True, False))
     return BatchNormResult(V.result(out, ty), save_mean, save_inv)
+
+
+def _training_ex(h, head, arrays, outs, tx, tw, tb, ty, trm, trv, save_mean, save_inv,
+                 xd, yd, bnd, momentum, eps, out) -> BatchNormResult:
+    """The persistent kernels: workspace (the handle's) and reserve space (a new buffer,
+    which the backward pass reads) of the sizes cuDNN reports for this layout."""
+    from cupric.runtime.memory import empty
+
+    from . import lib
+    L, NULL = lib.lib, lib.ffi.NULL
+    hr = h.ready()
+    mode = _SPATIAL_PERSISTENT
+    ws_bytes = _size(L.cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize, hr, mode,
+                     _OPS_BN, xd.raw, xd.raw, yd.raw, bnd.raw, NULL)
+    rs_bytes = _reserve_bytes(hr, mode, xd)
+    ws = h.workspace(ws_bytes)
+    reserve = empty((rs_bytes,), np.uint8, stream=h.stream) if rs_bytes else None
+    one, zero = scalars(tx.etype)
+    fn = L.cudnnBatchNormalizationForwardTrainingEx
+    lib.check(fn(hr, mode, _OPS_BN, one, zero, xd.raw, _ptr(tx), NULL, NULL, yd.raw,
+                 _ptr(ty), bnd.raw, _ptr(tw), _ptr(tb), momentum, _ptr(trm), _ptr(trv), eps,
+                 _ptr(save_mean), _ptr(save_inv), NULL, lib.ffi.cast("void *", ws), ws_bytes,
+                 _ptr(reserve), rs_bytes))
+    A = _replay.address
+    _replay.remember_legacy(
+        h, head, arrays, outs, (tx, tw, tb, ty, trm, trv, save_mean, save_inv, reserve),
+        "bn_train_ex", fn,
+        (h._ptr, mode, _OPS_BN, A(one), A(zero), xd._ptr, ("t", 0), 0, 0, yd._ptr, ("t", 3),
+         bnd._ptr, ("t", 1), ("t", 2), 0, ("t", 4), ("t", 5), 0, ("t", 6), ("t", 7), 0, ws,
+         ws_bytes, ("t", 8), rs_bytes),
+        doubles=(momentum, eps), guards=(xd, yd, bnd), keep=(one, zero),
+        allocated=(True, False, False, True, True, reserve is not None),
+        workspace=h._owned.workspace if ws_bytes else None)
+    return BatchNormResult(V.result(out, ty), save_mean, save_inv, reserve)
 
 
 def batch_norm_inference(x, weight, bias, running_mean, running_var, *, eps: float = 1e-5,
@@ -216,7 +317,8 @@ def batch_norm_inference(x, weight, bias, running_mean, running_var, *, eps: flo
 
 
 def batch_norm_backward(dy, x, weight, save_mean, save_inv_std, *, eps: float = 1e-5,
-                        out=None, persistent: bool = False, handle=None, stream=None):
+                        out=None, persistent: bool | None = None, reserve=None, handle=None,
+                        stream=None):
     """Gradients of a training-mode batch normalization.
 
     Parameters
@@ -230,14 +332,20 @@ def batch_norm_backward(dy, x, weight, save_mean, save_inv_std, *, eps: float = 
         From `batch_norm_training` (the same `eps` must be passed).
     out : device array, optional
         Receives dx.
+    persistent : bool, optional
+        As in `batch_norm_training` (``cudnnBatchNormalizationBackwardEx``); pass what
+        the forward pass got.
+    reserve : device array, optional
+        ``BatchNormResult.reserve`` of the forward pass. Where the persistent kernels
+        need a reserve space and none is given, the spatial kernels run.
 
     Returns
     -------
     (dx, dweight, dbias)
     """
     head = ("bn_bwd", eps, persistent)
-    done = _replay.run(head, (dy, x, weight, save_mean, save_inv_std), (out, None, None),
-                       handle, stream)
+    arrays = (dy, x, weight, save_mean, save_inv_std, reserve)
+    done = _replay.run(head, arrays, (out, None, None), handle, stream)
     if done is not None:
         return done
     op = "batch_norm_backward"
@@ -257,28 +365,78 @@ def batch_norm_backward(dy, x, weight, save_mean, save_inv_std, *, eps: float = 
     tdx = V.output(out, tx.shape, tx.etype, tx.layout, "out", op, s, ndims=(tx.ndim,))
     V.check_overlap(op, ("out", tdx), ("dy", tdy), ("x", tx), ("weight", tw),
                     ("save_mean", tm), ("save_inv_std", tv))
+    trs = None
+    if reserve is not None:
+        trs = V.tensor(reserve, "reserve", op, stream=s, ndims=(1,), types=("u8",),
+                       layouts=False)
+        V.check_overlap(op, ("out", tdx), ("reserve", trs))
     dweight = V.new_output((c,), ptype, None, s)
     dbias = V.new_output((c,), ptype, None, s)
-    from . import lib
-    ffi = lib.ffi
-    one, zero = scalars(tx.etype)
     h = resolve(handle, stream)
-    mode = _mode(tx, persistent)
     xd, dyd, dxd = describe(tx), describe(tdy), describe(tdx)
     bnd = _param_descriptor(ptype, tx.ndim, c)
+    call = (h, head, arrays, (out, None, None), tdy, tx, tw, tm, tv, trs, tdx, dweight,
+            dbias, xd, dyd, dxd, bnd, eps)
+    ran = False
+    if _persistent(tx, persistent):
+        try:
+            ran = _backward_ex(*call)
+        except Exception as exc:
+            if persistent is not None or not _refuse(tx, exc):
+                raise
+    if not ran:
+        _backward_spatial(*call)
+    return V.result(out, tdx), dweight, dbias
+
+
+def _backward_spatial(h, head, arrays, outs, tdy, tx, tw, tm, tv, trs, tdx, dweight, dbias,
+                      xd, dyd, dxd, bnd, eps) -> None:
+    from . import lib
+    one, zero = scalars(tx.etype)
     fn = lib.lib.cudnnBatchNormalizationBackward
-    lib.check(fn(h.ready(), mode, one, zero, one, zero, xd.raw, _ptr(tx), dyd.raw, _ptr(tdy),
-                 dxd.raw, _ptr(tdx), bnd.raw, _ptr(tw), ffi.cast("void *", dweight.ptr),
-                 ffi.cast("void *", dbias.ptr), eps, _ptr(tm), _ptr(tv)))
+    lib.check(fn(h.ready(), _SPATIAL, one, zero, one, zero, xd.raw, _ptr(tx), dyd.raw,
+                 _ptr(tdy), dxd.raw, _ptr(tdx), bnd.raw, _ptr(tw), _ptr(dweight),
+                 _ptr(dbias), eps, _ptr(tm), _ptr(tv)))
     A = _replay.address
     _replay.remember_legacy(
-        h, head, (dy, x, weight, save_mean, save_inv_std), (out, None, None),
-        (tdy, tx, tw, tm, tv, tdx, dweight, dbias), "bn_bwd", fn,
-        (h._ptr, mode, A(one), A(zero), A(one), A(zero), xd._ptr, ("t", 1), dyd._ptr,
-         ("t", 0), dxd._ptr, ("t", 5), bnd._ptr, ("t", 2), ("t", 6), ("t", 7), 0, ("t", 3),
+        h, head, arrays, outs, (tdy, tx, tw, tm, tv, trs, tdx, dweight, dbias), "bn_bwd", fn,
+        (h._ptr, _SPATIAL, A(one), A(zero), A(one), A(zero), xd._ptr, ("t", 1), dyd._ptr,
+         ("t", 0), dxd._ptr, ("t", 6), bnd._ptr, ("t", 2), ("t", 7), ("t", 8), 0, ("t", 3),
          ("t", 4)),
         doubles=(eps,), guards=(xd, dyd, dxd, bnd), keep=(one, zero))
-    return V.result(out, tdx), dweight, dbias
+
+
+def _backward_ex(h, head, arrays, outs, tdy, tx, tw, tm, tv, trs, tdx, dweight, dbias, xd,
+                 dyd, dxd, bnd, eps) -> bool:
+    """The persistent kernels' backward pass, or False (nothing queued) when they need
+    the forward pass's reserve space and the caller has not passed enough of it."""
+    from . import lib
+    L, NULL = lib.lib, lib.ffi.NULL
+    hr = h.ready()
+    mode = _SPATIAL_PERSISTENT
+    rs_bytes = _reserve_bytes(hr, mode, xd)
+    if rs_bytes and (trs is None or trs.buf.nbytes < rs_bytes):
+        return False
+    ws_bytes = _size(L.cudnnGetBatchNormalizationBackwardExWorkspaceSize, hr, mode, _OPS_BN,
+                     xd.raw, xd.raw, dyd.raw, NULL, dxd.raw, bnd.raw, NULL)
+    ws = h.workspace(ws_bytes)
+    rs_bytes = trs.buf.nbytes if trs is not None else 0
+    one, zero = scalars(tx.etype)
+    fn = L.cudnnBatchNormalizationBackwardEx
+    lib.check(fn(hr, mode, _OPS_BN, one, zero, one, zero, xd.raw, _ptr(tx), NULL, NULL,
+                 dyd.raw, _ptr(tdy), NULL, NULL, dxd.raw, _ptr(tdx), bnd.raw, _ptr(tw), NULL,
+                 _ptr(dweight), _ptr(dbias), eps, _ptr(tm), _ptr(tv), NULL,
+                 lib.ffi.cast("void *", ws), ws_bytes, _ptr(trs), rs_bytes))
+    A = _replay.address
+    _replay.remember_legacy(
+        h, head, arrays, outs, (tdy, tx, tw, tm, tv, trs, tdx, dweight, dbias), "bn_bwd_ex",
+        fn,
+        (h._ptr, mode, _OPS_BN, A(one), A(zero), A(one), A(zero), xd._ptr, ("t", 1), 0, 0,
+         dyd._ptr, ("t", 0), 0, 0, dxd._ptr, ("t", 6), bnd._ptr, ("t", 2), 0, ("t", 7),
+         ("t", 8), 0, ("t", 3), ("t", 4), 0, ws, ws_bytes, ("t", 5), rs_bytes),
+        doubles=(eps,), guards=(xd, dyd, dxd, bnd), keep=(one, zero),
+        workspace=h._owned.workspace if ws_bytes else None)
+    return True
 
 
 def batch_norm(x, running_mean, running_var, weight, bias, *, training: bool = False,

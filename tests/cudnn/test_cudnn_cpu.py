@@ -93,6 +93,7 @@ def test_tables_match_headers():
     from cupric.cudnn import batchnorm
     assert lib.CUDNN_BATCHNORM_SPATIAL == batchnorm._SPATIAL
     assert lib.CUDNN_BATCHNORM_SPATIAL_PERSISTENT == batchnorm._SPATIAL_PERSISTENT
+    assert lib.CUDNN_BATCHNORM_OPS_BN == batchnorm._OPS_BN
     assert lib.CUDNN_CROSS_CORRELATION == G._CROSS_CORRELATION
     assert lib.CUDNN_NUMERICAL_NOTE_TENSOR_CORE == G._NOTE_TENSOR_CORE
     assert lib.CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS == G._NOTE_DOWN_CONVERT_INPUTS

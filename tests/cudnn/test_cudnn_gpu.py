@@ -583,6 +583,69 @@ def test_batch_norm_training_and_backward(etype, channels_last, gen):
     check_close(dbias, bd.grad, "f32" if etype == "f32" else etype, "dbias")
 
 
+@pytest.mark.parametrize("etype,shape", [("f16", (32, 64, 56, 56)), ("bf16", (16, 128, 28, 28)),
+                                         ("f16", (4, 32, 4, 6, 6))])
+def test_batch_norm_persistent_on_channels_last_data(etype, shape, gen, monkeypatch):
+    """Training on channels-last data runs the persistent kernels (the Ex entry points,
+    PyTorch's choice, at the layer sizes it is slow without them): forward and backward
+    against a float64 reference, against PyTorch's own half-precision result, and
+    against the spatial kernels (persistent=False)."""
+    from cupric.cudnn import batchnorm
+    ran = []
+    for name in ("_training_ex", "_backward_ex"):
+        real = getattr(batchnorm, name)
+        monkeypatch.setattr(batchnorm, name,
+                            lambda *a, _real=real, _name=name: ran.append(_name) or _real(*a))
+    c = shape[1]
+    x = randn(shape, etype, gen, channels_last=True, scale=2.0) + 0.5
+    weight, bias = randn((c,), "f32", gen), randn((c,), "f32", gen)
+    rm, rv = randn((c,), "f32", gen), torch.rand(c, device="cuda", generator=gen) + 0.5
+    rm_ref, rv_ref = rm.double().clone(), rv.double().clone()
+    rm_half, rv_half = rm.clone(), rv.clone()
+    xd, wd, bd = leaf(x), leaf(weight), leaf(bias)
+    ref = F.batch_norm(xd, rm_ref, rv_ref, wd, bd, training=True, momentum=0.1, eps=1e-5)
+    out = poisoned(shape, etype, True)
+    res = dnn.batch_norm_training(x, weight, bias, rm, rv, momentum=0.1, eps=1e-5, out=out)
+    assert ran == ["_training_ex"], "the persistent forward did not run"
+    check_close(out, ref, etype, "persistent forward")
+    check_close(rm, rm_ref, etype, "running mean")
+    check_close(rv, rv_ref, etype, "running var")
+    # PyTorch on the same half-precision tensor (its cuDNN persistent path).
+    theirs = F.batch_norm(x, rm_half, rv_half, weight, bias, training=True, momentum=0.1,
+                          eps=1e-5)
+    check_close(out, theirs.double(), etype, "against PyTorch's own")
+    spatial = dnn.batch_norm_training(x, weight, bias, persistent=False)
+    check_close(out, as_torch(spatial.y, etype).double(), etype, "against spatial")
+    check_close(res.save_mean, as_torch(spatial.save_mean).double(), etype, "saved mean")
+    check_close(res.save_inv_std, as_torch(spatial.save_inv_std).double(), etype,
+                "saved inv std")
+    dy = randn(shape, etype, gen, channels_last=True)
+    ref.backward(dy.double())
+    dx = poisoned(shape, etype, True)
+    got_dx, dweight, dbias = dnn.batch_norm_backward(dy, x, weight, res.save_mean,
+                                                     res.save_inv_std, eps=1e-5, out=dx,
+                                                     reserve=res.reserve)
+    assert ran[-1] == "_backward_ex"
+    check_close(dx, xd.grad, etype, "persistent dx")
+    check_close(dweight, wd.grad, etype, "persistent dweight")
+    check_close(dbias, bd.grad, etype, "persistent dbias")
+    sx, sw, sb = dnn.batch_norm_backward(dy, x, weight, spatial.save_mean,
+                                         spatial.save_inv_std, eps=1e-5, persistent=False)
+    check_close(dx, as_torch(sx, etype).double(), etype, "dx against spatial")
+    check_close(dweight, as_torch(sw).double(), etype, "dweight against spatial")
+    # Replayed (the compiled path, same entry points): the same bytes again.
+    again = poisoned(shape, etype, True)
+    rm2, rv2 = rm_half.clone(), rv_half.clone()
+    dnn.batch_norm_training(x, weight, bias, rm2, rv2, momentum=0.1, eps=1e-5, out=again)
+    dnn.batch_norm_training(x, weight, bias, rm2, rv2, momentum=0.1, eps=1e-5, out=again)
+    assert torch.equal(again, out)
+    dx2 = poisoned(shape, etype, True)
+    for _ in range(2):
+        dnn.batch_norm_backward(dy, x, weight, res.save_mean, res.save_inv_std, eps=1e-5,
+                                out=dx2, reserve=res.reserve)
+    assert torch.equal(dx2, dx)
+
+
 def test_batch_norm_inference(gen):
     x = randn((4, 6, 5, 5), gen=gen)
     weight, bias, rm = (randn((6,), gen=gen) for _ in range(3))

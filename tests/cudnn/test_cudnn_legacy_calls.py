@@ -227,7 +227,10 @@ def test_batch_norm_calls(h, record, fake_alloc):
                  cudnnBatchNormalizationBackward=None)
     x, y = nhwc((4, 6, 5, 5), "float16"), nhwc((4, 6, 5, 5), "float16")
     w, b, rm, rv = (FakeDeviceArray((6,)) for _ in range(4))
-    res = dnn.batch_norm_training(x, w, b, rm, rv, momentum=0.25, eps=1e-3, out=y, handle=h)
+    # persistent=False: the spatial kernels even for channels-last data.
+    res = dnn.batch_norm_training(x, w, b, rm, rv, momentum=0.25, eps=1e-3, out=y, handle=h,
+                                  persistent=False)
+    assert res.reserve is None
     args = rec.only("cudnnBatchNormalizationForwardTraining")
     assert args[1] == REAL.CUDNN_BATCHNORM_SPATIAL
     assert tensor_of(args[4])[0] == "f16" and address(args[5]) == x.ptr
@@ -237,8 +240,9 @@ def test_batch_norm_calls(h, record, fake_alloc):
     assert [address(args[i]) for i in (15, 16)] == [res.save_mean.ptr, res.save_inv_std.ptr]
     dy, dx = nhwc((4, 6, 5, 5), "float16"), nhwc((4, 6, 5, 5), "float16")
     got = dnn.batch_norm_backward(dy, x, w, res.save_mean, res.save_inv_std, eps=1e-3,
-                                  out=dx, handle=h)
+                                  out=dx, handle=h, persistent=False)
     args = rec.only("cudnnBatchNormalizationBackward")
+    assert args[1] == REAL.CUDNN_BATCHNORM_SPATIAL
     assert len(args) == 19 and args[16] == 1e-3
     assert [address(args[i]) for i in (7, 9, 11, 13, 14, 15, 17, 18)] == [
         x.ptr, dy.ptr, dx.ptr, w.ptr, got[1].ptr, got[2].ptr, res.save_mean.ptr,
@@ -247,6 +251,116 @@ def test_batch_norm_calls(h, record, fake_alloc):
     args = rec.only("cudnnBatchNormalizationForwardInference")
     assert args[13] == 1e-4 and [address(args[i]) for i in (9, 10, 11, 12)] == [
         w.ptr, b.ptr, rm.ptr, rv.ptr]
+
+
+def _bn_sizes(workspace, reserve):
+    """Answers of cuDNN's size queries for the persistent kernels (the last argument)."""
+    def answer(size):
+        return lambda *args: args[-1].__setitem__(0, size)
+    return dict(
+        cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize=answer(workspace),
+        cudnnGetBatchNormalizationTrainingExReserveSpaceSize=answer(reserve),
+        cudnnGetBatchNormalizationBackwardExWorkspaceSize=answer(workspace))
+
+
+@pytest.mark.parametrize("reserve_bytes", [0, 3072])
+def test_batch_norm_persistent_calls_on_channels_last_data(h, record, fake_alloc,
+                                                           reserve_bytes):
+    """Training on NHWC data runs the Ex entry points in the persistent mode (PyTorch's
+    choice), with the workspace and reserve space of the sizes cuDNN reports."""
+    rec = record(cudnnBatchNormalizationForwardTrainingEx=None,
+                 cudnnBatchNormalizationBackwardEx=None,
+                 cudnnBatchNormalizationForwardTraining=None,
+                 cudnnBatchNormalizationBackward=None, **_bn_sizes(4 << 20, reserve_bytes))
+    x, y = nhwc((4, 6, 5, 5), "float16"), nhwc((4, 6, 5, 5), "float16")
+    w, b, rm, rv = (FakeDeviceArray((6,)) for _ in range(4))
+    res = dnn.batch_norm_training(x, w, b, rm, rv, momentum=0.25, eps=1e-3, out=y, handle=h)
+    assert [n for n, _ in rec.calls if not n.startswith("cudnnGet")] == [
+        "cudnnBatchNormalizationForwardTrainingEx"]
+    args = rec.only("cudnnBatchNormalizationForwardTrainingEx")
+    assert len(args) == 25
+    assert (args[1], args[2]) == (REAL.CUDNN_BATCHNORM_SPATIAL_PERSISTENT,
+                                  REAL.CUDNN_BATCHNORM_OPS_BN)
+    assert tensor_of(args[5])[0] == "f16" and address(args[6]) == x.ptr
+    assert address(args[7]) == address(args[8]) == 0           # no z (BN only)
+    assert address(args[10]) == y.ptr and tensor_of(args[11])[1] == (1, 6, 1, 1)
+    assert [address(args[i]) for i in (12, 13, 15, 16)] == [w.ptr, b.ptr, rm.ptr, rv.ptr]
+    assert args[14] == 0.25 and args[17] == 1e-3
+    assert [address(args[i]) for i in (18, 19)] == [res.save_mean.ptr,
+                                                    res.save_inv_std.ptr]
+    assert address(args[20]) == 0                              # no activation
+    assert address(args[21]) == h._owned.workspace.ptr and args[22] == 4 << 20
+    assert h._owned.workspace.nbytes >= 4 << 20
+    if reserve_bytes:
+        assert res.reserve.nbytes == reserve_bytes and res.reserve.dtype == np.uint8
+        assert address(args[23]) == res.reserve.ptr and args[24] == reserve_bytes
+    else:
+        assert res.reserve is None and address(args[23]) == 0 and args[24] == 0
+    # The forward's own queries: the same mode, operation and descriptors.
+    query = rec.only("cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize")
+    assert (query[1], query[2]) == (REAL.CUDNN_BATCHNORM_SPATIAL_PERSISTENT,
+                                    REAL.CUDNN_BATCHNORM_OPS_BN)
+    dy, dx = nhwc((4, 6, 5, 5), "float16"), nhwc((4, 6, 5, 5), "float16")
+    got = dnn.batch_norm_backward(dy, x, w, res.save_mean, res.save_inv_std, eps=1e-3,
+                                  out=dx, handle=h, reserve=res.reserve)
+    args = rec.only("cudnnBatchNormalizationBackwardEx")
+    assert len(args) == 30 and args[1] == REAL.CUDNN_BATCHNORM_SPATIAL_PERSISTENT
+    assert [address(args[i]) for i in (8, 12, 16, 18, 20, 21, 23, 24)] == [
+        x.ptr, dy.ptr, dx.ptr, w.ptr, got[1].ptr, got[2].ptr, res.save_mean.ptr,
+        res.save_inv_std.ptr]
+    assert [address(args[i]) for i in (9, 10, 13, 14, 19, 25)] == [0] * 6
+    assert args[22] == 1e-3 and args[27] == 4 << 20
+    assert address(args[26]) == h._owned.workspace.ptr
+    assert args[29] == reserve_bytes
+    assert address(args[28]) == (res.reserve.ptr if reserve_bytes else 0)
+    assert not any(n == "cudnnBatchNormalizationBackward" for n, _ in rec.calls)
+    if reserve_bytes:
+        # Without the reserve space the persistent backward cannot run: the spatial one does.
+        dnn.batch_norm_backward(dy, x, w, res.save_mean, res.save_inv_std, eps=1e-3,
+                                out=dx, handle=h)
+        assert rec.only("cudnnBatchNormalizationBackward")[1] == REAL.CUDNN_BATCHNORM_SPATIAL
+
+
+def test_batch_norm_keeps_the_spatial_kernels_where_pytorch_does(h, record, fake_alloc):
+    """Channels-first and float64 data: the plain calls in the spatial mode."""
+    rec = record(cudnnBatchNormalizationForwardTrainingEx=None,
+                 cudnnBatchNormalizationForwardTraining=None,
+                 cudnnBatchNormalizationBackward=None, **_bn_sizes(0, 0))
+    for x, ptype in [(FakeDeviceArray((4, 6, 5, 5), "float16"), "float32"),
+                     (nhwc((4, 6, 5, 5), "float64"), "float64")]:
+        w, b = FakeDeviceArray((6,), ptype), FakeDeviceArray((6,), ptype)
+        res = dnn.batch_norm_training(x, w, b, handle=h)
+        dnn.batch_norm_backward(x, x, w, res.save_mean, res.save_inv_std, handle=h,
+                                out=FakeDeviceArray(x.shape, x.dtype, x.strides))
+    names = [n for n, _ in rec.calls]
+    assert names == ["cudnnBatchNormalizationForwardTraining",
+                     "cudnnBatchNormalizationBackward"] * 2
+    assert all(args[1] == REAL.CUDNN_BATCHNORM_SPATIAL for _, args in rec.calls)
+
+
+def test_batch_norm_persistent_refused_falls_back_to_spatial(h, record, fake_alloc,
+                                                            monkeypatch):
+    """cuDNN refusing the persistent kernels (NOT_SUPPORTED) for a layout: the spatial
+    ones run, and are chosen for that layout from then on; explicitly asked, it raises."""
+    from cupric.cudnn import batchnorm
+    monkeypatch.setattr(batchnorm, "_refused", set())
+    rec = record(cudnnBatchNormalizationForwardTraining=None, **_bn_sizes(0, 0))
+    refusals = []
+
+    def refuse(*args):
+        refusals.append(args)
+        return 3000                                # CUDNN_STATUS_NOT_SUPPORTED
+    rec._callbacks["cudnnBatchNormalizationForwardTrainingEx"] = FFI.callback(
+        FFI.typeof(REAL.cudnnBatchNormalizationForwardTrainingEx), refuse)
+    x = nhwc((4, 6, 5, 5), "float16")
+    w, b = FakeDeviceArray((6,)), FakeDeviceArray((6,))
+    for _ in range(2):
+        dnn.batch_norm_training(x, w, b, handle=h)
+    assert len(refusals) == 1
+    assert [n for n, _ in rec.calls if not n.startswith("cudnnGet")] == [
+        "cudnnBatchNormalizationForwardTraining"] * 2
+    with pytest.raises(libmod.CudnnError):
+        dnn.batch_norm_training(x, w, b, handle=h, persistent=True)
 
 
 def test_bias_calls(h, record):

@@ -307,3 +307,229 @@ def test_allocation_specs_and_extents_of_recorded_calls():
     u16 = memory.borrow(0x70000, SHAPE, None, np.uint16)
     assert _replay._allocs((None,), (u16,), (True,)) is None
     assert _replay._spans((plain, None, nhwc)) == ((0, NBYTES), (0, 0), (0, NBYTES))
+
+
+# --------------------------------------------------------------------------------------
+# CuPy arrays, read by the extension as the intake's CuPy adapter reads them
+
+
+class FakeMemoryPointer:
+    """cupy.cuda.MemoryPointer: ``ptr`` and ``device_id``."""
+
+    def __init__(self, ptr, device_id):
+        self.ptr, self.device_id = ptr, device_id
+
+
+class FakeCupyArray:
+    """cupy.ndarray's attributes: ``data`` (ptr, device_id), ``shape``, byte ``strides``,
+    ``dtype``."""
+
+    def __init__(self, ptr, shape=SHAPE, dtype=np.float32, strides=None, device=0):
+        self.dtype = np.dtype(dtype)
+        self.shape = tuple(shape)
+        self.strides = tuple(strides) if strides is not None else \
+            memory.c_strides(self.shape, self.dtype.itemsize)
+        self.data = FakeMemoryPointer(ptr, device)
+
+
+@pytest.fixture
+def cupy_stream(ext):
+    """`FakeCupyArray` registered as cupy.ndarray; CuPy's current stream is settable."""
+    current = {"ptr": 0, "asked": 0}
+
+    def stream():
+        current["asked"] += 1
+        return current["ptr"]
+    ext.set_cupy(FakeCupyArray, stream)
+    yield current
+    ext.set_cupy(None, None)
+    _replay._cupy_type = None
+
+
+def test_cupy_arrays_replay_with_their_pointers(ext, fake, cupy_stream):
+    h = handle(fake)
+    h._device = 0
+    x, y = FakeCupyArray(0x10000), FakeCupyArray(0x20000)
+    head = legacy_entry(ext, fake, h, x, y)
+    y2 = FakeCupyArray(0x30000)
+    assert ext.run(head, (FakeCupyArray(0x70000),), (y2,), h, None) == (y2,)
+    assert fake.log == [("legacy", 0xDEAD0, 0x111, 0x222, 0x333, 0x70000, 0x444, 0x555,
+                         0x30000)]
+    # CuPy's current stream is asked once per call, however many CuPy arrays it has.
+    asked = cupy_stream["asked"]
+    ext.run(head, (x,), (y,), h, None)
+    assert cupy_stream["asked"] == asked + 1
+    # A DeviceBuffer input with a CuPy output: another key, recorded apart.
+    assert ext.run(head, (buf(0x10000),), (y,), h, None) is None
+    assert len(fake.log) == 2
+
+
+def test_cupy_arrays_are_refused_where_the_python_path_must_decide(ext, fake, cupy_stream):
+    h = handle(fake)
+    h._device = 0
+    x, y = FakeCupyArray(0x10000), FakeCupyArray(0x20000)
+    head = legacy_entry(ext, fake, h, x, y)
+    cases = [
+        ((FakeCupyArray(0x10000, shape=(2, 3, 4, 5)),), (y,)),        # another shape
+        ((FakeCupyArray(0x10000, dtype=np.float64),), (y,)),          # another dtype
+        ((FakeCupyArray(0x10000, strides=(192, 4, 48, 12)),), (y,)),  # another layout
+        ((FakeCupyArray(0x10004),), (y,)),                            # less aligned
+        ((FakeCupyArray(0x10000, device=1),), (y,)),                  # another device
+        ((x,), (FakeCupyArray(0x20000, device=1),)),
+        ((x,), (FakeCupyArray(0x10000 + 64),)),                       # overlaps the input
+        ((x,), (FakeCupyArray(0x10000),)),                            # the input itself
+        ((buf(0x10000),), (FakeCupyArray(0x10000),)),                 # aliasing a buffer
+    ]
+    for arrays, outs in cases:
+        assert ext.run(head, arrays, outs, h, None) is None, (arrays, outs)
+    # CuPy's current stream (the arrays' producer) is not the handle's: the Python path
+    # orders the two; 0 and 1 both name the legacy default stream the handle runs on.
+    cupy_stream["ptr"] = 0x5555
+    assert ext.run(head, (x,), (y,), h, None) is None
+    assert ext.key_of(head, (x,), (y,), h) is None      # and nothing is recorded
+    assert fake.log == []
+    cupy_stream["ptr"] = 1
+    assert ext.run(head, (x,), (y,), h, None) == (y,)
+    assert len(fake.log) == 1
+
+
+def test_cupy_stream_errors_take_the_python_path(ext, fake):
+    h = handle(fake)
+    h._device = 0
+
+    def broken():
+        raise RuntimeError("no CUDA context")
+    ext.set_cupy(FakeCupyArray, broken)
+    try:
+        x, y = FakeCupyArray(0x10000), FakeCupyArray(0x20000)
+        assert ext.key_of(("test_p8",), (x,), (y,), h) is None
+        # No stream in CuPy's interface (export version 2): none is asked or compared.
+        ext.set_cupy(FakeCupyArray, None)
+        head = legacy_entry(ext, fake, h, x, y)
+        assert ext.run(head, (x,), (y,), h, None) == (y,)
+        with pytest.raises(TypeError):
+            ext.set_cupy(FakeCupyArray, 5)
+    finally:
+        ext.set_cupy(None, None)
+    assert ext.key_of(("test_p8",), (x,), (y,), h) is None   # forgotten again
+
+
+def test_recorded_calls_register_cupy_from_the_intake_adapter(ext, fake, monkeypatch):
+    """`_replay._key` hands the extension cupy.ndarray with the intake adapter's reader of
+    CuPy's current stream (a fake ``cupy`` module here)."""
+    import sys
+    import types
+
+    from cupric.runtime import array_adapters as aa
+    cupy = types.ModuleType("cupy")
+    ndarray = type("ndarray", (FakeCupyArray,), {"__module__": "cupy._core.core"})
+    cupy.ndarray = ndarray
+    cupy.cuda = types.SimpleNamespace(get_current_stream=lambda: types.SimpleNamespace(ptr=0))
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setattr(_replay, "_cupy_type", None)
+    h = handle(fake)
+    h._device = 0
+    x, y = ndarray(0x10000), ndarray(0x20000)
+    try:
+        assert ext.key_of(("op",), (x,), (y,), h) is None      # not known yet
+        key = _replay._key(h, ("op",), (x,), (y,))
+        assert key is not None and key[1] is ndarray
+        assert key[2:5] == (np.dtype(np.float32), SHAPE, memory.c_strides(SHAPE, 4))
+        assert _replay._cupy_type is ndarray
+    finally:
+        ext.set_cupy(None, None)
+        aa.unregister_array_adapter(ndarray)
+
+
+# --------------------------------------------------------------------------------------
+# Batch norm's persistent kernels (the Ex entry points): doubles, sizes and the workspace
+
+
+def _bn_ex_stand_in(nargs, doubles, sizes):
+    """A ctypes stand-in with the Ex routine's C signature: `doubles` and `sizes` are the
+    argument positions of type double and size_t, the rest pointers (ints at 1 and 2)."""
+    calls = []
+    types = []
+    for i in range(nargs):
+        if i in doubles:
+            types.append(ctypes.c_double)
+        elif i in sizes:
+            types.append(ctypes.c_size_t)
+        elif i in (1, 2):
+            types.append(ctypes.c_int)
+        else:
+            types.append(P)
+
+    def impl(*args):
+        calls.append(tuple(0 if a is None else a for a in args))
+        return 0
+    return ctypes.CFUNCTYPE(ctypes.c_int, *types)(impl), calls
+
+
+@pytest.mark.parametrize("kind,nargs,doubles,sizes", [
+    ("bn_train_ex", 25, (14, 17), (22, 24)), ("bn_bwd_ex", 30, (22,), (27, 29))])
+def test_batch_norm_ex_entries_pass_doubles_sizes_and_the_workspace(ext, fake, kind, nargs,
+                                                                    doubles, sizes):
+    h = handle(fake)
+    ws = memory.borrow(0x900000, (1 << 20,), None, np.uint8)
+    h._owned.workspace = ws
+    fn, calls = _bn_ex_stand_in(nargs, doubles, sizes)
+    x, y = buf(0x10000), buf(0x20000)
+    head = ("test_" + kind,)
+    args, slots = [], []
+    for i in range(nargs):
+        value = {0: h._ptr, 1: 2, 2: 0}.get(i, 0x100 + i)
+        if i in doubles:
+            value = 0
+        elif i in sizes:
+            value = 1000 + i
+        elif i == 6:
+            value = ws.ptr                     # where the template holds the workspace
+        slot = {8: 0, 10: 1}.get(i, -1)
+        args.append(0 if slot >= 0 else value)
+        slots.append(slot)
+    key = ext.key_of(head, (x,), (y,), h)
+    h._replays[key] = ext.make_entry(
+        _replay.KINDS[kind], ctypes.cast(fn, ctypes.c_void_p).value, h._ptr, tuple(args),
+        tuple(slots), (0.25, 1e-3)[:len(doubles)], 0, (), (), ws, ws.ptr, 1,
+        ((0, NBYTES), (0, NBYTES)), (0,), (None,), (), None)
+    y2 = buf(0x30000)
+    assert ext.run(head, (buf(0x70000),), (y2,), h, None) == (y2,)
+    (got,) = calls
+    assert got[0] == 0xDEAD0 and (got[1], got[2]) == (2, 0)
+    assert (got[8], got[10]) == (0x70000, 0x30000)
+    assert [got[i] for i in doubles] == [0.25, 1e-3][:len(doubles)]
+    assert [got[i] for i in sizes] == [1000 + i for i in sizes]
+    assert got[6] == ws.ptr
+    others = [i for i in range(nargs) if i not in (0, 1, 2, 6, 8, 10, *doubles, *sizes)]
+    assert [got[i] for i in others] == [0x100 + i for i in others]
+    # The handle's workspace replaced (grown) or closed: the Python path re-records.
+    h._owned.workspace = memory.borrow(0xA00000, (2 << 20,), None, np.uint8)
+    assert ext.run(head, (x,), (y,), h, None) is None
+    h._owned.workspace = ws
+    ws.close()
+    assert ext.run(head, (x,), (y,), h, None) is None
+    assert len(calls) == 1
+
+
+def test_remember_legacy_records_the_workspace_guard(ext, fake, monkeypatch):
+    """`remember_legacy(workspace=...)` hands the entry the handle's workspace buffer."""
+    seen = {}
+    real = ext.make_entry
+
+    def spy(*args):
+        seen["ws"] = args[9:11]
+        return real(*args)
+    monkeypatch.setattr(_replay, "_module", type("M", (), {
+        "make_entry": staticmethod(spy), "key_of": staticmethod(ext.key_of),
+        "set_torch": staticmethod(ext.set_torch), "set_cupy": staticmethod(ext.set_cupy)}))
+    h = handle(fake)
+    ws = memory.borrow(0x900000, (1 << 20,), None, np.uint8)
+    x, y = buf(0x10000), buf(0x20000)
+    fn, _ = _bn_ex_stand_in(8, (), ())
+    from cupric.cudnn import lib
+    address = lib.ffi.cast("void *", ctypes.cast(fn, ctypes.c_void_p).value)
+    _replay.remember_legacy(h, ("op",), (x,), (y,), (x, y), "p8", address,
+                            (h._ptr, ws.ptr, 0, 0, ("t", 0), 0, 0, ("t", 1)),
+                            workspace=ws)
+    assert seen["ws"] == (ws, ws.ptr) and len(h._replays) == 1

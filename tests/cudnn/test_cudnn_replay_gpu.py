@@ -1,7 +1,8 @@
 """GPU lane: the compiled replay of cuDNN calls (`cupric.cudnn._replay`).
 
 Every operation gives, through the replay path, the result it gives through the full
-Python path (bit for bit: same plan, same data), for PyTorch tensors and DeviceBuffers;
+Python path (bit for bit: same plan, same data), for PyTorch tensors, CuPy arrays and
+DeviceBuffers;
 the per-call checks still refuse what the full path refuses; and a replayed call can be
 captured into a CUDA graph and relaunched.
 """
@@ -69,6 +70,17 @@ def nan_like(x):
 def as_buffer(t):
     """The same memory as a DeviceBuffer borrow."""
     return rt.as_device_array(t)
+
+
+def wrapper(kind):
+    """How a case hands its PyTorch tensors to cupric: as they are, as DeviceBuffer
+    borrows, or as CuPy arrays over the same memory (skipped without CuPy)."""
+    if kind == "torch":
+        return lambda t: t
+    if kind == "buffer":
+        return as_buffer
+    cupy = pytest.importorskip("cupy")
+    return cupy.from_dlpack
 
 
 def torch_of(result):
@@ -189,10 +201,10 @@ CASES = {"conv_bwd_bias": _conv_bwd_bias_case, "conv_fwd": _conv_case, "conv_bwd
 SUMMED_WITH_ATOMICS = {"conv_bwd_bias"}
 
 
-@pytest.mark.parametrize("kind", ["torch", "buffer"])
+@pytest.mark.parametrize("kind", ["torch", "buffer", "cupy"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_replay_equals_full_path(name, kind, gen, full_path_calls):
-    wrap = (lambda t: t) if kind == "torch" else as_buffer
+    wrap = wrapper(kind)
     call, outs = CASES[name](gen, wrap)
     h = dnn.default_handle()
     h._replays.clear()  # earlier tests may have recorded the same keys
@@ -214,6 +226,34 @@ def test_replay_equals_full_path(name, kind, gen, full_path_calls):
             assert torch.allclose(a, b, rtol=1e-5, atol=1e-5), "replay and full path differ"
         else:
             assert torch.equal(a, b), "replay and full path differ"
+
+
+def test_cupy_arrays_on_another_cupy_stream_take_the_full_path(gen, full_path_calls):
+    """CuPy's arrays name its current stream as their producer's: while that is not the
+    handle's, the full path orders the two streams; back on it, the call replays."""
+    cupy = pytest.importorskip("cupy")
+    x = randn((8, 64, 14, 14), torch.float16, gen, channels_last=True)
+    w = randn((64, 64, 3, 3), torch.float16, gen, channels_last=True, scale=0.1)
+    cx, cw = cupy.from_dlpack(x), cupy.from_dlpack(w)
+    outs = [nan_like(x) for _ in range(3)]
+    h = dnn.default_handle()
+    h._replays.clear()
+    dnn.conv_forward(cx, cw, padding=1, out=cupy.from_dlpack(outs[0]))
+    assert h._replays
+    torch.cuda.synchronize()
+    with cupy.cuda.Stream(non_blocking=True):
+        full_path_calls.clear()
+        dnn.conv_forward(cx, cw, padding=1, out=cupy.from_dlpack(outs[1]))
+        assert full_path_calls, "a CuPy stream other than the handle's was replayed"
+    y = dnn.conv_forward(cx, cw, padding=1)      # allocated (another key)
+    full_path_calls.clear()
+    dnn.conv_forward(cx, cw, padding=1, out=cupy.from_dlpack(outs[2]))
+    assert full_path_calls == [], "back on the handle's stream the call was not replayed"
+    torch.cuda.synchronize()
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
+    assert torch.equal(torch_of(y), outs[0])
+    ref = torch.nn.functional.conv2d(x.float(), w.float(), padding=1)
+    assert (outs[0].float() - ref).abs().max().item() < 2e-2 * ref.abs().max().item()
 
 
 def test_replay_allocates_outputs_in_the_callers_layout(gen, full_path_calls):
