@@ -416,3 +416,22 @@ def test_the_first_subscript_chooses_the_binding(extensions, monkeypatch):
             (_axpy, 2, 64, 5, 16)
     with pytest.raises(TypeError, match=r"_axpy\[grid, block\]"):
         _axpy[1, 2, 3, 4, 5]
+
+
+def test_no_references_are_leaked(driver, monkeypatch):
+    a = np.float32(2)
+    kinds = [(a, _buf(0x10000, (256,)), _buf(0x20000, (256,))),
+             (a, FakeCupyFields(0x10000, (256,)), FakeCupyFields(0x20000, (256,))),
+             (a, FakeTensor(0x10000, (256,)), FakeTensor(0x20000, (256,))),
+             (a, _buf(0x10008, (256,)), _buf(0x20000, (256,)))]   # refused: the fallback
+    _run(_axpy, [(4, 64, args) for args in kinds * 2], "c", monkeypatch, driver)
+    closed = _buf(0x50000, (256,))
+    closed.close()
+    for args in kinds + [(a, closed, kinds[0][2])]:
+        before = [sys.getrefcount(v) for v in args]
+        for _ in range(200):
+            try:
+                _axpy[4, 64](*args)
+            except ClosedError:
+                pass
+        assert [sys.getrefcount(v) for v in args] == before
