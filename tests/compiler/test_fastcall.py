@@ -160,11 +160,7 @@ def _buf(ptr, shape, dtype=np.float32, strides=None):
 
 # -- kernels -----------------------------------------------------------------------------------
 
-@cupric.kernel
-def _axpy(a: f32, x: Array[f32, 1], y: Array[f32, 1]):
-    i = cupric.device.grid(1)
-    if i < len(x):
-        y[i] = a * x[i] + y[i]
+_axpy = adapters._axpy  # a: f32, x: Array[f32, 1], y: Array[f32, 1]; writes y
 
 
 @cupric.kernel
