@@ -158,7 +158,6 @@ _NOT_YET = {
     ("cudnn/_replay.py", "cupric.runtime._cext"),
     # switched to cupric.runtime.native/resource in the working tree, committed with the
     # background-build work in the same files
-    ("cublas/_fastgemm.py", "cupric.runtime.memory._Allocation"),
     ("cudnn/_replay.py", "cupric.runtime.memory._Allocation"),
     ("cudnn/_replay.py", "cupric.runtime._lifetime"),
 }
