@@ -390,3 +390,68 @@ def test_allocated_outputs_are_described_from_their_strides(monkeypatch):
                                                        "NHWC")
     m = V.output(None, (4, 3), "f16", None, "y", "mm", None, ndims=(2,))
     assert m.layout is None and m.strides == (3, 1)
+
+
+def test_allocated_outputs_of_each_rank_keep_integer_strides_and_their_buffer(monkeypatch):
+    bufs = []
+
+    def new_output(shape, etype, layout, stream):
+        order = {"NWC": (0, 2, 1), "NDHWC": (0, 2, 3, 4, 1)}.get(layout,
+                                                                   tuple(range(len(shape))))
+        b = SimpleNamespace(shape=tuple(shape), itemsize=4, ndim=len(shape),
+                            strides=tuple(4 * s for s in V.packed_strides(shape, order)))
+        bufs.append(b)
+        return b
+
+    monkeypatch.setattr(V, "new_output", new_output)
+    t3 = V.output(None, (2, 3, 5), "f32", "NWC", "y", "conv1d", None, ndims=(3,))
+    assert t3.layout == "NWC" and t3.strides == (15, 1, 3) and t3.buf is bufs[-1]
+    assert all(type(s) is int for s in t3.strides)
+    t5 = V.output(None, (1, 2, 2, 2, 3), "f32", "NDHWC", "y", "conv3d", None, ndims=(5,))
+    assert t5.layout == "NDHWC" and t5.buf is bufs[-1]
+    assert V.result(None, t5) is bufs[-1]
+
+
+@pytest.mark.parametrize("shape, strides, names", [
+    ((2, 3, 4), (0, 16, 4), "NCW or NWC"),
+    ((1, 2, 2, 2, 3), (96, 48, 24, 12, 8), "NCDHW or NDHWC"),
+])
+def test_non_dense_3d_and_5d_tensors_are_refused(shape, strides, names):
+    with pytest.raises(ValueError, match=f"which is neither dense {names}"):
+        V.tensor(FakeDeviceArray(shape, strides=strides), "x", "op", ndims=(3, 5))
+
+
+def test_a_described_tensor_keeps_its_element_type_override():
+    from cupric.runtime import memory as m
+    raw = m.borrow(0x30000, (1, 3, 7, 11), (462, 154, 22, 2), np.uint16)
+    with pytest.raises(TypeError, match="has element type uint16"):
+        V.tensor(raw, "x", "op")
+    t = V.Tensor(raw, "bf16", raw.shape, (231, 77, 11, 1), "NCHW")
+    again = V.tensor(t, "x", "op")
+    assert again.etype == "bf16" and again.layout == "NCHW"
+
+
+def test_the_description_cache_is_bounded(monkeypatch):
+    monkeypatch.setattr(V, "_described", {})
+    monkeypatch.setattr(V, "_DESCRIBED_LIMIT", 2)
+    for n in (2, 3, 4):
+        V.tensor(FakeDeviceArray((1, 1, 1, n)), "x", "op")
+    assert len(V._described) == 2
+
+
+def test_overlap_checks_go_on_past_absent_and_in_place_inputs():
+    out = fake(1000)                                   # bytes 1000..1015
+    with pytest.raises(ValueError, match="y overlaps w"):
+        V.check_overlap("op", ("y", out), ("n", None), ("w", fake(1008)))
+    with pytest.raises(ValueError, match="y overlaps w"):
+        V.check_overlap("op", ("y", out), ("x", fake(1000)), ("w", fake(1004)), inplace=("x",))
+    # A reversed input reaching down into the output.
+    with pytest.raises(ValueError, match="y overlaps x"):
+        V.check_overlap("op", ("y", fake(990)), ("x", fake(1012, (4,), (-4,))))
+
+
+def test_default_operation_names_in_messages():
+    with pytest.raises(ValueError, match="^conv: along spatial axis 0"):
+        V.conv_output_shape((1, 1, 2, 2), (1, 1, 3, 3), (0, 0), (1, 1), (1, 1))
+    with pytest.raises(ValueError, match="^pool: padding 2 along spatial axis 0"):
+        V.pool_output_shape((1, 1, 4, 4), (2, 2), (2, 0), (1, 1))
