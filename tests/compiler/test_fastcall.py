@@ -60,6 +60,7 @@ def extensions(tmp_path_factory):
     pytest.importorskip("setuptools")
     mp = pytest.MonkeyPatch()
     mp.setenv("CUPRIC_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+    mp.setenv("CUPRIC_BUILD_SYNC", "1")  # these two, here: no background builds of others
     from cupric.runtime import _fastlaunch
     for mod in (_fastlaunch, _fastcall):
         mp.setattr(mod, "_module", None)
