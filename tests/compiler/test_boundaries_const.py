@@ -44,6 +44,17 @@ def spaces(found):
     return {name: v[0] for name, v in found.items()}
 
 
+def spilled(kernel: str, names: str) -> str:
+    """The warning for arrays that spilled to global memory."""
+    return (f"kernel {kernel}: module-level arrays {names} do not fit in the 65536-byte "
+            f"constant bank and are read from global memory")
+
+
+def near(kernel: str, total: int) -> str:
+    """The warning for a bank filled past the warning threshold."""
+    return f"kernel {kernel}: {total} bytes of constant data, near the 65536-byte constant bank"
+
+
 # -- the marked limit -----------------------------------------------------------------------
 
 FULL_MARKED = constant(np.zeros(KIB64 // 8))           # exactly 64 KiB
@@ -66,8 +77,7 @@ def test_marked_arrays_of_exactly_64_kib_fit():
     found, messages = placement(full)
     assert spaces(found) == {"FULL_MARKED": 4}
     assert found["FULL_MARKED"][2] == KIB64 // 8
-    assert messages == [f"kernel full: {KIB64} bytes of constant data, near the "
-                        f"{KIB64}-byte constant bank"]
+    assert messages == [near("full", KIB64)]
 
 
 def test_marked_arrays_one_byte_past_64_kib_are_a_compile_error():
@@ -90,8 +100,7 @@ def test_marked_arrays_never_spill_even_when_an_unmarked_one_could():
 
     found, messages = placement(both)
     assert spaces(found) == {"FULL_MARKED": 4, "PLAIN_SMALL": 1}
-    assert messages == ["kernel both: module-level arrays PLAIN_SMALL do not fit in the "
-                        "65536-byte constant bank and are read from global memory"]
+    assert messages == [spilled("both", "PLAIN_SMALL")]
 
 
 # -- unmarked arrays: the limit and the order they spill in ---------------------------------
@@ -114,8 +123,7 @@ def test_unmarked_arrays_of_exactly_64_kib_stay_in_the_constant_bank():
 
     found, messages = placement(full)
     assert spaces(found) == {"PLAIN_FULL": 4}
-    assert messages == ["kernel full: 65536 bytes of constant data, near the 65536-byte "
-                        "constant bank"]
+    assert messages == [near("full", 65536)]
 
 
 def test_an_unmarked_array_one_byte_past_64_kib_spills():
@@ -126,8 +134,7 @@ def test_an_unmarked_array_one_byte_past_64_kib_spills():
 
     found, messages = placement(over)
     assert spaces(found) == {"PLAIN_OVER": 1}
-    assert messages == ["kernel over: module-level arrays PLAIN_OVER do not fit in the "
-                        "65536-byte constant bank and are read from global memory"]
+    assert messages == [spilled("over", "PLAIN_OVER")]
 
 
 def test_the_largest_unmarked_array_spills_first_and_only_as_many_as_needed():
@@ -140,8 +147,7 @@ def test_the_largest_unmarked_array_spills_first_and_only_as_many_as_needed():
 
     found, messages = placement(four)
     assert spaces(found) == {"C20": 4, "A40": 1, "D10": 4, "B30": 4}
-    assert messages == ["kernel four: module-level arrays A40 do not fit in the 65536-byte "
-                        "constant bank and are read from global memory"]
+    assert messages == [spilled("four", "A40")]
 
 
 def test_several_spill_in_decreasing_size_around_a_marked_array():
@@ -153,8 +159,7 @@ def test_several_spill_in_decreasing_size_around_a_marked_array():
 
     found, messages = placement(five)
     assert spaces(found) == {"D10": 4, "M30": 4, "B30": 1, "C20": 4, "A40": 1}
-    assert messages == ["kernel five: module-level arrays A40, B30 do not fit in the "
-                        "65536-byte constant bank and are read from global memory"]
+    assert messages == [spilled("five", "A40, B30")]
 
 
 def test_spilling_stops_exactly_at_the_bank_size():
@@ -166,8 +171,7 @@ def test_spilling_stops_exactly_at_the_bank_size():
 
     found, messages = placement(exact)
     assert spaces(found) == {"A40": 1, "B30": 4, "REST": 4}
-    assert messages == ["kernel exact: module-level arrays A40 do not fit in the 65536-byte "
-                        "constant bank and are read from global memory"]
+    assert messages == [spilled("exact", "A40")]
 
 
 REST = np.zeros(KIB64 - 40_000, np.uint8)
@@ -198,8 +202,7 @@ def test_a_warning_one_byte_past_ninety_percent():
 
     found, messages = placement(loud)
     assert spaces(found) == {"AT_WARN": 4}
-    assert messages == ["kernel loud: 58983 bytes of constant data, near the 65536-byte "
-                        "constant bank"]
+    assert messages == [near("loud", 58983)]
 
 
 # -- arrays reached through device functions ------------------------------------------------
@@ -219,8 +222,7 @@ def test_arrays_named_in_device_functions_count_once_toward_the_bank():
 
     found, messages = placement(via_device)
     assert spaces(found) == {"A40": 1, "B30": 4}
-    assert messages == ["kernel via_device: module-level arrays A40 do not fit in the "
-                        "65536-byte constant bank and are read from global memory"]
+    assert messages == [spilled("via_device", "A40")]
 
 
 # -- what each global holds -----------------------------------------------------------------
@@ -310,8 +312,7 @@ def test_an_unmarked_array_that_exactly_fills_the_rest_of_the_bank_stays():
 
     found, messages = placement(exact_fill)
     assert spaces(found) == {"M30": 4, "FILL_35536": 4, "G60": 1}
-    assert messages == ["kernel exact_fill: 65536 bytes of constant data, near the 65536-byte "
-                        "constant bank"]
+    assert messages == [near("exact_fill", 65536)]
 
 
 def test_explicit_policy_keeps_unmarked_arrays_out_of_the_bank():
@@ -351,8 +352,7 @@ def test_the_warning_range_excludes_low_and_includes_high(low, high, total, warn
 
     found, messages = placement(sized)
     assert spaces(found) == {"SIZED": 4}
-    assert messages == ([f"kernel sized: {total} bytes of constant data, near the 65536-byte "
-                         f"constant bank"] if warns else [])
+    assert messages == ([near("sized", total)] if warns else [])
 
 
 SIZED = np.zeros(1, np.uint8)
@@ -456,8 +456,7 @@ def test_the_placement_report_says_what_went_where_and_why():
         ("G60", module, 60_000, "global", "marked global_memory()")]
     assert (report.constant_bytes, report.global_bytes, report.limit) == (50_000, 100_000,
                                                                           65536)
-    assert report.warnings == ("kernel reported: module-level arrays A40 do not fit in the "
-                               "65536-byte constant bank and are read from global memory",)
+    assert report.warnings == (spilled("reported", "A40"),)
     d = report.as_dict()
     assert d["kernel"] == "reported" and d["limit"] == 65536
     assert (d["constant_bytes"], d["global_bytes"]) == (50_000, 100_000)
