@@ -119,7 +119,7 @@ class Binding:
         self.unavailable_reason: str | None = None
 
     def _load(self) -> None:
-        from . import cache
+        from . import cache, prefetch
         from .headers import find_headers
 
         try:
@@ -130,6 +130,8 @@ class Binding:
             path = find_shared_library(self.spec.shared_library, header_set.include_dirs[0])
         except OSError as exc:
             raise LibraryNotFoundError(self.pretty, self.spec.package, str(exc)) from exc
+        # A child process may be generating this module already (`prefetch`).
+        prefetch.wait(self.spec.name)
         module = cache.load_module(self.spec)
         try:
             lib = module.ffi.dlopen(path)

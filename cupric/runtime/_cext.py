@@ -20,7 +20,7 @@ import threading
 from cupric import _config
 
 __all__ = ["open_extension", "module_name", "load_file", "build_and_load", "compile_extension",
-           "Pending", "FAST_PATHS", "prefetch", "started"]
+           "Pending", "FAST_PATHS", "BINDINGS", "prefetch", "started"]
 
 #: Every C fast path: (module holding ``SOURCE``, module-name prefix, cache folder,
 #: description, the `_config` switch that turns it off or None). The first missing one
@@ -37,6 +37,11 @@ FAST_PATHS = (
     ("cupric.cudnn._replay", "_cupric_dnnreplay", "cudnn", "cuDNN replay extension",
      "CUDNN_FASTPATH"),
 )
+
+
+#: Libraries whose generated bindings the fast paths above need: a cold start generates
+#: them in child processes at the same time (`cupric.bindings_gen.prefetch`).
+BINDINGS = ("cudnn", "cublas", "cublaslt")
 
 
 class Pending(Exception):
@@ -159,11 +164,13 @@ def _start(name: str, subdir: str, source: str, what: str) -> _Build:
 
 def prefetch() -> None:
     """Start building, in background threads, every fast path of `FAST_PATHS` that is
-    neither cached, nor being built, nor turned off. Called by the first build.
+    neither cached, nor being built, nor turned off, and (with four cores or more) the
+    generated bindings of `BINDINGS` in child processes. Called by the first build (a
+    cold start).
 
     Cost
     ----
-    One cache lookup per fast path; the builds run in child processes.
+    One cache lookup per fast path; the builds and generation run in child processes.
     """
     import importlib
     if not _config.BUILD_LAUNCHER.get() or synchronous():
@@ -180,6 +187,17 @@ def prefetch() -> None:
         if directory is not None and _cache.load_blob(directory, name) is not None:
             continue  # cached: its own first use loads it
         _start(name, subdir, source, what)
+    if BINDINGS and _cpus() >= 4:
+        # With fewer cores the children would slow the caller, which waits for them.
+        from cupric.bindings_gen import prefetch as bindings
+        bindings.start(BINDINGS)
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def started(prefix: str, source: str) -> bool:

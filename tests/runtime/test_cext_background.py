@@ -48,6 +48,7 @@ def fresh(monkeypatch, tmp_path):
         monkeypatch.setitem(sys.modules, module.__name__, module)
         paths.append((module.__name__, f"_cupric_t{i}", f"t{i}", f"test extension {i}", None))
     monkeypatch.setattr(_cext, "FAST_PATHS", tuple(paths))
+    monkeypatch.setattr(_cext, "BINDINGS", ())
     yield
     for build in list(_cext._builds.values()):
         build.done.wait(120)
@@ -238,3 +239,56 @@ def test_every_fast_path_is_listed():
         if switch is not None:
             from cupric import _config
             assert isinstance(getattr(_config, switch), _config.Setting)
+
+
+# -- generated bindings prepared in child processes ----------------------------------------
+
+
+def test_cold_start_prepares_the_bindings_too(fresh, monkeypatch):
+    from cupric.bindings_gen import prefetch
+    started = []
+    monkeypatch.setattr(prefetch, "start", lambda names: started.append(tuple(names)))
+    monkeypatch.setattr(_cext, "BINDINGS", ("cudnn", "cublas"))
+    monkeypatch.setattr(_cext, "_cpus", lambda: 16)
+    with pytest.raises(_cext.Pending):
+        _cext.open_extension("_cupric_tb", "tb", tiny(2), "x", wait=False)
+    assert started == [("cudnn", "cublas")]
+    # On two cores the children would compete with the caller that waits for them.
+    monkeypatch.setattr(_cext, "_cpus", lambda: 2)
+    with pytest.raises(_cext.Pending):
+        _cext.open_extension("_cupric_tb2", "tb2", tiny(3), "x", wait=False)
+    assert started == [("cudnn", "cublas")]
+    wait_all()
+
+
+def test_binding_children_run_once_and_are_waited_for(monkeypatch, tmp_path):
+    from cupric.bindings_gen import prefetch
+    # A stand-in generator: writes <name>.done after a pause.
+    child = ("import sys, time, pathlib; time.sleep(0.3); "
+             f"pathlib.Path({str(tmp_path)!r}, sys.argv[2] + '.done').write_text('x')")
+    monkeypatch.setattr(prefetch, "_CHILD", child)
+    monkeypatch.setattr(prefetch, "_children", {})
+    prefetch.start(["liba", "libb"])
+    first = dict(prefetch._children)
+    prefetch.start(["liba"])
+    assert prefetch._children == first and len(first) == 2
+    prefetch.wait("liba")
+    assert (tmp_path / "liba.done").exists()
+    prefetch.wait("libb")
+    assert (tmp_path / "libb.done").exists()
+    prefetch.wait("never-started")                 # nothing to wait for
+
+
+def test_binding_load_waits_for_its_child(monkeypatch):
+    from cupric.bindings_gen import binding, cache, prefetch
+    order = []
+    monkeypatch.setattr(prefetch, "wait", lambda name: order.append(("wait", name)))
+
+    def load_module(spec):
+        order.append(("load", spec.name))
+        raise binding.BindingsError("stop here")
+    monkeypatch.setattr(cache, "load_module", load_module)
+    b = binding.Binding("cudnn", "cuDNN")
+    if not b.is_available() and not order:
+        pytest.skip(f"cuDNN headers or library missing here: {b.unavailable_reason}")
+    assert order == [("wait", "cudnn"), ("load", "cudnn")]
