@@ -44,13 +44,15 @@ class BatchNormResult:
         The normalized output.
     save_mean, save_inv_std : DeviceBuffer (C,) float32 (float64 for float64 data)
         The batch mean and ``1 / sqrt(var + eps)``: pass them to `batch_norm_backward`.
+    reserve : DeviceBuffer (nbytes,) uint8 or None
+        The persistent kernels' reserve space (None when cuDNN asked for none, or the
+        spatial kernels ran): pass it to `batch_norm_backward` as ``reserve``. Unpacking
+        gives the first three attributes only.
     """
 
     y: object
     save_mean: object
     save_inv_std: object
-    #: The persistent kernels' reserve space (a uint8 DeviceBuffer), or None when cuDNN
-    #: asked for none: pass it to `batch_norm_backward` as ``reserve``.
     reserve: object = None
 
     def __iter__(self):
@@ -92,24 +94,29 @@ _refused: set = set()
 _REFUSED_LIMIT = 1024
 
 
-def _persistent(tx: V.Tensor, persistent: bool | None) -> bool:
+def _persistent(tx: V.Tensor, persistent: bool | None, *same: V.Tensor) -> bool:
     """Whether a training call runs the persistent kernels (the ``Ex`` entry points).
 
     None picks what PyTorch picks (aten/src/ATen/native/cudnn/BatchNorm.cpp): training on
     channels-last 4-d or 5-d data; channels-first data keeps the plain spatial kernels,
     whose accuracy PyTorch prefers where the persistent ones are not much faster.
+    PyTorch always hands cuDNN the output and gradients in the input's layout; other
+    mixes (`same`, the other data tensors) keep the spatial kernels too.
     """
     if persistent is not None:
         return bool(persistent)
     return (tx.ndim in (4, 5) and V.channels_last(tx.layout)
             and tx.etype in _PERSISTENT_TYPES
+            and all(t.strides == tx.strides for t in same)
             and (tx.etype, tx.shape, tx.strides) not in _refused)
 
 
 def _refuse(tx: V.Tensor, exc) -> bool:
     """After cuDNN refused the persistent kernels for `tx` with `exc`: whether to run the
-    spatial ones instead (a NOT_SUPPORTED status; other errors are the caller's)."""
-    if not 3000 <= getattr(exc, "code", 0) < 4000:
+    spatial ones instead (a BAD_PARAM or NOT_SUPPORTED status, which the spatial call
+    raises again if the arguments are really wrong; other errors are the caller's)."""
+    from .lib import CudnnError
+    if not isinstance(exc, CudnnError) or not 2000 <= exc.code < 4000:
         return False
     if len(_refused) < _REFUSED_LIMIT:
         _refused.add((tx.etype, tx.shape, tx.strides))
@@ -158,10 +165,11 @@ def batch_norm_training(x, weight, bias, running_mean=None, running_var=None, *,
     out : device array, optional
     persistent : bool, optional
         Run cuDNN's persistent kernels (``cudnnBatchNormalizationForwardTrainingEx``,
-        much faster for channels-last data; cuDNN documents that they may overflow for
-        inputs of a very large range). None (default) picks them as PyTorch does: for
-        channels-last float32/float16/bfloat16 data, falling back to the spatial
-        kernels where cuDNN refuses them; False never, True always.
+        made for channels-last data; cuDNN documents that they may overflow for inputs
+        of a very large range). None (default) picks them as PyTorch does: for
+        channels-last float32/float16/bfloat16 data with `out` in the same layout,
+        falling back to the spatial kernels where cuDNN refuses them; False never, True
+        always.
     handle, stream
         As in `cupric.cudnn.conv_forward`.
 
@@ -205,7 +213,7 @@ def batch_norm_training(x, weight, bias, running_mean=None, running_var=None, *,
     xd, yd, bnd = describe(tx), describe(ty), _param_descriptor(ptype, tx.ndim, c)
     call = (h, head, (x, weight, bias), (out, running_mean, running_var, None, None, None),
             tx, tw, tb, ty, trm, trv, save_mean, save_inv, xd, yd, bnd, float(momentum), eps)
-    if _persistent(tx, persistent):
+    if _persistent(tx, persistent, ty):
         try:
             return _training_ex(*call, out)
         except Exception as exc:
@@ -378,7 +386,7 @@ def batch_norm_backward(dy, x, weight, save_mean, save_inv_std, *, eps: float = 
     call = (h, head, arrays, (out, None, None), tdy, tx, tw, tm, tv, trs, tdx, dweight,
             dbias, xd, dyd, dxd, bnd, eps)
     ran = False
-    if _persistent(tx, persistent):
+    if _persistent(tx, persistent, tdy, tdx):
         try:
             ran = _backward_ex(*call)
         except Exception as exc:

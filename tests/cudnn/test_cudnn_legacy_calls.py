@@ -322,19 +322,26 @@ def test_batch_norm_persistent_calls_on_channels_last_data(h, record, fake_alloc
 
 
 def test_batch_norm_keeps_the_spatial_kernels_where_pytorch_does(h, record, fake_alloc):
-    """Channels-first and float64 data: the plain calls in the spatial mode."""
+    """Channels-first and float64 data, and an output or gradient in another layout than
+    the input's: the plain calls in the spatial mode."""
     rec = record(cudnnBatchNormalizationForwardTrainingEx=None,
+                 cudnnBatchNormalizationBackwardEx=None,
                  cudnnBatchNormalizationForwardTraining=None,
                  cudnnBatchNormalizationBackward=None, **_bn_sizes(0, 0))
-    for x, ptype in [(FakeDeviceArray((4, 6, 5, 5), "float16"), "float32"),
-                     (nhwc((4, 6, 5, 5), "float64"), "float64")]:
+    x16 = nhwc((4, 6, 5, 5), "float16")
+    nchw16 = FakeDeviceArray((4, 6, 5, 5), "float16")
+    cases = [(FakeDeviceArray((4, 6, 5, 5), "float16"), "float32", None, None),
+             (nhwc((4, 6, 5, 5), "float64"), "float64", None, None),
+             (x16, "float32", nchw16, nchw16)]          # NHWC x, NCHW y and dy
+    for x, ptype, y, dy in cases:
         w, b = FakeDeviceArray((6,), ptype), FakeDeviceArray((6,), ptype)
-        res = dnn.batch_norm_training(x, w, b, handle=h)
-        dnn.batch_norm_backward(x, x, w, res.save_mean, res.save_inv_std, handle=h,
+        res = dnn.batch_norm_training(x, w, b, handle=h, out=y)
+        dnn.batch_norm_backward(x if dy is None else dy, x, w, res.save_mean,
+                                res.save_inv_std, handle=h,
                                 out=FakeDeviceArray(x.shape, x.dtype, x.strides))
-    names = [n for n, _ in rec.calls]
+    names = [n for n, _ in rec.calls if not n.startswith("cudnnGet")]
     assert names == ["cudnnBatchNormalizationForwardTraining",
-                     "cudnnBatchNormalizationBackward"] * 2
+                     "cudnnBatchNormalizationBackward"] * 3
     assert all(args[1] == REAL.CUDNN_BATCHNORM_SPATIAL for _, args in rec.calls)
 
 
@@ -352,15 +359,19 @@ def test_batch_norm_persistent_refused_falls_back_to_spatial(h, record, fake_all
         return 3000                                # CUDNN_STATUS_NOT_SUPPORTED
     rec._callbacks["cudnnBatchNormalizationForwardTrainingEx"] = FFI.callback(
         FFI.typeof(REAL.cudnnBatchNormalizationForwardTrainingEx), refuse)
-    x = nhwc((4, 6, 5, 5), "float16")
+    x, y = nhwc((4, 6, 5, 5), "float16"), nhwc((4, 6, 5, 5), "float16")
     w, b = FakeDeviceArray((6,)), FakeDeviceArray((6,))
     for _ in range(2):
-        dnn.batch_norm_training(x, w, b, handle=h)
+        dnn.batch_norm_training(x, w, b, handle=h, out=y)
     assert len(refusals) == 1
     assert [n for n, _ in rec.calls if not n.startswith("cudnnGet")] == [
         "cudnnBatchNormalizationForwardTraining"] * 2
     with pytest.raises(libmod.CudnnError):
-        dnn.batch_norm_training(x, w, b, handle=h, persistent=True)
+        dnn.batch_norm_training(x, w, b, handle=h, out=y, persistent=True)
+    # Other failures are raised, not hidden by the fallback.
+    assert not batchnorm._refuse(None, RuntimeError("not cuDNN's"))
+    assert not batchnorm._refuse(None, libmod.CudnnError(5000, "CUDNN_STATUS_EXECUTION_FAILED",
+                                                         "failed"))
 
 
 def test_bias_calls(h, record):
