@@ -254,6 +254,12 @@ def _training_ex(h, head, arrays, outs, tx, tw, tb, ty, trm, trv, save_mean, sav
     ws_bytes = _size(L.cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize, hr, mode,
                      _OPS_BN, xd.raw, xd.raw, yd.raw, bnd.raw, NULL)
     rs_bytes = _reserve_bytes(hr, mode, xd)
+    # The workspace is sized for the backward pass as well (gradients in y's layout, as
+    # PyTorch passes them): growing it there would leave this call's replay entry behind
+    # the handle's new workspace, and a captured training step must not grow it at all.
+    backward = _size(L.cudnnGetBatchNormalizationBackwardExWorkspaceSize, hr, mode, _OPS_BN,
+                     xd.raw, yd.raw, yd.raw, NULL, yd.raw, bnd.raw, NULL)
+    h.workspace(max(ws_bytes, backward))
     ws = h.workspace(ws_bytes)
     reserve = empty((rs_bytes,), np.uint8, stream=h.stream) if rs_bytes else None
     one, zero = scalars(tx.etype)
