@@ -55,10 +55,12 @@ def build_error() -> str | None:
     return _error
 
 
-def load(build: bool | None = None):
+def load(build: bool | None = None, wait: bool = True):
     """The configured extension module (built into the cache if needed), or None.
 
-    A failure is recorded in `build_error` and not retried within the process.
+    A failure is recorded in `build_error` and not retried within the process. With
+    `wait` False a build still running in the background raises
+    `cupric.runtime._cext.Pending`.
     """
     global _module, _error
     if _module is not None:
@@ -73,11 +75,13 @@ def load(build: bool | None = None):
             return None
         try:
             module = _cext.open_extension("_cupric_dnnreplay", "cudnn", SOURCE,
-                                          "cuDNN replay extension", build)
+                                          "cuDNN replay extension", build, wait=wait)
             if module is None:
                 _error = "not built (CUPRIC_BUILD_LAUNCHER=0)"
                 return None
             _configure(module)
+        except _cext.Pending:
+            raise
         except Exception as exc:  # no compiler, headers or cuDNN: the Python paths run
             _error = f"{type(exc).__name__}: {exc}"[:500]
             return None
@@ -86,8 +90,9 @@ def load(build: bool | None = None):
 
 
 def _configure(module) -> None:
-    from cupric.runtime._lifetime import Resource
-    from cupric.runtime.memory import DeviceBuffer, _Allocation, empty
+    from cupric.runtime.memory import DeviceBuffer, empty
+    from cupric.runtime.native import Allocation
+    from cupric.runtime.resource import Resource
 
     from . import lib
     from .backend import check as backend_check
@@ -101,7 +106,7 @@ def _configure(module) -> None:
              int(L.CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS),
              int(L.CUDNN_ATTR_VARIANT_PACK_WORKSPACE), int(L.CUDNN_TYPE_INT64),
              int(L.CUDNN_TYPE_VOID_PTR))
-    module.configure(DeviceBuffer, _Allocation, Resource, Handle, _Owned, _tls, empty,
+    module.configure(DeviceBuffer, Allocation, Resource, Handle, _Owned, _tls, empty,
                      backend_check, lib.check, resolve, fns, enums, _current_context())
 
 
@@ -116,9 +121,15 @@ def _current_context() -> int:
 
 
 def _first_call(head, arrays, outs, handle, stream):
-    """`run` before the first call: load and install the extension, take the Python path."""
+    """`run` before the first call: load and install the extension, take the Python path.
+
+    While the extension is built in the background `run` stays this function (each call
+    asks again and takes the Python path)."""
     global run
-    module = load()
+    try:
+        module = load(wait=False)
+    except _cext.Pending:
+        return None
     run = module.run if module is not None else _python_path
     return None
 

@@ -172,14 +172,19 @@ class Steps:
         return self.module
 
 
+def _unloaded(monkeypatch, fast_path, steps) -> None:
+    """`fast_path` as before its first load, opening extensions through `steps`."""
+    monkeypatch.setattr(_cext, "open_extension", steps)
+    monkeypatch.setattr(fast_path, "_configure", lambda m: None)
+    monkeypatch.setattr(fast_path, "_module", None)
+    monkeypatch.setattr(fast_path, "_error", None)
+
+
 def test_cudnn_replay_switches_when_ready(monkeypatch):
     from cupric.cudnn import _replay
     module = types.SimpleNamespace(run=lambda *a: ("compiled",))
     steps = Steps(2, module)
-    monkeypatch.setattr(_cext, "open_extension", steps)
-    monkeypatch.setattr(_replay, "_configure", lambda m: None)
-    monkeypatch.setattr(_replay, "_module", None)
-    monkeypatch.setattr(_replay, "_error", None)
+    _unloaded(monkeypatch, _replay, steps)
     monkeypatch.setattr(_replay, "run", _replay._first_call)
     assert _replay.run((), (), (), None, None) is None      # pending: the Python path
     assert _replay.run is _replay._first_call
@@ -192,11 +197,7 @@ def test_cudnn_replay_switches_when_ready(monkeypatch):
 def test_cublas_fast_path_switches_when_ready(monkeypatch):
     from cupric.cublas import _fastgemm, level3, numpy_api
     module = types.SimpleNamespace(matmul=object(), gemm=object())
-    steps = Steps(1, module)
-    monkeypatch.setattr(_cext, "open_extension", steps)
-    monkeypatch.setattr(_fastgemm, "_configure", lambda m: None)
-    monkeypatch.setattr(_fastgemm, "_module", None)
-    monkeypatch.setattr(_fastgemm, "_error", None)
+    _unloaded(monkeypatch, _fastgemm, Steps(1, module))
     monkeypatch.setattr(numpy_api, "_c_matmul", _fastgemm._first_call)
     monkeypatch.setattr(level3, "_c_gemm", _fastgemm._first_call)
     assert numpy_api._c_matmul() is None
