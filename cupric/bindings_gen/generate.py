@@ -11,12 +11,11 @@ import time
 from dataclasses import dataclass, field
 
 from . import fakelibc
-from .attributes import strip_attributes
-from .emit import ModuleInfo, fold_declarations, render_module
 from .headers import HeaderSet, content_hash, find_headers
 from .libraries import LibrarySpec
-from .preprocess import preprocess
-from .parse import parse, select_declarations
+
+# The pipeline's stages (pycparser and the emitter) are imported by `generate` itself:
+# a process that finds its modules in the cache only needs `generator_identity`.
 
 # Bump when the generated text changes for the same headers; part of the cache key.
 GENERATOR_VERSION = "1.1"
@@ -92,6 +91,10 @@ def generate(
     ------
     HeadersNotFoundError, PreprocessorNotFoundError, BindingsError
     """
+    from .attributes import strip_attributes
+    from .emit import ModuleInfo, fold_declarations, render_module
+    from .parse import parse, select_declarations
+    from .preprocess import preprocess
     seconds = {}
     cpu_start = time.process_time()
     start = time.perf_counter()
