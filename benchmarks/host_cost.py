@@ -329,19 +329,28 @@ def _library_ops(torch, cp, quick: bool) -> list:
         inv = 1.0 / torch.sqrt(x.float().var(dim=(0, 2, 3), unbiased=False) + 1e-5)
         dx = torch.empty_like(x)
         nbb = torch.ops.aten.native_batch_norm_backward
+        # cupric's backward takes its own forward's saved statistics and, on channels-last
+        # data, the persistent kernels' reserve space (without it the spatial kernels run),
+        # as PyTorch's cuDNN path hands its forward's reserve to the backward.
+        fwd = dnn.batch_norm_training(x, gamma, beta, rm.clone(), rv.clone())
+        saved = {"cmean": torch.from_dlpack(fwd.save_mean),
+                 "cinv": torch.from_dlpack(fwd.save_inv_std)}
+        if fwd.reserve is not None:
+            saved["reserve"] = torch.from_dlpack(fwd.reserve)
 
         def reference(x=x, dy=dy, g=gamma, mean=mean, inv=inv):
             return nbb(dy.double(), x.double(), g.double(), None, None, mean.double(),
                        inv.double(), True, 1e-5, [True, False, False])[0]
         ops.append(_allocating(Op("batch norm training backward", tag,
-                      {"x": x, "dy": dy, "g": gamma, "mean": mean, "inv": inv, "dx": dx},
-                      lambda v: lambda: dnn.batch_norm_backward(v["dy"], v["x"], v["g"], v["mean"],
-                                                                v["inv"], out=v["dx"]),
+                      {"x": x, "dy": dy, "g": gamma, "dx": dx, **saved},
+                      lambda v: lambda: dnn.batch_norm_backward(
+                          v["dy"], v["x"], v["g"], v["cmean"], v["cinv"], out=v["dx"],
+                          reserve=v.get("reserve")),
                       {"PyTorch native_batch_norm_backward": lambda x=x, dy=dy, g=gamma, m=mean,
                        i=inv: nbb(dy, x, g, None, None, m, i, True, 1e-5,
                                   [True, True, True])[0]}, "dx", reference, (3e-2, 3e-2)),
-            lambda v: lambda: dnn.batch_norm_backward(v["dy"], v["x"], v["g"], v["mean"],
-                                                      v["inv"]),
+            lambda v: lambda: dnn.batch_norm_backward(v["dy"], v["x"], v["g"], v["cmean"],
+                                                      v["cinv"], reserve=v.get("reserve")),
             lambda r: r[0]))
 
     for size, n, c, hw in ((("small", 8, 64, 28),) if quick else
