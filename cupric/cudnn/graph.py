@@ -723,9 +723,10 @@ def engine_record_key(spec: GraphSpec, options: PlanOptions, device: str,
 
 
 def read_engine_record(name: str, text: str):
-    """``(engine, ((knob type, value), ...))`` recorded under `name` for `text`, or None
-    when there is none or it is not to be trusted (foreign, altered, another key,
-    malformed)."""
+    """``(engine, ((knob type, value), ...))`` recorded under `name` for `text`;
+    ``(None, ((engine or None, reason), ...))`` where no engine accepted the graph (see
+    `write_refusal_record`); None when there is no record or it is not to be trusted
+    (foreign, altered, another key, malformed)."""
     import json
 
     from cupric import _cache
@@ -740,6 +741,9 @@ def read_engine_record(name: str, text: str):
         if record.get("format") != ENGINE_RECORD_FORMAT or record.get("graph") != text:
             return None
         engine = record["engine"]
+        if engine is None:
+            tried = tuple((i if type(i) is int else None, str(r)) for i, r in record["tried"])
+            return None, tried
         knobs = tuple((int(t), int(v)) for t, v in record["knobs"])
         if type(engine) is not int:
             return None
@@ -760,6 +764,30 @@ def write_engine_record(name: str, text: str, engine: int, knobs) -> bool:
     data = json.dumps({"format": ENGINE_RECORD_FORMAT, "graph": text, "engine": engine,
                        "knobs": [list(k) for k in knobs]}, sort_keys=True).encode()
     return _cache.store_blob(directory, name, data, ".json") is not None
+
+
+def write_refusal_record(name: str, text: str, tried) -> bool:
+    """Record that no engine accepts the graph `text` (`tried`: the (engine, reason)
+    pairs of its `NoEngineError`), so that later processes raise it without asking the
+    heuristics; False when the cache cannot be written."""
+    import json
+
+    from cupric import _cache
+    directory = _cache.folder(_ENGINE_FOLDER)
+    if directory is None:
+        return False
+    data = json.dumps({"format": ENGINE_RECORD_FORMAT, "graph": text, "engine": None,
+                       "tried": [[i, r] for i, r in tried]}, sort_keys=True).encode()
+    return _cache.store_blob(directory, name, data, ".json") is not None
+
+
+def _lasting_refusal(tried) -> bool:
+    """Whether every reason a graph found no engine holds as long as the key does: an
+    engine excluded by the options, or cuDNN answering NOT_SUPPORTED. A bad parameter,
+    an internal failure (a runtime compilation) or a sub-library that did not load may
+    be the machine's state, and is asked again next time."""
+    return all(not reason.startswith("CUDNN_STATUS_")
+               or reason.startswith("CUDNN_STATUS_NOT_SUPPORTED") for _i, reason in tried)
 
 
 def _knob_choices(config: Descriptor) -> tuple:
@@ -841,12 +869,9 @@ def _engine_record(handle, spec: GraphSpec, options: PlanOptions) -> tuple | Non
     return engine_record_key(spec, options, device, _library_version())
 
 
-def _reuse_record(handle, spec, graph, options, record) -> tuple[list, list]:
-    """([plan], []) from the recorded configuration, or ([], []) when there is none or
-    cuDNN refuses it."""
-    if record is None:
-        return [], []
-    found = read_engine_record(*record)
+def _reuse_record(handle, spec, graph, options, found) -> tuple[list, list]:
+    """([plan], []) from the recorded configuration `found` (`read_engine_record`), or
+    ([], []) when there is none or cuDNN refuses it."""
     if found is None:
         return [], []
     plan = _recorded_plan(handle, spec, graph, options, *found)
@@ -947,6 +972,13 @@ def plan_for(handle, spec: GraphSpec, options: PlanOptions | None = None,
         if refusal is not None:
             raise NoEngineError(spec.name, [(None, refusal)])
         from . import lib
+        record = _engine_record(handle, spec, options)
+        found = read_engine_record(*record) if record is not None else None
+        if found is not None and found[0] is None:
+            engine_stats["reused"] += 1
+            raise NoEngineError(spec.name, list(found[1]) + [
+                (None, "recorded by an earlier process for this device and cuDNN; "
+                       "CUPRIC_CUDNN_ENGINE_CACHE=0 asks again")])
         try:
             graph = spec.build(handle)
         except lib.CudnnError as exc:
@@ -956,8 +988,7 @@ def plan_for(handle, spec: GraphSpec, options: PlanOptions | None = None,
                 raise
             raise NoEngineError(spec.name, [(None, f"graph refused: {exc.name}")]) from exc
         try:
-            record = _engine_record(handle, spec, options)
-            plans, tried = _reuse_record(handle, spec, graph, options, record)
+            plans, tried = _reuse_record(handle, spec, graph, options, found)
             if not plans:
                 limit = options.candidates if options.autotune and pointers is not None else 1
                 plans, tried = _candidate_plans(handle, spec, graph, options, limit)
@@ -966,6 +997,9 @@ def plan_for(handle, spec: GraphSpec, options: PlanOptions | None = None,
             raise
         if not plans:
             graph.close()
+            if record is not None and _lasting_refusal(tried) and \
+                    write_refusal_record(*record, tried):
+                engine_stats["recorded"] += 1
             raise NoEngineError(spec.name, tried)
         if len(plans) > 1:
             timed = []

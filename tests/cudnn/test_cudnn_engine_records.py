@@ -36,6 +36,7 @@ class KnobBackend(FakeBackend):
         super().__init__(*args, **kwargs)
         self.knobs: dict[int, list[tuple[int, int]]] = {}
         self.plan_knobs: dict[int, list[tuple[int, int]]] = {}   # plan id -> knobs
+        self.internal: set[int] = set()   # engines whose plans fail with INTERNAL_ERROR
 
     def _attr(self, rec, name):
         return rec.attrs.get(int(getattr(self._real, f"CUDNN_ATTR_{name}")))
@@ -55,6 +56,10 @@ class KnobBackend(FakeBackend):
             rec.knobs = [(self.records[c].attrs[int(lib.CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE)][0],
                           self.records[c].attrs[int(lib.CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE)][0])
                          for c in self._attr(rec, "ENGINECFG_KNOB_CHOICES") or []]
+        if rec.kind == lib.CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR:
+            cfg = self.records[self._attr(rec, "EXECUTION_PLAN_ENGINE_CONFIG")[0]]
+            if cfg.engine in self.internal:
+                return int(lib.CUDNN_STATUS_INTERNAL_ERROR)
         status = super().cudnnBackendFinalize(desc)
         if rec.kind == lib.CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR and status == 0:
             cfg = self.records[self._attr(rec, "EXECUTION_PLAN_ENGINE_CONFIG")[0]]
@@ -212,6 +217,34 @@ def test_corrupt_foreign_and_stale_records_are_ignored(fake, tmp_path):
     _cache.store_blob(folder, name, b'{"format": 1, "graph": %s, "engine": "5", "knobs": []}'
                       % json.dumps(text).encode(), ".json")
     assert G.read_engine_record(name, text) is None
+
+
+def test_a_graph_no_engine_accepts_is_refused_at_once_next_time(fake, tmp_path):
+    fake.heuristics = {A: [5, 7]}
+    fake.refused = {5, 7}                           # NOT_SUPPORTED: lasts with the key
+    with pytest.raises(G.NoEngineError):
+        plan_in_new_process(fake, conv_spec())
+    assert G.engine_stats["recorded"] == 1
+    graphs, heuristics = fake.created("OPERATIONGRAPH"), fake.created("ENGINEHEUR")
+    with pytest.raises(G.NoEngineError, match="engine 5: CUDNN_STATUS_NOT_SUPPORTED") as info:
+        plan_in_new_process(fake, conv_spec())
+    assert "earlier process" in str(info.value.tried[-1][1])
+    # Neither the graph nor the heuristics were built again.
+    assert (fake.created("OPERATIONGRAPH"), fake.created("ENGINEHEUR")) == (graphs, heuristics)
+    assert G.engine_stats["reused"] == 1
+
+
+def test_a_refusal_that_may_be_the_machines_state_is_asked_again(fake):
+    fake.heuristics = {A: [5, 7]}
+    fake.refused = {5}
+    fake.internal = {7}                             # a runtime compilation failing, say
+    for _ in range(2):
+        with pytest.raises(G.NoEngineError, match="INTERNAL"):
+            plan_in_new_process(fake, conv_spec())
+    # Both processes asked both modes of the default options (A, then fallback).
+    assert G.engine_stats["recorded"] == 0 and G.engine_stats["heuristics"] == 4
+    fake.internal = set()                           # fixed: the engine is found
+    assert plan_in_new_process(fake, conv_spec())[0] == 7
 
 
 def test_key_follows_the_library_version_device_options_and_graph():
