@@ -25,6 +25,9 @@ A, FALLBACK = G.HEUR_MODES["a"], G.HEUR_MODES["fallback"]
 @pytest.fixture
 def fake(monkeypatch):
     settle()  # real descriptors other tests left to the garbage collector go first
+    # Made-up engines must not be remembered on disk for the real library (on a GPU
+    # machine the device has a name to key them by); test_cudnn_engine_records covers it.
+    monkeypatch.setenv("CUPRIC_CUDNN_ENGINE_CACHE", "0")
     real = libmod.lib
     backend = FakeBackend(real, libmod.ffi)
     monkeypatch.setattr(libmod, "lib", backend)
