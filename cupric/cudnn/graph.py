@@ -689,8 +689,8 @@ _cudnn_version: list = []
 def engine_records_enabled() -> bool:
     """Whether engine choices are read from and written to disk
     (``CUPRIC_CUDNN_ENGINE_CACHE=0`` turns it off)."""
-    import os
-    return os.environ.get("CUPRIC_CUDNN_ENGINE_CACHE", "1") != "0"
+    from cupric import _config
+    return _config.CUDNN_ENGINE_CACHE.get()
 
 
 def _device_tag(ordinal: int) -> str:
