@@ -71,8 +71,11 @@ _builds_lock = threading.Lock()
 
 
 def synchronous() -> bool:
-    """Whether extensions build in the calling thread, one at a time (``CUPRIC_BUILD_SYNC``)."""
-    return _config.BUILD_SYNC.get()
+    """Whether extensions build in the calling thread, one at a time
+    (``CUPRIC_BUILD_SYNC``, or an embedded interpreter with no executable to run the
+    compiler's child process with)."""
+    import sys
+    return _config.BUILD_SYNC.get() or not sys.executable
 
 
 def open_extension(prefix: str, subdir: str, source: str, what: str,
@@ -158,7 +161,11 @@ def _start(name: str, subdir: str, source: str, what: str) -> _Build:
     # Not a daemon: a process that ends while a build runs waits for it, so the next
     # process finds the extension in the cache.
     build.thread = threading.Thread(target=run, name=f"cupric-build-{name}")
-    build.thread.start()
+    try:
+        build.thread.start()
+    except BaseException as exc:  # no thread to be had: every caller gets this error
+        build.error = exc
+        build.done.set()
     return build
 
 

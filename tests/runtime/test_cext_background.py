@@ -293,3 +293,19 @@ def test_binding_load_waits_for_its_child(monkeypatch):
     if not b.is_available() and not order:
         pytest.skip(f"cuDNN headers or library missing here: {b.unavailable_reason}")
     assert order == [("wait", "cudnn"), ("load", "cudnn")]
+
+
+def test_a_build_that_cannot_start_fails_every_caller(fresh, monkeypatch):
+    class NoThread(threading.Thread):
+        def start(self):
+            raise RuntimeError("can't start new thread")
+    monkeypatch.setattr(_cext.threading, "Thread", NoThread)
+    for wait in (False, True, True):
+        with pytest.raises(RuntimeError, match="can't start new thread"):
+            _cext.open_extension("_cupric_tt", "tt", tiny(4), "x", wait=wait)
+
+
+def test_no_executable_builds_in_the_caller(fresh, monkeypatch):
+    monkeypatch.setattr(sys, "executable", "")
+    assert _cext.open_extension("_cupric_te", "te", tiny(6), "x", wait=False).answer() == 6
+    assert _cext._builds == {}
