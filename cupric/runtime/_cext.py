@@ -115,7 +115,7 @@ def open_extension(prefix: str, subdir: str, source: str, what: str,
             return None
         if synchronous():
             return build_and_load(directory, name, source, what)
-        build = _start(name, subdir, source, what)
+        build = _start(name, directory, source, what)
         prefetch()
     elif not build_missing and not build.done.is_set():
         return None
@@ -140,8 +140,10 @@ def _open_cached(name: str, subdir: str):
     return None, directory
 
 
-def _start(name: str, subdir: str, source: str, what: str) -> _Build:
-    """The build of `name`, started in a background thread unless one already runs."""
+def _start(name: str, directory, source: str, what: str) -> _Build:
+    """The build of `name`, started in a background thread unless one already runs; it
+    publishes into `directory` (checked by the caller, now: the thread does not read
+    the environment again later), or nowhere when that is None."""
     with _builds_lock:
         build = _builds.get(name)
         if build is not None:
@@ -150,9 +152,7 @@ def _start(name: str, subdir: str, source: str, what: str) -> _Build:
 
     def run() -> None:
         try:
-            from cupric import _cache
-            build.module = build_and_load(_cache.folder(subdir), name, source, what,
-                                          isolated=True)
+            build.module = build_and_load(directory, name, source, what, isolated=True)
         except BaseException as exc:  # handed to every caller through result()
             build.error = exc
         finally:
@@ -193,7 +193,7 @@ def prefetch() -> None:
         directory = _cache.folder(subdir)
         if directory is not None and _cache.load_blob(directory, name) is not None:
             continue  # cached: its own first use loads it
-        _start(name, subdir, source, what)
+        _start(name, directory, source, what)
     if BINDINGS and _cpus() >= 4:
         # With fewer cores the children would slow the caller, which waits for them.
         from cupric.bindings_gen import prefetch as bindings

@@ -309,3 +309,13 @@ def test_no_executable_builds_in_the_caller(fresh, monkeypatch):
     monkeypatch.setattr(sys, "executable", "")
     assert _cext.open_extension("_cupric_te", "te", tiny(6), "x", wait=False).answer() == 6
     assert _cext._builds == {}
+
+
+def test_a_build_publishes_where_it_was_asked_for(fresh, tmp_path, monkeypatch):
+    with pytest.raises(_cext.Pending):
+        _cext.open_extension("_cupric_tr", "tr", tiny(9), "x", wait=False)
+    # A test (or a user) pointing the cache elsewhere meanwhile does not move it.
+    monkeypatch.setenv("CUPRIC_CACHE_DIR", str(tmp_path / "elsewhere"))
+    wait_all()
+    assert any(p.suffix == ".so" for p in (tmp_path / "cache" / "tr").iterdir())
+    assert not (tmp_path / "elsewhere" / "tr").exists()
