@@ -29,6 +29,7 @@ from .vector import VECTOR_TYPES, Vector, vector
 from .vector import (double2, double3, double4, float2, float3, float4, half2, int2, int3,
                      int4, long2, long3, long4, uint2, uint3, uint4, ulong2, ulong3, ulong4)
 from .warp import warp
+from .wide import unroll, vload, vstore
 
 __all__ = [
     "OutsideKernelError", "REGISTRY",
@@ -40,6 +41,8 @@ __all__ = [
     "threadfence_block", "threadfence", "threadfence_system", "nanosleep",
     # cooperative grids
     "grid_sync", "grid_stride",
+    # compile-time unrolling and wide memory access (wide.py)
+    "unroll", "vload", "vstore",
     # memory
     "shared", "local", "atomic", "constant", "ConstantArray", "CONSTANT_MEMORY_BYTES",
     "global_memory",

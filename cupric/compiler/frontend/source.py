@@ -52,6 +52,9 @@ class FunctionSource:
                 filename=self.filename, line=first)
         self.tree = tree
         self.lines = text.splitlines()
+        # `for k in unroll(n)` becomes n copies of its body before anything reads the tree.
+        from cupric.compiler.frontend.unroll import expand_unroll
+        self.tree = expand_unroll(tree, self)
 
     def source_line(self, line: int) -> str | None:
         text = linecache.getline(self.filename, line)

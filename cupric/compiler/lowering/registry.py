@@ -107,6 +107,7 @@ _HOME = {
     **dict.fromkeys(("shared", "local"), "memory"),
     "atomic": "atomic", "warp": "warp", "bits": "bits", "math": "mathx", "half": "half",
     "vector": "vector", "mma": "mma", "cp_async": "mma",
+    **dict.fromkeys(("unroll", "vload", "vstore"), "wide"),
 }
 
 
@@ -116,7 +117,7 @@ def _load_builtin_rules() -> None:
     from cupric.compiler.lowering import indices  # noqa: F401  (registers its rules)
     # The GPU-side standard library (cupric.device); each module registers its rules.
     from cupric.compiler.lowering import (atomic, bits, coop, half, io, mathx,  # noqa: F401
-                                          memory, mma, sync, vector, warp)
+                                          memory, mma, sync, vector, warp, wide)
     # OptiX device functions: registered here too, so that using one in a plain kernel
     # gets OptiX's own "only in OptiX programs" error rather than "no lowering".
     from cupric.compiler.lowering import optix  # noqa: F401

@@ -1,0 +1,34 @@
+"""Compile-time loop unrolling and wide memory access, the building blocks of the
+elementwise templates (`cupric.kernels.templates`): a CUDA thread that moves several
+neighbouring elements per access keeps more bytes in flight than one moving one.
+
+`for k in unroll(4):` is expanded by the compiler into four copies of its body with `k`
+the constant 0, 1, 2, 3 (so `values[k]` may index a tuple); on the simulator it is a
+plain loop. `vload(a, j, 4)` reads a[j], ..., a[j+3] as a tuple and `vstore(a, j, values)`
+writes a tuple back; when the launch finds the arrays 16-byte aligned and `j` is a
+multiple of the width, the compiler merges the accesses into one `ld.global.v4` /
+`st.global.v4` (as CUDA C's float4 loads), else they stay single-element accesses.
+"""
+
+from ._intrinsic import Intrinsic
+
+__all__ = ["unroll", "vload", "vstore", "WIDTHS", "MAX_UNROLL"]
+
+#: Widths `vload` takes (1 is the scalar access, so templates may pick the width).
+WIDTHS = (1, 2, 4, 8)
+#: The largest trip count `unroll` expands (beyond it the code only grows).
+MAX_UNROLL = 64
+
+unroll = Intrinsic(
+    "unroll",
+    "unroll(n) -> range: `for k in unroll(n):` repeats the body n times at compile time "
+    "with k the constants 0 .. n-1; n must be a compile-time constant integer (a literal, "
+    "or a module or closure constant), the body may not assign k, break or continue.")
+vload = Intrinsic(
+    "vload",
+    "vload(a, j, width) -> tuple: the `width` (1, 2, 4 or 8, a constant) elements "
+    "a[j], ..., a[j + width - 1] of a 1-D array; one vector load where alignment allows.")
+vstore = Intrinsic(
+    "vstore",
+    "vstore(a, j, values): a[j + k] = values[k] for each element of the tuple `values` "
+    "(length 1, 2, 4 or 8); one vector store where alignment allows.")
