@@ -14,6 +14,11 @@ upload of the data set come before it on both sides):
 * PyTorch: the same network, batches and initial weights (the example's `train_torch`),
   in a process of its own.
 
+Two more rows show what two parts of the cold-start work give: the warm cache with the
+remembered cuDNN engine choices turned off (``CUPRIC_CUDNN_ENGINE_CACHE=0``: every graph
+asks the heuristics again), and the empty cache with the C extensions built one after
+the other in the calling thread (``CUPRIC_BUILD_SYNC=1``, as before background builds).
+
 Each is run `REPEATS` times (a new empty cache root each time) and the median kept;
 the ratios are cupric over PyTorch (below 1: cupric faster). Each cupric process runs
 the example with ``--check`` skipped (one epoch does not reach its accuracy bar), so the
@@ -91,12 +96,17 @@ def run(json_path=None, quick: bool = False) -> dict:
     rows = []
     with tempfile.TemporaryDirectory(prefix="cupric-first-epoch-") as tmp:
         warm_root = os.path.join(tmp, "warm")
+        def empty(tag):
+            return lambda i: {"CUPRIC_CACHE_DIR": os.path.join(tmp, f"{tag}{i}", "cupric"),
+                              "CUDA_CACHE_PATH": os.path.join(tmp, f"{tag}{i}", "nv")}
         contenders = {
             "PyTorch": ("torch", lambda i: {}),
             "cupric, warm cache": ("cupric", lambda i: {"CUPRIC_CACHE_DIR": warm_root}),
-            "cupric, empty cache": ("cupric", lambda i: {
-                "CUPRIC_CACHE_DIR": os.path.join(tmp, f"empty{i}", "cupric"),
-                "CUDA_CACHE_PATH": os.path.join(tmp, f"empty{i}", "nv")}),
+            "cupric, warm cache, engine records off": ("cupric", lambda i: {
+                "CUPRIC_CACHE_DIR": warm_root, "CUPRIC_CUDNN_ENGINE_CACHE": "0"}),
+            "cupric, empty cache": ("cupric", empty("empty")),
+            "cupric, empty cache, builds in the caller": ("cupric", lambda i: {
+                **empty("sync")(i), "CUPRIC_BUILD_SYNC": "1"}),
         }
         try:
             _epoch("cupric", {"CUPRIC_CACHE_DIR": warm_root})  # fills the warm cache
