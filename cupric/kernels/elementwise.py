@@ -10,6 +10,7 @@ simulator, arrays past 2^31-1 blocks). Smaller items and the one-element kernels
 covering grid is not measured yet.
 
 The kernels take 1-D arrays; the host functions flatten C-contiguous arrays of any shape.
+Each kernel is `cupric.kernels.templates.elementwise` around a one-line device function.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import threading
 import numpy as np
 
 import cupric
-from cupric.device import grid, gridsize
 from cupric.kernels._common import NUMERIC, NUMERIC_BOOL, Call, same_dtype, same_shape
+from cupric.kernels.templates import elementwise
 
 __all__ = ["vecadd", "saxpy", "memcpy", "fill", "map", "vecadd_kernel", "saxpy_kernel",
            "copy_kernel", "fill_kernel", "vecadd_scalar_kernel", "saxpy_scalar_kernel",
@@ -39,203 +40,44 @@ UNROLL = 4
 _F16 = np.dtype(np.float16)
 
 
-@cupric.kernel
-def vecadd_kernel(a, b, out):
-    """out[i] = a[i] + b[i] over 1-D arrays of one dtype."""
-    n = len(out)
-    quads = n >> 2
-    i = grid(1)
-    step = gridsize(1)
-    # Four neighbouring elements per thread and trip: with 16-byte aligned arrays (the
-    # launch checks) the compiler merges them into one 128-bit load or store.
-    # Two groups a grid apart per trip (the compiler does not unroll grid-stride loops
-    # by itself): four 128-bit loads in flight per thread before the stores.
-    while i + step < quads:
-        j = i * 4
-        h = (i + step) * 4
-        a0 = a[j]
-        a1 = a[j + 1]
-        a2 = a[j + 2]
-        a3 = a[j + 3]
-        c0 = a[h]
-        c1 = a[h + 1]
-        c2 = a[h + 2]
-        c3 = a[h + 3]
-        b0 = b[j]
-        b1 = b[j + 1]
-        b2 = b[j + 2]
-        b3 = b[j + 3]
-        d0 = b[h]
-        d1 = b[h + 1]
-        d2 = b[h + 2]
-        d3 = b[h + 3]
-        out[j] = a0 + b0
-        out[j + 1] = a1 + b1
-        out[j + 2] = a2 + b2
-        out[j + 3] = a3 + b3
-        out[h] = c0 + d0
-        out[h + 1] = c1 + d1
-        out[h + 2] = c2 + d2
-        out[h + 3] = c3 + d3
-        i += 2 * step
-    if i < quads:
-        j = i * 4
-        a0 = a[j]
-        a1 = a[j + 1]
-        a2 = a[j + 2]
-        a3 = a[j + 3]
-        b0 = b[j]
-        b1 = b[j + 1]
-        b2 = b[j + 2]
-        b3 = b[j + 3]
-        out[j] = a0 + b0
-        out[j + 1] = a1 + b1
-        out[j + 2] = a2 + b2
-        out[j + 3] = a3 + b3
-    k = quads * 4 + grid(1)
-    if k < n:
-        out[k] = a[k] + b[k]
+@cupric.device_function
+def _add(a, b):
+    return a + b
 
 
-@cupric.kernel
-def saxpy_kernel(a, x, y, out):
-    """out[i] = a * x[i] + y[i] over 1-D arrays of one dtype (`a` of that dtype)."""
-    n = len(out)
-    quads = n >> 2
-    i = grid(1)
-    step = gridsize(1)
-    while i + step < quads:
-        j = i * 4
-        h = (i + step) * 4
-        x0 = x[j]
-        x1 = x[j + 1]
-        x2 = x[j + 2]
-        x3 = x[j + 3]
-        u0 = x[h]
-        u1 = x[h + 1]
-        u2 = x[h + 2]
-        u3 = x[h + 3]
-        y0 = y[j]
-        y1 = y[j + 1]
-        y2 = y[j + 2]
-        y3 = y[j + 3]
-        w0 = y[h]
-        w1 = y[h + 1]
-        w2 = y[h + 2]
-        w3 = y[h + 3]
-        out[j] = a * x0 + y0
-        out[j + 1] = a * x1 + y1
-        out[j + 2] = a * x2 + y2
-        out[j + 3] = a * x3 + y3
-        out[h] = a * u0 + w0
-        out[h + 1] = a * u1 + w1
-        out[h + 2] = a * u2 + w2
-        out[h + 3] = a * u3 + w3
-        i += 2 * step
-    if i < quads:
-        j = i * 4
-        x0 = x[j]
-        x1 = x[j + 1]
-        x2 = x[j + 2]
-        x3 = x[j + 3]
-        y0 = y[j]
-        y1 = y[j + 1]
-        y2 = y[j + 2]
-        y3 = y[j + 3]
-        out[j] = a * x0 + y0
-        out[j + 1] = a * x1 + y1
-        out[j + 2] = a * x2 + y2
-        out[j + 3] = a * x3 + y3
-    k = quads * 4 + grid(1)
-    if k < n:
-        out[k] = a * x[k] + y[k]
+@cupric.device_function
+def _axpy(a, x, y):
+    return a * x + y
 
 
-@cupric.kernel
-def copy_kernel(src, out):
-    """out[i] = src[i] over 1-D arrays of one dtype."""
-    n = len(out)
-    quads = n >> 2
-    i = grid(1)
-    step = gridsize(1)
-    while i + step < quads:
-        j = i * 4
-        h = (i + step) * 4
-        v0 = src[j]
-        v1 = src[j + 1]
-        v2 = src[j + 2]
-        v3 = src[j + 3]
-        w0 = src[h]
-        w1 = src[h + 1]
-        w2 = src[h + 2]
-        w3 = src[h + 3]
-        out[j] = v0
-        out[j + 1] = v1
-        out[j + 2] = v2
-        out[j + 3] = v3
-        out[h] = w0
-        out[h + 1] = w1
-        out[h + 2] = w2
-        out[h + 3] = w3
-        i += 2 * step
-    if i < quads:
-        j = i * 4
-        v0 = src[j]
-        v1 = src[j + 1]
-        v2 = src[j + 2]
-        v3 = src[j + 3]
-        out[j] = v0
-        out[j + 1] = v1
-        out[j + 2] = v2
-        out[j + 3] = v3
-    k = quads * 4 + grid(1)
-    if k < n:
-        out[k] = src[k]
+@cupric.device_function
+def _same(value):
+    return value
 
+
+# Four neighbouring elements per thread and group: with 16-byte aligned arrays (the launch
+# checks) they become one 128-bit load or store. vecadd, saxpy and copy take two groups a
+# grid apart per trip, so four 128-bit loads are in flight per thread before the stores.
+vecadd_kernel = elementwise(_add, "a, b, out", width=UNROLL, groups=2, name="vecadd_kernel",
+                            doc="out[i] = a[i] + b[i] over 1-D arrays of one dtype.")
+saxpy_kernel = elementwise(
+    _axpy, "a, x, y, out", arrays="x, y", width=UNROLL, groups=2, name="saxpy_kernel",
+    doc="out[i] = a * x[i] + y[i] over 1-D arrays of one dtype (`a` of that dtype).")
+copy_kernel = elementwise(_same, "src, out", width=UNROLL, groups=2, name="copy_kernel",
+                          doc="out[i] = src[i] over 1-D arrays of one dtype.")
+fill_kernel = elementwise(_same, "out, value", arrays=(), out="out", width=UNROLL,
+                          name="fill_kernel",
+                          doc="out[i] = value over a 1-D array (`value` of its dtype).")
 
 # float16 arrays take one element per trip: libNVVM 13.0 (CUDA 13.0 drivers) fails on
 # four neighbouring float16 accesses from 16-byte aligned pointers ("Do not know how to
 # split the result of this operator!"), which the kernels above would give it.
-
-@cupric.kernel
-def vecadd_scalar_kernel(a, b, out):
-    """out[i] = a[i] + b[i], one element per thread and trip (float16 arrays)."""
-    n = len(out)
-    i = grid(1)
-    step = gridsize(1)
-    while i < n:
-        out[i] = a[i] + b[i]
-        i += step
-
-
-@cupric.kernel
-def saxpy_scalar_kernel(a, x, y, out):
-    """out[i] = a * x[i] + y[i], one element per thread and trip (float16 arrays)."""
-    n = len(out)
-    i = grid(1)
-    step = gridsize(1)
-    while i < n:
-        out[i] = a * x[i] + y[i]
-        i += step
-
-
-@cupric.kernel
-def fill_kernel(out, value):
-    """out[i] = value over a 1-D array (`value` of its dtype)."""
-    n = len(out)
-    quads = n >> 2
-    i = grid(1)
-    step = gridsize(1)
-    while i < quads:
-        j = i * 4
-        out[j] = value
-        out[j + 1] = value
-        out[j + 2] = value
-        out[j + 3] = value
-        i += step
-    k = quads * 4 + grid(1)
-    if k < n:
-        out[k] = value
+vecadd_scalar_kernel = elementwise(
+    _add, "a, b, out", width=1, name="vecadd_scalar_kernel",
+    doc="out[i] = a[i] + b[i], one element per thread and trip (float16 arrays).")
+saxpy_scalar_kernel = elementwise(
+    _axpy, "a, x, y, out", arrays="x, y", width=1, name="saxpy_scalar_kernel",
+    doc="out[i] = a * x[i] + y[i], one element per thread and trip (float16 arrays).")
 
 
 def quad_geometry(call: Call, out, block: int) -> tuple:
@@ -442,43 +284,8 @@ _MAP_KERNELS: dict = {}
 _MAP_LOCK = threading.Lock()
 
 
-def _map1(fn):
-    @cupric.kernel
-    def map1_kernel(x, out):
-        n = len(out)
-        i = grid(1)
-        step = gridsize(1)
-        while i < n:
-            out[i] = fn(x[i])
-            i += step
-    return map1_kernel
-
-
-def _map2(fn):
-    @cupric.kernel
-    def map2_kernel(x, y, out):
-        n = len(out)
-        i = grid(1)
-        step = gridsize(1)
-        while i < n:
-            out[i] = fn(x[i], y[i])
-            i += step
-    return map2_kernel
-
-
-def _map3(fn):
-    @cupric.kernel
-    def map3_kernel(x, y, z, out):
-        n = len(out)
-        i = grid(1)
-        step = gridsize(1)
-        while i < n:
-            out[i] = fn(x[i], y[i], z[i])
-            i += step
-    return map3_kernel
-
-
-_MAP_FACTORIES = {1: _map1, 2: _map2, 3: _map3}
+#: The parameters of `map`'s kernels: the arrays in order, then the output.
+_MAP_PARAMS = ("x", "y", "z")
 
 
 def map_kernel(fn, nargs: int):
@@ -489,7 +296,8 @@ def map_kernel(fn, nargs: int):
         with _MAP_LOCK:
             kern = _MAP_KERNELS.get(key)
             if kern is None:
-                kern = _MAP_KERNELS[key] = _MAP_FACTORIES[nargs](fn)
+                kern = _MAP_KERNELS[key] = elementwise(
+                    fn, _MAP_PARAMS[:nargs] + ("out",), width=1, name=f"map{nargs}_kernel")
     return kern
 
 
@@ -538,7 +346,7 @@ def map(fn, *arrays, out=None, dtype=None, stream=None):
     if not 1 <= len(arrays) <= 3:
         raise TypeError(f"map takes 1 to 3 arrays, got {len(arrays)}")
     call = Call("map", stream)
-    names = ["x", "y", "z"][:len(arrays)]
+    names = list(_MAP_PARAMS[:len(arrays)])
     arrs = [call.array(a, n, dtypes=NUMERIC_BOOL)
             for a, n in zip(arrays, names)]
     shape = same_shape("map", dict(zip(names, arrs)))
