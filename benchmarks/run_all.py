@@ -178,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.argv[1:] if argv is None else argv)
     print(json.dumps(run["meta"], indent=1), flush=True)
     failed = []
+    os.makedirs(args.results_dir, exist_ok=True)
+    path = os.path.join(args.results_dir, result_name(run["meta"]))
+    targets = [path] + ([args.json] if args.json else [])
     for name in names:
         print(f"=== {name}", flush=True)
         started = time.perf_counter()
@@ -189,12 +192,11 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(name)
             print("\n".join(f"{name} ERROR {e}" for e in errors), flush=True)
         print(f"=== {name} took {run['seconds'][name]:.1f} s", flush=True)
-    os.makedirs(args.results_dir, exist_ok=True)
-    path = os.path.join(args.results_dir, result_name(run["meta"]))
-    for target in [path] + ([args.json] if args.json else []):
-        with open(target, "w") as fh:
-            json.dump(run, fh, indent=1, default=str)
-            fh.write("\n")
+        # Written after every benchmark: a run stopped from outside keeps what it measured.
+        for target in targets:
+            with open(target, "w") as fh:
+                json.dump(run, fh, indent=1, default=str)
+                fh.write("\n")
     print(f"\nwrote {path}")
     if failed:
         print(f"FAILED: {', '.join(failed)}")
