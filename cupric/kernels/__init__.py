@@ -24,6 +24,8 @@ _MODULES = {
     "gemm": ("gemm", "sgemm", "dgemm"),
     "sort": ("bitonic_sort", "radix_sort"),
     "histogram": ("histogram",),
+    # Kernel templates (elementwise and reduction builders); their names stay qualified.
+    "templates": (),
 }
 _LAZY = {name: module for module, names in _MODULES.items() for name in names}
 

@@ -14,6 +14,7 @@ from cupric.device import (FULL_MASK, atomic, blockDim, blockIdx, grid, gridDim,
                            shared, syncthreads, threadfence, threadIdx, warp)
 from cupric.kernels._common import (NUMERIC, NUMERIC_BOOL, Call, same_dtype, same_shape,
                                     vector)
+from cupric.kernels.templates import reduction
 from cupric.types import f32, f64, i32, i64, u32, u64
 
 __all__ = ["sum", "min", "max", "argmin", "argmax", "dot", "reduce_kernel",
@@ -43,13 +44,8 @@ def _max_nan(a, b):
 
 
 @cupric.device_function
-def _load_one(x, y, i):
-    return x[i]
-
-
-@cupric.device_function
-def _load_product(x, y, i):
-    return x[i] * y[i]
+def _product(x, y):
+    return x * y
 
 
 @cupric.device_function
@@ -75,106 +71,11 @@ def _argmax_takes(va, ia, vb, ib):
 # -- kernels --------------------------------------------------------------------------------
 
 def _make_reduce(acc, combine, load, quads):
-    """A one-pass reduction kernel accumulating in cupric type `acc`; `quads`: four
-    neighbouring elements per trip (else one: float16 inputs, see elementwise.py)."""
-
-    @cupric.kernel
-    def reduce_kernel(x, y, init, out, partials, counter):
-        slots = shared.array(WARPS, acc)
-        is_last = shared.array(1, i32)
-        t = threadIdx.x
-        lane = t & 31
-        w = t >> 5
-        n = len(x)
-        full = n >> 2
-        i = grid(1)
-        step = gridsize(1)
-        # Four neighbouring elements per trip (one 128-bit load of 32-bit values when
-        # the arrays are 16-byte aligned) into four independent accumulators.
-        v0 = init
-        v1 = init
-        v2 = init
-        v3 = init
-        if quads:
-            while i + step < full:
-                # Two groups a grid apart per trip: two 128-bit loads in flight.
-                j = i * 4
-                h = (i + step) * 4
-                a0 = acc(load(x, y, j))
-                a1 = acc(load(x, y, j + 1))
-                a2 = acc(load(x, y, j + 2))
-                a3 = acc(load(x, y, j + 3))
-                c0 = acc(load(x, y, h))
-                c1 = acc(load(x, y, h + 1))
-                c2 = acc(load(x, y, h + 2))
-                c3 = acc(load(x, y, h + 3))
-                v0 = combine(combine(v0, a0), c0)
-                v1 = combine(combine(v1, a1), c1)
-                v2 = combine(combine(v2, a2), c2)
-                v3 = combine(combine(v3, a3), c3)
-                i += 2 * step
-            if i < full:
-                j = i * 4
-                v0 = combine(v0, acc(load(x, y, j)))
-                v1 = combine(v1, acc(load(x, y, j + 1)))
-                v2 = combine(v2, acc(load(x, y, j + 2)))
-                v3 = combine(v3, acc(load(x, y, j + 3)))
-            k = full * 4 + grid(1)
-            if k < n:
-                v0 = combine(v0, acc(load(x, y, k)))
-        else:
-            while i < n:
-                v0 = combine(v0, acc(load(x, y, i)))
-                i += step
-        v = combine(combine(v0, v1), combine(v2, v3))
-        # Block: warps reduce by butterfly, then warp 0 reduces the warps' results.
-        d: i32 = 16  # 32-bit shuffle distances (an i64 local costs two ops)
-        while d > 0:
-            v = combine(v, warp.shfl_xor(FULL_MASK, v, d))
-            d >>= 1
-        if lane == 0:
-            slots[w] = v
-        syncthreads()
-        if w == 0:
-            v = slots[lane] if lane < WARPS else init
-            d = 16
-            while d > 0:
-                v = combine(v, warp.shfl_xor(FULL_MASK, v, d))
-                d >>= 1
-            if lane == 0:
-                partials[blockIdx.x] = v
-                # Publish the partial before taking a ticket: the last block reads it.
-                threadfence()
-                ticket = atomic.add(counter, 0, 1)
-                is_last[0] = 1 if ticket == gridDim.x - 1 else 0
-        syncthreads()
-        if is_last[0] != 0:
-            threadfence()
-            v = init
-            j = t
-            while j < gridDim.x:
-                v = combine(v, partials[j])
-                j += blockDim.x
-            d = 16
-            while d > 0:
-                v = combine(v, warp.shfl_xor(FULL_MASK, v, d))
-                d >>= 1
-            syncthreads()
-            if lane == 0:
-                slots[w] = v
-            syncthreads()
-            if w == 0:
-                v = slots[lane] if lane < WARPS else init
-                d = 16
-                while d > 0:
-                    v = combine(v, warp.shfl_xor(FULL_MASK, v, d))
-                    d >>= 1
-                if lane == 0:
-                    out[0] = v
-                    # Leave the counter at zero: the next launch reuses the workspace.
-                    counter[0] = 0
-
-    return reduce_kernel
+    """A one-pass reduction kernel accumulating in cupric type `acc` (the reduction
+    template); `quads`: four neighbouring elements per trip (else one: float16 inputs,
+    see elementwise.py)."""
+    return reduction(combine, load, acc=acc, width=4 if quads else 1, block=BLOCK,
+                     name="reduce_kernel")
 
 
 def _make_arg_reduce(acc, takes, quads):
@@ -312,7 +213,8 @@ def _make_arg_reduce(acc, takes, quads):
 _CUPRIC_TYPES = {np.dtype("f4"): f32, np.dtype("f8"): f64, np.dtype("i4"): i32,
                  np.dtype("i8"): i64, np.dtype("u4"): u32, np.dtype("u8"): u64}
 _COMBINE = {"sum": _add, "dot": _add, "min": _min_nan, "max": _max_nan}
-_LOAD = {"sum": _load_one, "dot": _load_product, "min": _load_one, "max": _load_one}
+#: The value each element contributes (None: the x element).
+_LOAD = {"sum": None, "dot": _product, "min": None, "max": None}
 _TAKES = {"argmin": _argmin_takes, "argmax": _argmax_takes}
 _KERNELS: dict = {}
 _LOCK = threading.Lock()

@@ -14,7 +14,7 @@ import pytest
 import cupric
 from cupric import simulator
 from cupric.kernels import elementwise as ew
-from cupric.kernels.templates import elementwise
+from cupric.kernels.templates import elementwise, reduction
 
 A1 = "Array[{}, 1, 'C']"
 F4, F8 = A1.format("f32"), A1.format("f64")
@@ -147,3 +147,81 @@ def test_error_in_the_function_points_at_its_line():
     with pytest.raises(CompileError) as info:
         kern.inspect_ir(f"{F4}, {F4}")
     assert "the offending line" in str(info.value)
+
+
+# -- reductions -----------------------------------------------------------------------------
+
+def _reduce_signature(x: str, acc: str) -> str:
+    a = A1.format
+    return f"{a(x)}, {a(x)}, {acc}, {a(acc)}, {a(acc)}, {a('u32')}"
+
+
+# The grid-stride loop of reduce.py's hand-written sum and dot before the template: two
+# 128-bit loads per array per trip into four accumulators.
+REDUCE_GOLDEN = {
+    "sum": ("f4", 18, {"shl.b64": 2, "add.s64": 4, "ld.global.nc.v4.f32": 2, "add.f32": 8,
+                       "setp.lt.s64": 1, "bra": 1}),
+    "dot": ("f4", 22, {"shl.b64": 2, "add.s64": 6, "ld.global.nc.v4.f32": 4,
+                       "fma.rn.f32": 8, "setp.lt.s64": 1, "bra": 1}),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(REDUCE_GOLDEN))
+def test_reduction_hot_loop_equals_the_hand_written_kernel(kind):
+    from cupric.kernels import reduce
+    acc, count, ops = REDUCE_GOLDEN[kind]
+    kern = reduce.reduce_kernel(kind, np.dtype(acc))
+    body = loop_body(_ptx(kern, _reduce_signature("f32", "f32")))
+    assert opcode_counts(body) == ops
+    assert len(body) == count
+
+
+@cupric.device_function
+def _add(a, b):
+    return a + b
+
+
+@cupric.device_function
+def _smaller(a, b):
+    return b if b < a else a
+
+
+@cupric.device_function
+def _squared_difference(x, y):
+    return (x - y) * (x - y)
+
+
+@pytest.mark.parametrize("width", [1, 2, 4, 8])
+@pytest.mark.parametrize("n", [1, 5, 300, 1031])
+def test_reduction_template_equals_numpy(width, n):
+    from cupric.types import f64, i64
+    rng = np.random.default_rng(n + width)
+    x, y = rng.standard_normal(n), rng.standard_normal(n)
+    blocks, block = 3, 64
+    got = {}
+    for label, kern, args, dtype in [
+        ("ssd", reduction(_add, _squared_difference, acc=f64, width=width, block=block),
+         (x, y, 0.0), np.float64),
+        ("min", reduction(_smaller, acc=i64, width=width, block=block),
+         ((x * 1000).astype(np.int64),) * 2 + (np.iinfo(np.int64).max,), np.int64),
+    ]:
+        out = np.full(1, 7, dtype)
+        partials = np.full(blocks, 7, dtype)
+        counter = np.zeros(1, np.uint32)
+        simulator.launch(kern, blocks, block, (*args, out, partials, counter))
+        assert counter[0] == 0
+        got[label] = out[0]
+    np.testing.assert_allclose(got["ssd"], np.sum((x - y) ** 2), rtol=1e-12)
+    assert got["min"] == (x * 1000).astype(np.int64).min()
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(combine=lambda a, b: a), TypeError, "combine"),
+    (dict(combine=_add, map=len), TypeError, "map"),
+    (dict(combine=_add, width=5), ValueError, "width"),
+    (dict(combine=_add, block=100), ValueError, "block"),
+])
+def test_bad_reductions_are_refused(kwargs, error, message):
+    from cupric.types import f32
+    with pytest.raises(error, match=message):
+        reduction(acc=f32, **kwargs)
