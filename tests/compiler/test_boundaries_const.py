@@ -542,6 +542,19 @@ def test_packing_by_module_keeps_the_kernels_own_module_first():
     # The kernel's module's A40 goes first (40 000); the other module's 30 000 spills.
     assert spaces(found) == {"OTHER30": 1, "A40": 4}
     report = mine_first.inspect_constants(F64)
-    modules = {e.name: e.module for e in report.entries}
-    assert modules == {"OTHER30": "_boundaries_const_other",
-                       "A40": mine_first.py_func.__module__}
+    modules = {e.name: (e.module, e.space) for e in report.entries}
+    assert modules == {"OTHER30": ("_boundaries_const_other", "global"),
+                       "A40": (mine_first.py_func.__module__, "constant")}
+
+
+def test_other_custom_lowered_statements_are_not_taken_for_arrays():
+    @cupric.kernel
+    def with_print(x):
+        i = grid(1)
+        print("value", x[i])
+        assert x[i] >= 0.0
+        x[i] = PLAIN_SMALL[i % 10]
+
+    found, messages = placement(with_print)
+    assert spaces(found) == {"PLAIN_SMALL": 4} and messages == []
+    assert [e.name for e in with_print.inspect_constants(F64).entries] == ["PLAIN_SMALL"]
