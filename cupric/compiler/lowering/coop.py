@@ -20,7 +20,7 @@ from cupric.compiler.ir.module import GlobalVariable, symbol
 from cupric.compiler.ir.values import Value, const_int
 from cupric.compiler.lowering.indices import read_sreg
 from cupric.compiler.lowering.memory import module_state
-from cupric.compiler.lowering.registry import register
+from cupric.compiler.lowering.registry import register, register_iterable
 from cupric.compiler.lowering.sync import convergent_call
 from cupric.compiler.typing.ktypes import NONE, ObjectType, WeakType
 from cupric.types import ScalarType, i64
@@ -84,17 +84,7 @@ def _grid_sync_lower(cg, call, args):
 register("grid_sync", _grid_sync_infer, _grid_sync_lower)
 
 
-def _grid_stride_infer(call):
-    raise TypeError("grid_stride(n) is used only as the iterable of a for loop: "
-                    "for i in grid_stride(n): ...")
-
-
-def _grid_stride_lower(cg, call, args):
-    # Unreachable: the typer refuses every use of grid_stride outside a for statement.
-    raise cg.error(call.node, "grid_stride(n) is used only as the iterable of a for loop")
-
-
-register("grid_stride", _grid_stride_infer, _grid_stride_lower)
+register_iterable("grid_stride", "for i in grid_stride(n): ...")
 
 
 def type_grid_stride(typer, s: ast.For) -> bool:

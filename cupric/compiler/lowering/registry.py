@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-__all__ = ["Rule", "RULES", "Call", "register", "rule_for"]
+__all__ = ["Rule", "RULES", "Call", "register", "register_iterable", "rule_for"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,21 @@ def register(name: str, infer: Callable, lower: Callable, writes=()) -> Rule:
     rule = Rule(name, infer, lower, frozenset(writes))
     RULES[name] = rule
     return rule
+
+
+def register_iterable(name: str, usage: str) -> Rule:
+    """The rule of an intrinsic that is only the iterable of a for loop (`usage` shows
+    how), which the typer or the frontend handles there: any other use is an error."""
+    message = f"{name}(n) is used only as the iterable of a for loop: {usage}"
+
+    def infer(call):
+        raise TypeError(message)
+
+    def lower(cg, call, args):
+        # Unreachable: the typer refuses every use outside a for statement.
+        raise cg.error(call.node, message)
+
+    return register(name, infer, lower)
 
 
 def rule_for(name: str) -> Rule | None:

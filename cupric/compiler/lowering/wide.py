@@ -12,7 +12,7 @@ from cupric.compiler.codegen.values import KValue
 from cupric.compiler.ir import types as ll
 from cupric.compiler.ir.values import const_int
 from cupric.compiler.lowering.memory import array_index
-from cupric.compiler.lowering.registry import register
+from cupric.compiler.lowering.registry import register, register_iterable
 from cupric.compiler.typing.ktypes import NONE, TupleType, WeakType
 from cupric.device.wide import WIDTHS
 from cupric.types import ArrayType, ScalarType
@@ -20,17 +20,7 @@ from cupric.types import ArrayType, ScalarType
 __all__ = []
 
 
-def _unroll_infer(call):
-    raise TypeError("unroll(n) is used only as the iterable of a for loop: "
-                    "for k in unroll(4): ...")
-
-
-def _unroll_lower(cg, call, args):
-    # Unreachable: the typer refuses every use that the frontend did not expand.
-    raise cg.error(call.node, "unroll(n) is used only as the iterable of a for loop")
-
-
-register("unroll", _unroll_infer, _unroll_lower)
+register_iterable("unroll", "for k in unroll(4): ...")
 
 
 def _array_and_index(call, what: str) -> ArrayType:
@@ -88,10 +78,10 @@ register("vload", _vload_infer, _vload_lower)
 def _vstore_infer(call):
     if call.keywords or len(call.arg_types) != 3:
         raise TypeError("vstore(a, j, values) takes an array, an index and a tuple")
-    at = _array_and_index(call, "vstore")
+    _array_and_index(call, "vstore")
     vt = call.arg_types[2]
     if not isinstance(vt, TupleType):
-        raise TypeError(f"vstore: values must be a tuple of {len(WIDTHS)} possible lengths "
+        raise TypeError(f"vstore: values must be a tuple of length "
                         f"{WIDTHS}, got {vt!r}")
     _width("vstore", len(vt.elements))
     for t in vt.elements:
