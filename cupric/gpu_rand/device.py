@@ -13,7 +13,7 @@ import functools
 from dataclasses import dataclass
 
 from cupric.compiler.kernel import device_function as _device
-from cupric.device import grid
+from cupric.device import unroll
 from cupric.types import u32, u64
 
 from . import algorithms as _alg
@@ -419,14 +419,9 @@ def _bits_body(da: DeviceAlgorithm, wide: bool):
         st = load(states, t)
         i = 4 * t
         while i + 3 < n:  # whole groups: four draws, four neighbouring stores
-            x0, st = draw(st)
-            x1, st = draw(st)
-            x2, st = draw(st)
-            x3, st = draw(st)
-            out[i] = x0
-            out[i + 1] = x1
-            out[i + 2] = x2
-            out[i + 3] = x3
+            for k in unroll(4):
+                x, st = draw(st)
+                out[i + k] = x
             i += 4 * n_streams
         while i < n:  # the group that straddles the end, if this stream has it
             x, st = draw(st)
@@ -575,68 +570,35 @@ def _jump_body(da: DeviceAlgorithm, apply):
     return thread
 
 
-def _kernel_fill(thread):
-    def kernel(states, out):
-        t = grid(1)
-        if t < states.shape[1]:
-            thread(t, states, out)
-    return kernel
-
-
-def _kernel_affine(thread):
-    def kernel(states, out, shift, scale):
-        t = grid(1)
-        if t < states.shape[1]:
-            thread(t, states, out, shift, scale)
-    return kernel
-
-
-def _kernel_integers(thread):
-    def kernel(states, out, low, span, threshold):
-        t = grid(1)
-        if t < states.shape[1]:
-            thread(t, states, out, low, span, threshold)
-    return kernel
-
-
-def _kernel_init(thread):
-    def kernel(states, base, table, digit_bits):
-        t = grid(1)
-        if t < states.shape[1]:
-            thread(t, states, base, table, digit_bits)
-    return kernel
-
-
-def _kernel_jump(thread):
-    def kernel(states, table):
-        t = grid(1)
-        if t < states.shape[1]:
-            thread(t, states, table)
-    return kernel
+#: The parameters of each kind's kernel (after the streams' states).
+_FILL = "states, out"
+_AFFINE = "states, out, shift, scale"
+_INTEGERS = "states, out, low, span, threshold"
 
 
 def _build(kind: str, da: DeviceAlgorithm) -> tuple:
-    """(thread body, kernel) of `kind` for one algorithm, as device functions."""
+    """(thread body, kernel parameters) of `kind` for one algorithm; the body is a device
+    function."""
     from .device_rng import device_rng  # it builds on this module's primitives
 
     rng = device_rng(da.algorithm.name)
     if kind in ("bits32", "bits64"):
-        return _device(_bits_body(da, kind == "bits64")), _kernel_fill
+        return _device(_bits_body(da, kind == "bits64")), _FILL
     if kind in ("uniform_f32", "uniform_f64", "exponential_f32", "exponential_f64"):
-        return _device(_affine_body(da, getattr(rng, kind))), _kernel_affine
+        return _device(_affine_body(da, getattr(rng, kind))), _AFFINE
     if kind in ("normal_f32", "normal_f64"):
         pair = rng.normal2_f64 if kind.endswith("64") else rng.normal2_f32
-        return _device(_normal_body(da, pair)), _kernel_affine
+        return _device(_normal_body(da, pair)), _AFFINE
     if kind == "integers32":
-        return _device(_integers_body(da, rng.lemire32, u32)), _kernel_integers
+        return _device(_integers_body(da, rng.lemire32, u32)), _INTEGERS
     if kind == "integers32_to64":
-        return _device(_integers_body(da, rng.lemire32, u64)), _kernel_integers
+        return _device(_integers_body(da, rng.lemire32, u64)), _INTEGERS
     if kind == "integers64":
-        return _device(_integers_body(da, rng.lemire64, u64)), _kernel_integers
+        return _device(_integers_body(da, rng.lemire64, u64)), _INTEGERS
     if kind == "init_streams":
-        return _device(_init_body(da, _device(_apply_fn(da)))), _kernel_init
+        return _device(_init_body(da, _device(_apply_fn(da)))), "states, base, table, digit_bits"
     if kind == "jump":
-        return _device(_jump_body(da, _device(_apply_fn(da)))), _kernel_jump
+        return _device(_jump_body(da, _device(_apply_fn(da)))), "states, table"
     raise KeyError(f"unknown kernel kind {kind!r}; known: {', '.join(KERNELS)}")
 
 
@@ -653,8 +615,10 @@ def kernel_function(kind: str, algorithm) -> tuple:
     streams); the body ``thread(t, *kernel_args)``, a device function that Python can
     call too, is the same work for one stream t.
     """
-    body, make_kernel = _build(kind, device_algorithm(algorithm))
-    return body, make_kernel(body)
+    from cupric.kernels.templates import per_thread
+
+    body, params = _build(kind, device_algorithm(algorithm))
+    return body, per_thread(body, params, count="states.shape[1]").py_func
 
 
 @functools.cache

@@ -24,7 +24,8 @@ from cupric.device import (FULL_MASK, atomic, blockDim, blockIdx, grid, gridDim,
 from cupric.device.wide import WIDTHS
 from cupric.types import i32
 
-__all__ = ["elementwise", "elementwise_source", "reduction", "reduction_source"]
+__all__ = ["elementwise", "elementwise_source", "reduction", "reduction_source",
+           "per_thread"]
 
 def _names(spec, what: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in spec.split(",") if n.strip()) if isinstance(
@@ -156,6 +157,47 @@ def elementwise(fn, params, *, arrays=None, out=None, width: int = 4, groups: in
     return _kernel(name, text, doc, _fn=fn, _W=width, _SHIFT=width.bit_length() - 1)
 
 
+def per_thread(body, params, *, count: str, name: str = "kernel", doc: str | None = None):
+    """A kernel running ``body(t, *params)`` once per item t < `count`, one thread each.
+
+    CUDA's one-thread-per-item launch: thread `t = grid(1)` works on item t when it exists
+    (the grid may overshoot). gpu_rand's fills (one thread per generator stream) use it.
+
+    Parameters
+    ----------
+    body : cupric.DeviceFunction
+        ``body(t, *params)``: the work of item t.
+    params : str or sequence of str
+        The kernel's parameters, passed on to `body`.
+    count : str
+        The number of items, an expression of the parameters (``"states.shape[1]"``).
+    name, doc : str, optional
+
+    Returns
+    -------
+    cupric kernel
+    """
+    if not getattr(body, "_cupric_device_function", False):
+        raise TypeError("per_thread: body must be a @cupric.device_function, got "
+                        f"{type(body).__name__}")
+    params = _names(params, "parameter")
+    import ast
+    try:
+        tree = ast.parse(count, mode="eval")
+    except SyntaxError:
+        raise ValueError(f"per_thread: count={count!r} is not an expression") from None
+    free = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - set(params)
+    if free:
+        raise ValueError(f"per_thread: count={count!r} names {sorted(free)}, which are "
+                         f"not parameters {params}")
+    args = ", ".join(params)
+    text = (f"def {name}({args}):\n"
+            "    _t = grid(1)\n"
+            f"    if _t < {count}:\n"
+            f"        _body(_t, {args})\n")
+    return _kernel(name, text, doc, _body=body)
+
+
 def _kernel(name: str, text: str, doc, **values):
     """The `@cupric.kernel` defined by source `text` (a function `name`), its free names
     bound to the device library and `values`."""
@@ -195,6 +237,17 @@ _BUTTERFLY = """{pad}d = 16
 {pad}    v = _combine(v, warp.shfl_xor(FULL_MASK, v, d))
 {pad}    d >>= 1
 """
+
+
+def _across_warps(pad: str) -> list:
+    """Lane 0 of each warp parks the warp's `v` in `slots`; warp 0 then combines them
+    (lanes past the warps start from `init`)."""
+    return [f"{pad}if lane == 0:",
+            f"{pad}    slots[w] = v",
+            f"{pad}syncthreads()",
+            f"{pad}if w == 0:",
+            f"{pad}    v = slots[lane] if lane < _WARPS else init",
+            _BUTTERFLY.format(pad=pad + "    ").rstrip("\n")]
 
 
 def reduction_source(name: str, width: int, warps: int) -> str:
@@ -246,12 +299,7 @@ def reduction_source(name: str, width: int, warps: int) -> str:
              "    # Block: warps reduce by butterfly, then warp 0 reduces the warps' results.",
              "    d: i32 = 16  # 32-bit shuffle distances (an i64 local costs two ops)",
              _BUTTERFLY.format(pad="    ").rstrip("\n").replace("    d = 16\n", "", 1),
-             "    if lane == 0:",
-             "        slots[w] = v",
-             "    syncthreads()",
-             "    if w == 0:",
-             "        v = slots[lane] if lane < _WARPS else init",
-             _BUTTERFLY.format(pad="        ").rstrip("\n"),
+             *_across_warps("    "),
              "        if lane == 0:",
              "            partials[blockIdx.x] = v",
              "            # Publish the partial before taking a ticket: the last block reads it.",
@@ -268,12 +316,7 @@ def reduction_source(name: str, width: int, warps: int) -> str:
              "            j += blockDim.x",
              _BUTTERFLY.format(pad="        ").rstrip("\n"),
              "        syncthreads()",
-             "        if lane == 0:",
-             "            slots[w] = v",
-             "        syncthreads()",
-             "        if w == 0:",
-             "            v = slots[lane] if lane < _WARPS else init",
-             _BUTTERFLY.format(pad="            ").rstrip("\n"),
+             *_across_warps("        "),
              "            if lane == 0:",
              "                out[0] = v",
              "                # Leave the counter at zero: the next launch reuses the workspace.",

@@ -1,27 +1,13 @@
-"""Simulator implementations of `cupric.device.wide`: `unroll` is a plain loop over the
-constants (the compiler expands it), `vload`/`vstore` are element accesses, bounds-checked
-as any other."""
+"""Simulator implementations of `cupric.device.wide`: the plain Python meaning the
+intrinsics have outside kernels too (`unroll` a loop over the constants, which the
+compiler expands; `vload`/`vstore` element accesses, bounds-checked as any other)."""
 
 from __future__ import annotations
 
+from ..device import wide
 from ._state import implements
 
 __all__ = []
 
-
-@implements("unroll")
-def _unroll(s, n):
-    return range(int(n))
-
-
-@implements("vload")
-def _vload(s, a, j, width):
-    j = int(j)
-    return tuple(a[j + k] for k in range(int(width)))
-
-
-@implements("vstore")
-def _vstore(s, a, j, values):
-    j = int(j)
-    for k, v in enumerate(values):
-        a[j + k] = v
+for _intrinsic in (wide.unroll, wide.vload, wide.vstore):
+    implements(_intrinsic.name)(lambda s, *args, _python=_intrinsic.python: _python(*args))

@@ -225,3 +225,33 @@ def test_bad_reductions_are_refused(kwargs, error, message):
     from cupric.types import f32
     with pytest.raises(error, match=message):
         reduction(acc=f32, **kwargs)
+
+
+# -- one thread per item --------------------------------------------------------------------
+
+@cupric.device_function
+def _row_sum(t, table, out):
+    total = 0.0
+    for c in range(table.shape[1]):
+        total += table[t, c]
+    out[t] = total
+
+
+def test_per_thread_covers_each_item_once():
+    from cupric.kernels.templates import per_thread
+    table = np.random.default_rng(3).standard_normal((13, 5))
+    out = np.full(13, np.nan)
+    kern = per_thread(_row_sum, "table, out", count="table.shape[0]", name="row_sums")
+    simulator.launch(kern, 2, 8, (table, out))  # 16 threads, 13 items
+    np.testing.assert_allclose(out, table.sum(axis=1), rtol=1e-12)
+    assert kern.py_func.__name__ == "row_sums"
+
+
+@pytest.mark.parametrize("count, message", [("table.shape[", "not an expression"),
+                                            ("n", "not parameters")])
+def test_per_thread_refuses_a_bad_count(count, message):
+    from cupric.kernels.templates import per_thread
+    with pytest.raises(ValueError, match=message):
+        per_thread(_row_sum, "table, out", count=count)
+    with pytest.raises(TypeError, match="device_function"):
+        per_thread(len, "table, out", count="table.shape[0]")

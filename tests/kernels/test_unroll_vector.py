@@ -151,3 +151,12 @@ def test_misuse_is_a_compile_error(tmp_path, monkeypatch, body, message):
     finally:
         import sys
         sys.modules.pop("mod_unroll_misuse", None)
+
+
+def test_outside_a_kernel_they_are_plain_python():
+    # A device function run as plain Python (gpu_rand's fills in tests) may use them.
+    a = np.arange(6, dtype=np.float32)
+    assert list(unroll(3)) == [0, 1, 2]
+    assert vload(a, 2, 4) == (2.0, 3.0, 4.0, 5.0)
+    vstore(a, 0, (9.0, 8.0))
+    np.testing.assert_array_equal(a[:2], [9.0, 8.0])
