@@ -11,7 +11,7 @@ import numpy as np
 
 import cupric
 from cupric.device import (FULL_MASK, atomic, blockDim, blockIdx, grid, gridDim, gridsize,
-                           shared, syncthreads, threadfence, threadIdx, warp)
+                           shared, syncthreads, threadfence, threadIdx, unroll, vload, warp)
 from cupric.kernels._common import (NUMERIC, NUMERIC_BOOL, Call, same_dtype, same_shape,
                                     vector)
 from cupric.kernels.templates import reduction
@@ -82,6 +82,19 @@ def _make_arg_reduce(acc, takes, quads):
     """A one-pass argmin/argmax kernel: values in cupric type `acc`, indices in i64;
     `quads`: four neighbouring elements per load (else one: float16 inputs)."""
 
+    @cupric.device_function
+    def butterfly(v, k):
+        # Every lane of the warp ends with the warp's winning (value, index).
+        d: i32 = 16  # 32-bit shuffle distances (an i64 local costs two ops)
+        while d > 0:
+            ov = warp.shfl_xor(FULL_MASK, v, d)
+            ok = warp.shfl_xor(FULL_MASK, k, d)
+            if takes(v, k, ov, ok):
+                v = ov
+                k = ok
+            d >>= 1
+        return v, k
+
     @cupric.kernel
     def arg_reduce_kernel(x, init, out, partial_values, partial_index, counter):
         slot_v = shared.array(WARPS, acc)
@@ -101,22 +114,11 @@ def _make_arg_reduce(acc, takes, quads):
             full = n >> 2
             while i < full:
                 j = i * 4
-                a0 = acc(x[j])
-                a1 = acc(x[j + 1])
-                a2 = acc(x[j + 2])
-                a3 = acc(x[j + 3])
-                if takes(v, k, a0, j):
-                    v = a0
-                    k = j
-                if takes(v, k, a1, j + 1):
-                    v = a1
-                    k = j + 1
-                if takes(v, k, a2, j + 2):
-                    v = a2
-                    k = j + 2
-                if takes(v, k, a3, j + 3):
-                    v = a3
-                    k = j + 3
+                group = vload(x, j, 4)
+                for q in unroll(4):
+                    if takes(v, k, acc(group[q]), j + q):
+                        v = acc(group[q])
+                        k = j + q
                 i += step
             r = full * 4 + grid(1)
             if r < n:
@@ -131,14 +133,7 @@ def _make_arg_reduce(acc, takes, quads):
                     v = a
                     k = i
                 i += step
-        d: i32 = 16
-        while d > 0:
-            ov = warp.shfl_xor(FULL_MASK, v, d)
-            ok = warp.shfl_xor(FULL_MASK, k, d)
-            if takes(v, k, ov, ok):
-                v = ov
-                k = ok
-            d >>= 1
+        v, k = butterfly(v, k)
         if lane == 0:
             slot_v[w] = v
             slot_i[w] = k
@@ -149,14 +144,7 @@ def _make_arg_reduce(acc, takes, quads):
             if lane < WARPS:
                 v = slot_v[lane]
                 k = slot_i[lane]
-            d = 16
-            while d > 0:
-                ov = warp.shfl_xor(FULL_MASK, v, d)
-                ok = warp.shfl_xor(FULL_MASK, k, d)
-                if takes(v, k, ov, ok):
-                    v = ov
-                    k = ok
-                d >>= 1
+            v, k = butterfly(v, k)
             if lane == 0:
                 partial_values[blockIdx.x] = v
                 partial_index[blockIdx.x] = k
@@ -176,14 +164,7 @@ def _make_arg_reduce(acc, takes, quads):
                     v = pv
                     k = pk
                 j += blockDim.x
-            d = 16
-            while d > 0:
-                ov = warp.shfl_xor(FULL_MASK, v, d)
-                ok = warp.shfl_xor(FULL_MASK, k, d)
-                if takes(v, k, ov, ok):
-                    v = ov
-                    k = ok
-                d >>= 1
+            v, k = butterfly(v, k)
             syncthreads()
             if lane == 0:
                 slot_v[w] = v
@@ -195,14 +176,7 @@ def _make_arg_reduce(acc, takes, quads):
                 if lane < WARPS:
                     v = slot_v[lane]
                     k = slot_i[lane]
-                d = 16
-                while d > 0:
-                    ov = warp.shfl_xor(FULL_MASK, v, d)
-                    ok = warp.shfl_xor(FULL_MASK, k, d)
-                    if takes(v, k, ov, ok):
-                        v = ov
-                        k = ok
-                    d >>= 1
+                v, k = butterfly(v, k)
                 if lane == 0:
                     out[0] = k
                     counter[0] = 0
