@@ -275,10 +275,15 @@ def test_workspace_and_shared_handles_forget_a_destroyed_stream(monkeypatch):
     from cupric.runtime import _driver
     from cupric.runtime import shared_handles as sh
 
+    from cupric.runtime import native
+
     calls = []
-    monkeypatch.setattr(_driver, "driver", lambda: types.SimpleNamespace(
-        cuStreamSynchronize=lambda h: calls.append(h) or (0,)))
-    monkeypatch.setattr(_driver, "check", lambda result: None)
+    fake = types.SimpleNamespace(cuStreamSynchronize=lambda h: calls.append(h) or (0,))
+    # The workspace asks through runtime.native, which holds its own names for the
+    # driver functions (bound when it was first imported): both are replaced.
+    for module in (_driver, native):
+        monkeypatch.setattr(module, "driver", lambda: fake)
+        monkeypatch.setattr(module, "check", lambda result: None)
     ws = common.Workspace(7)
     ws.last_stream = 0xABC
     monkeypatch.setitem(common._WORKSPACES, 7, ws)
