@@ -38,3 +38,22 @@ def test_simulated_and_typed_kernels_are_collected(tmp_path, monkeypatch):
         del kern
     gc.collect()
     assert [r() for r in refs] == [None] * 5
+
+
+def test_a_wrapper_does_not_take_its_functions_parse(tmp_path):
+    # functools.update_wrapper copies __dict__ (and so the cached parse) onto wrappers:
+    # a wrapper asked for its own source must not get the wrapped function's.
+    import functools
+
+    from cupric.compiler.frontend.source import get_source
+
+    kern = _make(tmp_path, 0)
+    inner = kern.py_func
+    src = get_source(inner)
+    assert get_source(inner) is src and src.py_func is inner
+
+    def other(x):
+        return x
+
+    functools.update_wrapper(other, inner)      # copies inner.__dict__ onto other
+    assert get_source(other).py_func is other

@@ -176,7 +176,9 @@ def get_source(py_func) -> FunctionSource:
     does not keep every one it ever made.
     """
     src = getattr(py_func, _ATTRIBUTE, None)
-    if src is not None:
+    # functools.update_wrapper copies a function's __dict__ onto its wrappers (kernels,
+    # OptiX programs): only the function's own parse counts.
+    if src is not None and src.py_func is py_func:
         return src
     src = _CACHE.get(py_func)
     if src is None:
