@@ -27,11 +27,11 @@ nothing).
 
 from __future__ import annotations
 
-import ast
 import builtins
 import importlib
 import re
 import runpy
+import symtable
 import sys
 import traceback
 from pathlib import Path
@@ -71,24 +71,23 @@ def test_every_docs_page_is_collected():
 # --- static: no undefined names ---------------------------------------------------------
 
 def _undefined_names(code: str) -> set[str]:
-    """Names read anywhere in `code` that nothing in it binds (scope-blind on purpose: a
-    snippet is short, and this catches the fragments that lean on the reader's names)."""
-    tree = ast.parse(code)
-    bound, read = set(), set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
-        elif isinstance(node, ast.arg):
-            bound.add(node.arg)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            bound.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            for alias in node.names:
-                if alias.name == "*":
-                    return set()
-                bound.add(alias.asname or alias.name.split(".")[0])
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            bound.add(node.name)
+    """Names `code` reads at module level, or as globals inside its functions, that it
+    never binds there (by assignment, import, def or class) and that are no builtins."""
+    top = symtable.symtable(code, "<block>", "exec")
+    if any(s.get_name() == "*" for s in top.get_symbols()):       # a star import
+        return set()
+    bound = {s.get_name() for s in top.get_symbols()
+             if s.is_assigned() or s.is_imported() or s.is_namespace()}
+    read: set[str] = set()
+
+    def visit(table) -> None:
+        for s in table.get_symbols():
+            if s.is_referenced() and (table is top or s.is_global()):
+                read.add(s.get_name())
+        for child in table.get_children():
+            visit(child)
+
+    visit(top)
     return read - bound - set(dir(builtins)) - {"__file__", "__name__", "__package__"}
 
 
