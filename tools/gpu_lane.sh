@@ -6,10 +6,12 @@
 #                BENCH=1 bash tools/gpu_lane.sh                      (tests, then benchmarks)
 #                TESTS=0 BENCH=1 bash tools/gpu_lane.sh              (benchmarks only)
 #                LANE=all bash tools/gpu_lane.sh                     (CPU lane too)
+#                JOBS=7 FOLDER_TIMEOUT=300 bash tools/gpu_lane.sh    (7 folders at once)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/cupric-out}
 logs=/tmp/cupric-logs   # one log per test folder; joined into $out/gpu_tests.log
+rm -rf "$logs"
 mkdir -p "$out" "$logs"
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -29,11 +31,24 @@ if [ "${TESTS:-1}" = 1 ]; then
     && report+=(--no-fold-skipped)
   if [ $# -gt 0 ]; then targets=("$@"); else
     targets=(); for d in tests/*/; do targets+=("${d%/}"); done; fi
+  # JOBS folders at once (default 1): the GPU is shared, which is fine for correctness
+  # tests but not for timing ones; FOLDER_TIMEOUT (seconds, 0 = none) bounds each folder.
+  run_target() {
+    local name; name=$(echo "$1" | tr '/.' '__')
+    timeout "${FOLDER_TIMEOUT:-0}" python3 -m pytest "${marker[@]}" -q "${report[@]}" \
+      -p no:cacheprovider --timeout=300 "$1" > "$logs/$name.log" 2>&1
+    echo $? > "$logs/$name.rc"
+  }
+  running=0
   for target in "${targets[@]}"; do
-    name=$(basename "$target" .py)
-    python3 -m pytest "${marker[@]}" -q "${report[@]}" -p no:cacheprovider --timeout=300 \
-      "$target" > "$logs/$name.log" 2>&1
-    rc=$?
+    run_target "$target" &
+    running=$((running + 1))
+    if [ "$running" -ge "${JOBS:-1}" ]; then wait -n; running=$((running - 1)); fi
+  done
+  wait
+  for target in "${targets[@]}"; do
+    name=$(echo "$target" | tr '/.' '__')
+    rc=$(cat "$logs/$name.rc")
     grep -E "^SKIPPED " "$logs/$name.log" >> "$skips"
     # rc 5: nothing selected (a folder without GPU tests) is not a failure.
     [ $rc -ne 0 ] && [ $rc -ne 5 ] && status=1
@@ -42,6 +57,8 @@ if [ "${TESTS:-1}" = 1 ]; then
     [ $rc -ne 0 ] && [ $rc -ne 5 ] && grep -E "^(FAILED|ERROR) " "$logs/$name.log" | head -40
     if [ $rc -eq 5 ]; then
       line="no GPU tests"
+    elif [ $rc -eq 124 ]; then
+      line="stopped after FOLDER_TIMEOUT=${FOLDER_TIMEOUT}s: $line"
     elif [ $rc -gt 5 ] || [ -z "$line" ]; then
       tail -25 "$logs/$name.log"; line="crashed (rc $rc)"
     fi
