@@ -17,6 +17,8 @@ path; an error in C is never reported as anything else. ``CUPRIC_KERNEL_FASTCALL
 
 from __future__ import annotations
 
+from cupric.runtime.native import SLOT_OFFSET
+
 import threading
 
 from cupric import _config
@@ -49,19 +51,7 @@ static PyObject *s_data, *s_ptr, *s_size, *s_ndim, *s_shape, *s_strides, *s_dtyp
     *s_c_contiguous, *s_is_cuda, *s_requires_grad, *s_layout, *s_stride, *s_numel,
     *s_data_ptr, *s_fast, *s_dispatch, *s_launch, *s_closed, *v_zero, *v_one;
 
-static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *off) {
-    PyObject *descr = PyObject_GetAttrString((PyObject *)type, name);
-    if (descr == NULL) return -1;
-    if (!Py_IS_TYPE(descr, &PyMemberDescr_Type)
-        || ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
-        Py_DECREF(descr);
-        PyErr_Format(PyExc_TypeError, "%s.%s is not an object slot", type->tp_name, name);
-        return -1;
-    }
-    *off = ((PyMemberDescrObject *)descr)->d_member->offset;
-    Py_DECREF(descr);
-    return 0;
-}
+""" + SLOT_OFFSET + r"""
 
 /* configure(DeviceBuffer, _Allocation) */
 static PyObject *configure(PyObject *module, PyObject *args) {

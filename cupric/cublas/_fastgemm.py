@@ -36,6 +36,8 @@ runs through the Python paths. ``CUPRIC_CUBLAS_FASTPATH=0`` turns it off;
 
 from __future__ import annotations
 
+from cupric.runtime.native import SLOT_OFFSET
+
 import threading
 
 from cupric import _config
@@ -188,19 +190,7 @@ static PyObject *plan_info(PyObject *module, PyObject *capsule) {
                          "workspace", (Py_ssize_t)p->wsb);
 }
 
-static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *off) {
-    PyObject *descr = PyObject_GetAttrString((PyObject *)type, name);
-    if (descr == NULL) return -1;
-    if (!Py_IS_TYPE(descr, &PyMemberDescr_Type)
-        || ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
-        Py_DECREF(descr);
-        PyErr_Format(PyExc_TypeError, "%s.%s is not an object slot", type->tp_name, name);
-        return -1;
-    }
-    *off = ((PyMemberDescrObject *)descr)->d_member->offset;
-    Py_DECREF(descr);
-    return 0;
-}
+""" + SLOT_OFFSET + r"""
 
 /* configure(DeviceBuffer, _Allocation, Handle, tls, empty, lib.check, lt.check,
              ArrayInfo) */

@@ -4,6 +4,8 @@ Kept apart from the Python side so that its digest, which names the built file, 
 only when the C does.
 """
 
+from cupric.runtime.native import SLOT_OFFSET
+
 SOURCE = r"""
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -110,19 +112,7 @@ static void entry_free(PyObject *capsule) {
     PyMem_Free(e);
 }
 
-static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *off) {
-    PyObject *descr = PyObject_GetAttrString((PyObject *)type, name);
-    if (descr == NULL) return -1;
-    if (!Py_IS_TYPE(descr, &PyMemberDescr_Type)
-        || ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
-        Py_DECREF(descr);
-        PyErr_Format(PyExc_TypeError, "%s.%s is not an object slot", type->tp_name, name);
-        return -1;
-    }
-    *off = ((PyMemberDescrObject *)descr)->d_member->offset;
-    Py_DECREF(descr);
-    return 0;
-}
+""" + SLOT_OFFSET + r"""
 
 static int as_u64(PyObject *o, uint64_t *out) {
     if (!PyLong_Check(o)) { PyErr_SetString(PyExc_TypeError, "expected an int"); return -1; }

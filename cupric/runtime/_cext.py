@@ -78,6 +78,26 @@ def synchronous() -> bool:
     return _config.BUILD_SYNC.get() or not sys.executable
 
 
+#: C every fast-path extension shares (after ``#include <structmember.h>``): the byte
+#: offset of a ``__slots__`` member, read once from the class so the hot path reads the
+#: slot directly.
+SLOT_OFFSET = r"""
+static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *off) {
+    PyObject *descr = PyObject_GetAttrString((PyObject *)type, name);
+    if (descr == NULL) return -1;
+    if (!Py_IS_TYPE(descr, &PyMemberDescr_Type)
+        || ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
+        Py_DECREF(descr);
+        PyErr_Format(PyExc_TypeError, "%s.%s is not an object slot", type->tp_name, name);
+        return -1;
+    }
+    *off = ((PyMemberDescrObject *)descr)->d_member->offset;
+    Py_DECREF(descr);
+    return 0;
+}
+"""
+
+
 def open_extension(prefix: str, subdir: str, source: str, what: str,
                    build_missing: bool | None = None, *, wait: bool = True):
     """The extension module of C `source`, from ``<cache root>/<subdir>`` (built there

@@ -1341,7 +1341,7 @@ class DeviceBox(DeviceBuffer):
 
 # (shape, dtype) as given -> the normalized C-contiguous layout (shape, strides, dtype,
 # itemsize, size, nbytes, ndim, the shape and dtype as given): repeated allocations of one shape
-# skip the normalization (about 2 us). Only exact ints and tuples of exact ints are keys;
+# skip the normalization. Only exact ints and tuples of exact ints are keys;
 # unhashable shapes and dtype specs (lists, dicts) are normalized every time. Bounded:
 # cleared when full.
 _layouts: dict = {}
@@ -1495,8 +1495,6 @@ def to_device(array, stream=None) -> DeviceBuffer:
     allocation and the copy are stream-ordered and the call returns before the copy ends
     (see `DeviceBuffer.copy_from` for the Safety of pinned sources).
     """
-    if isinstance(array, _sim().SimulatedBuffer):
-        return _sim().to_device(array)
     device_array = _device_array_or_none(array)
     if device_array is not None:
         buf = _new_buffer(device_array.shape, device_array.dtype, stream)

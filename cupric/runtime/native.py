@@ -7,14 +7,16 @@ runtime's private modules: `driver()` is the `cuda.bindings.driver` module with
 `CudaError`, and `Allocation` is the owner object every `DeviceBuffer` view holds (its
 ``_closed`` slot is what compiled fast paths read to refuse freed memory);
 `current_context_key()` names the calling thread's current context (0 for none), for
-tables kept per context.
+tables kept per context; `SLOT_OFFSET` is the C helper every compiled fast path includes
+to find a ``__slots__`` member's offset.
 """
 
 from __future__ import annotations
 
+from ._cext import SLOT_OFFSET
 from ._driver import check, driver, driver_available, driver_version
 from .errors import _current_context_key as current_context_key
 from .memory import _Allocation as Allocation
 
 __all__ = ["driver", "check", "driver_available", "driver_version", "Allocation",
-           "current_context_key"]
+           "current_context_key", "SLOT_OFFSET"]

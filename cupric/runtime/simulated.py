@@ -88,7 +88,7 @@ class SimulatedBuffer(np.ndarray):
 
     def zero(self, stream=None) -> None:
         self._check_open()
-        self.view(np.uint8).fill(0) if self.flags.c_contiguous else self.fill(0)
+        np.ndarray.fill(self, 0)
 
     def fill(self, value, stream=None) -> None:
         self._check_open()
