@@ -17,12 +17,8 @@ path; an error in C is never reported as anything else. ``CUPRIC_KERNEL_FASTCALL
 
 from __future__ import annotations
 
-from cupric.runtime.native import SLOT_OFFSET
-
-import threading
-
 from cupric import _config
-from cupric.runtime import _cext
+from cupric.runtime.native import MODULE_INIT, SLOT_OFFSET, Extension
 
 __all__ = ["load", "build_error", "enabled", "SOURCE", "SCALAR", "BUFFER", "CUPY",
            "CUPY_FIELDS", "TORCH",
@@ -538,18 +534,24 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, MODULE_NAME, NULL, -1, methods};
-
-PyMODINIT_FUNC INIT_NAME(void) {
-    if (PyType_Ready(&TableType) < 0 || PyType_Ready(&BoundType) < 0) return NULL;
-    return PyModule_Create(&moduledef);
+#define MODULE_READY module_ready
+static int module_ready(PyObject *m) {
+    return PyType_Ready(&TableType) < 0 || PyType_Ready(&BoundType) < 0 ? -1 : 0;
 }
-"""
+""" + MODULE_INIT
 
-_module = None
-_error: str | None = None
 _enabled: bool | None = None
-_lock = threading.Lock()
+
+
+def _configure(module) -> None:
+    from cupric.runtime.memory import DeviceBuffer
+    from cupric.runtime.native import Allocation
+    module.configure(DeviceBuffer, Allocation)
+
+
+#: The extension, loaded through the one cached loader (`cupric.runtime.native.Extension`).
+EXTENSION = Extension("_cupric_fastcall", "launch", "kernel launch extension", SOURCE,
+                      switch="KERNEL_FASTCALL", configure=_configure)
 
 
 def enabled() -> bool:
@@ -562,31 +564,12 @@ def enabled() -> bool:
 
 def build_error() -> str | None:
     """Why the extension could not be built, configured or loaded, or None."""
-    return _error
+    return EXTENSION.error
 
 
 def load(build: bool = True):
     """The configured extension module (built into the cache if needed and `build`), or
     None when it is switched off or cannot be had (the reason: `build_error`)."""
-    global _module, _error
     if not enabled():
         return None
-    if _module is not None:
-        return _module
-    with _lock:
-        if _module is not None:
-            return _module
-        if _error is not None:
-            return None  # a failed build is not retried within one process
-        try:
-            module = _cext.open_extension("_cupric_fastcall", "launch", SOURCE,
-                                          "kernel launch extension", build)
-            if module is None:
-                return None
-            from cupric.runtime.memory import DeviceBuffer, _Allocation
-            module.configure(DeviceBuffer, _Allocation)
-        except Exception as exc:  # no compiler or headers, a changed slot layout: recorded
-            _error = f"{type(exc).__name__}: {exc}"[:500]
-            return None
-        _module = module
-        return _module
+    return EXTENSION.load(build)

@@ -36,12 +36,7 @@ runs through the Python paths. ``CUPRIC_CUBLAS_FASTPATH=0`` turns it off;
 
 from __future__ import annotations
 
-from cupric.runtime.native import SLOT_OFFSET
-
-import threading
-
-from cupric import _config
-from cupric.runtime import _cext
+from cupric.runtime.native import MODULE_INIT, SLOT_OFFSET, Extension, Pending
 
 __all__ = ["load", "build_error", "info", "FIELDS", "SOURCE"]
 
@@ -492,28 +487,16 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, MODULE_NAME, NULL, -1, methods};
-
-PyMODINIT_FUNC INIT_NAME(void) {
-    PyObject *m = PyModule_Create(&moduledef);
-    if (m == NULL) return NULL;
-    if (PyModule_AddStringConstant(m, "FIELDS", FIELD_NAMES) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
+#define MODULE_READY module_ready
+static int module_ready(PyObject *m) {
+    return PyModule_AddStringConstant(m, "FIELDS", FIELD_NAMES);
 }
-"""
-
-_module = None
-_error: str | None = None
-_lock = threading.Lock()
-
+""" + MODULE_INIT
 
 
 def build_error() -> str | None:
     """Why the extension could not be built, loaded or configured, or None."""
-    return _error
+    return EXTENSION.error
 
 
 def load(build: bool | None = None, wait: bool = True):
@@ -521,32 +504,9 @@ def load(build: bool | None = None, wait: bool = True):
 
     `build` None follows ``CUPRIC_BUILD_LAUNCHER`` (anything but "0" builds). A failure
     is recorded in `build_error` and not retried within the process. With `wait` False
-    a build still running in the background raises `cupric.runtime._cext.Pending`.
+    a build still running in the background raises `cupric.runtime.native.Pending`.
     """
-    global _module, _error
-    if _module is not None:
-        return _module
-    with _lock:
-        if _module is not None:
-            return _module
-        if _error is not None:
-            return None
-        if not _config.CUBLAS_FASTPATH.get():
-            _error = "disabled by CUPRIC_CUBLAS_FASTPATH=0"
-            return None
-        try:
-            module = _cext.open_extension("_cupric_fastgemm", "cublas", SOURCE,
-                                          "cuBLAS fast-path extension", build, wait=wait)
-            if module is None:
-                return None
-            _configure(module)
-        except _cext.Pending:
-            raise
-        except Exception as exc:  # no compiler, headers or a stale file: the Python paths run
-            _error = f"{type(exc).__name__}: {exc}"[:500]
-            return None
-        _module = module
-        return module
+    return EXTENSION.load(build, wait)
 
 
 def _configure(module) -> None:
@@ -564,11 +524,16 @@ def _configure(module) -> None:
 
 
 
+#: The extension, loaded through the one cached loader (`cupric.runtime.native.Extension`).
+EXTENSION = Extension("_cupric_fastgemm", "cublas", "cuBLAS fast-path extension", SOURCE,
+                      switch="CUBLAS_FASTPATH", configure=_configure)
+
+
 def info(plan) -> dict:
     """The routes a plan capsule holds: ``{"lt": bool, "m", "n", "k", ...}``."""
     module = load(build=False)
     if module is None:
-        raise RuntimeError(f"the cuBLAS fast path is not loaded: {_error}")
+        raise RuntimeError(f"the cuBLAS fast path is not loaded: {EXTENSION.error}")
     return module.plan_info(plan)
 
 
@@ -593,7 +558,7 @@ def remember(h, key, fn, *, swap: bool, alias: bool, op1: int, op2: int, m: int,
     `spans` the (low, high) byte extents of a, b and out relative to their pointers;
     `result` the (shape, dtype) of an output the plan allocates, or None.
     """
-    module = _module
+    module = EXTENSION.module
     if module is None or letter not in ("S", "D") or len(h._fast_plans) >= PLAN_LIMIT:
         return
     if h._device_scalars or h._multi or max(m, n, k, ld1, ld2, ldc) > 2**31 - 1:
@@ -667,7 +632,7 @@ def install() -> None:
     """
     try:
         module = load(wait=False)
-    except _cext.Pending:
+    except Pending:
         return
     from . import level3, numpy_api
     numpy_api._c_matmul = None if module is None else module.matmul

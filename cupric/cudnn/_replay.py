@@ -22,17 +22,14 @@ check - returns None, and the Python path runs, raising the typed error where th
 one, and records the entry after a successful call.
 
 The extension is built once per machine and Python version into the cupric cache (see
-`cupric.runtime._cext`); without a compiler everything runs through the Python paths.
+`cupric.runtime.native.Extension`); without a compiler everything runs through the Python paths.
 ``CUPRIC_CUDNN_FASTPATH=0`` turns replay off; ``CUPRIC_BUILD_LAUNCHER=0`` stops cupric
 from compiling it.
 """
 
 from __future__ import annotations
 
-import threading
-
-from cupric import _config
-from cupric.runtime import _cext
+from cupric.runtime.native import Extension, Pending
 
 from ._replay_c import SOURCE
 
@@ -45,14 +42,10 @@ KINDS = {"graph": 0, "p8": 1, "p12": 2, "softmax_fwd": 3, "softmax_bwd": 4,
          "bn_train_ex": 10, "bn_bwd_ex": 11}
 ENTRY_LIMIT = 2048  # per handle
 
-_module = None
-_error: str | None = None
-_lock = threading.Lock()
-
 
 def build_error() -> str | None:
     """Why the extension could not be built, loaded or configured, or None."""
-    return _error
+    return EXTENSION.error
 
 
 def load(build: bool | None = None, wait: bool = True):
@@ -60,33 +53,9 @@ def load(build: bool | None = None, wait: bool = True):
 
     A failure is recorded in `build_error` and not retried within the process. With
     `wait` False a build still running in the background raises
-    `cupric.runtime._cext.Pending`.
+    `cupric.runtime.native.Pending`.
     """
-    global _module, _error
-    if _module is not None:
-        return _module
-    with _lock:
-        if _module is not None:
-            return _module
-        if _error is not None:
-            return None
-        if not _config.CUDNN_FASTPATH.get():
-            _error = "disabled by CUPRIC_CUDNN_FASTPATH=0"
-            return None
-        try:
-            module = _cext.open_extension("_cupric_dnnreplay", "cudnn", SOURCE,
-                                          "cuDNN replay extension", build, wait=wait)
-            if module is None:
-                _error = "not built (CUPRIC_BUILD_LAUNCHER=0)"
-                return None
-            _configure(module)
-        except _cext.Pending:
-            raise
-        except Exception as exc:  # no compiler, headers or cuDNN: the Python paths run
-            _error = f"{type(exc).__name__}: {exc}"[:500]
-            return None
-        _module = module
-        return module
+    return EXTENSION.load(build, wait)
 
 
 def _configure(module) -> None:
@@ -110,6 +79,11 @@ def _configure(module) -> None:
                      backend_check, lib.check, resolve, fns, enums, _current_context())
 
 
+#: The extension, loaded through the one cached loader (`cupric.runtime.native.Extension`).
+EXTENSION = Extension("_cupric_dnnreplay", "cudnn", "cuDNN replay extension", SOURCE,
+                      switch="CUDNN_FASTPATH", configure=_configure)
+
+
 def _current_context() -> int:
     """The address of libcuda's ``cuCtxGetCurrent`` (0 where libcuda is absent: handles
     spanning several GPUs then take the Python path)."""
@@ -128,7 +102,7 @@ def _first_call(head, arrays, outs, handle, stream):
     global run
     try:
         module = load(wait=False)
-    except _cext.Pending:
+    except Pending:
         return None
     run = module.run if module is not None else _python_path
     return None
@@ -149,10 +123,11 @@ run = _first_call
 def _torch_seen(arrays) -> None:
     import sys
     torch = sys.modules.get("torch")
-    if torch is None or _module is None:
+    module = EXTENSION.module
+    if torch is None or module is None:
         return
     if any(type(a) is torch.Tensor for a in arrays):
-        _module.set_torch(torch.Tensor, torch.strided)
+        module.set_torch(torch.Tensor, torch.strided)
 
 
 _cupy_type = None
@@ -165,19 +140,20 @@ def _cupy_seen(arrays) -> None:
     global _cupy_type
     cupy = sys.modules.get("cupy")
     ndarray = getattr(cupy, "ndarray", None)
-    if ndarray is None or _module is None or ndarray is _cupy_type:
+    module = EXTENSION.module
+    if ndarray is None or module is None or ndarray is _cupy_type:
         return
     if any(type(a) is ndarray for a in arrays):
         from cupric.runtime.array_adapters import adapter_for
         adapter = adapter_for(ndarray)
         if adapter is None or adapter.kind != "cupy":
             return
-        _module.set_cupy(ndarray, adapter.current_stream)
+        module.set_cupy(ndarray, adapter.current_stream)
         _cupy_type = ndarray
 
 
 def _key(h, head, arrays, outs):
-    module = _module
+    module = EXTENSION.module
     if module is None or len(h._replays) >= ENTRY_LIMIT:
         return None
     _torch_seen(arrays + outs)
@@ -264,7 +240,7 @@ def remember_graph(h, head, arrays, outs, tensors, plan, uid_slots, *, allocated
         ws = ws_obj.ptr
     uids = tuple(plan.uids)
     slots = tuple(uid_slots[u] for u in uids)
-    entry = _module.make_entry(
+    entry = EXTENSION.module.make_entry(
         KINDS["graph"], 0, h._ptr, (), (), (), plan.descriptor._ptr, uids, slots,
         ws_obj, ws, n_in, _spans(tensors), tuple(inplace or (0,) * len(outs)), allocs,
         (plan.descriptor,), plan)
@@ -302,7 +278,7 @@ def remember_legacy(h, head, arrays, outs, tensors, kind, fn, template, *, doubl
         else:
             args.append(int(item))
             slots.append(-1)
-    entry = _module.make_entry(
+    entry = EXTENSION.module.make_entry(
         KINDS[kind], int(lib.ffi.cast("uintptr_t", fn)), h._ptr, tuple(args),
         tuple(slots), tuple(float(d) for d in doubles), 0, (), (), workspace,
         0 if workspace is None else workspace.ptr, n_in,

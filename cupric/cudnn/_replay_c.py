@@ -4,7 +4,7 @@ Kept apart from the Python side so that its digest, which names the built file, 
 only when the C does.
 """
 
-from cupric.runtime.native import SLOT_OFFSET
+from cupric.runtime.native import MODULE_INIT, SLOT_OFFSET
 
 SOURCE = r"""
 #define PY_SSIZE_T_CLEAN
@@ -720,7 +720,4 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, MODULE_NAME, NULL, -1, methods};
-
-PyMODINIT_FUNC INIT_NAME(void) { return PyModule_Create(&moduledef); }
-"""
+""" + MODULE_INIT

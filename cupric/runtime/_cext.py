@@ -10,6 +10,12 @@ background thread that runs the compiler in a child process (so the builds overl
 other and the caller's own work); a caller that can switch later (``wait=False``) gets
 `Pending` and keeps its Python path until the module is ready. ``CUPRIC_BUILD_SYNC=1``
 builds only what is asked for, in the calling thread, as before.
+
+Each fast-path module declares its extension once, beside its C source, as an
+`Extension` named ``EXTENSION`` (cache folder, description, the `_config` switch that
+turns it off, the function that configures a freshly loaded module); `Extension.load` is
+the one loader every fast path uses, and its error is remembered for the process. Every
+C source ends with `MODULE_INIT`, the shared module-init boilerplate.
 """
 
 from __future__ import annotations
@@ -19,23 +25,18 @@ import threading
 
 from cupric import _config
 
-__all__ = ["open_extension", "module_name", "load_file", "build_and_load", "compile_extension",
-           "Pending", "FAST_PATHS", "BINDINGS", "prefetch", "started"]
+__all__ = ["Extension", "open_extension", "module_name", "load_file", "build_and_load",
+           "compile_extension", "Pending", "FAST_PATHS", "BINDINGS", "prefetch", "started",
+           "SLOT_OFFSET", "MODULE_INIT"]
 
-#: Every C fast path: (module holding ``SOURCE``, module-name prefix, cache folder,
-#: description, the `_config` switch that turns it off or None). The first missing one
-#: requested starts the builds of all the others that are missing too.
+#: Every C fast path: the module that declares it (its ``EXTENSION``). The first missing
+#: one requested starts the builds of all the others that are missing too.
 FAST_PATHS = (
-    ("cupric.runtime._fastlaunch", "_cupric_fastlaunch", "launch", "launch extension",
-     None),
-    ("cupric.compiler._fastcall", "_cupric_fastcall", "launch", "kernel launch extension",
-     "KERNEL_FASTCALL"),
-    ("cupric.runtime._fastalloc", "_cupric_fastalloc", "memory", "allocation extension",
-     "FAST_ALLOC"),
-    ("cupric.cublas._fastgemm", "_cupric_fastgemm", "cublas", "cuBLAS fast-path extension",
-     "CUBLAS_FASTPATH"),
-    ("cupric.cudnn._replay", "_cupric_dnnreplay", "cudnn", "cuDNN replay extension",
-     "CUDNN_FASTPATH"),
+    "cupric.runtime._fastlaunch",
+    "cupric.compiler._fastcall",
+    "cupric.runtime._fastalloc",
+    "cupric.cublas._fastgemm",
+    "cupric.cudnn._replay",
 )
 
 
@@ -96,6 +97,137 @@ static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *off) {
     return 0;
 }
 """
+
+#: The module-init boilerplate every fast-path source ends with. The source defines its
+#: ``methods`` table and, when the new module needs more than creating (types to ready,
+#: constants to add), ``static int module_ready(PyObject *m)`` returning -1 with an
+#: exception set on failure, announced by ``#define MODULE_READY module_ready``.
+MODULE_INIT = r"""
+static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, MODULE_NAME, NULL, -1, methods};
+
+PyMODINIT_FUNC INIT_NAME(void) {
+    PyObject *m = PyModule_Create(&moduledef);
+#ifdef MODULE_READY
+    if (m != NULL && MODULE_READY(m) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+#endif
+    return m;
+}
+"""
+
+
+class Extension:
+    """One compiled fast path and its state in this process: the C source, where its
+    build is cached, and the loaded (and configured) module or why there is none.
+
+    Parameters
+    ----------
+    prefix : str
+        The module-name prefix (`module_name` adds the Python tag and a source digest).
+    subdir : str
+        The folder under the cache root holding the build.
+    what : str
+        What it is, for messages ("allocation extension").
+    source : str
+        The C source (ending with `MODULE_INIT`).
+    switch : str, optional
+        The name of the `cupric._config` setting whose "0" turns the fast path off: `load`
+        then records "disabled by ..." and gives None, and `prefetch` skips it.
+    configure : callable, optional
+        Called with a freshly loaded module before anyone gets it (hands it the Python
+        types and entry points it reads); what it raises is recorded like a failed build.
+
+    Thread safety
+    -------------
+    `load` is safe from any thread: the first caller loads, the others wait for it.
+    """
+
+    __slots__ = ("prefix", "subdir", "what", "source", "switch", "configure", "module",
+                 "error", "_lock")
+
+    def __init__(self, prefix: str, subdir: str, what: str, source: str, *,
+                 switch: str | None = None, configure=None) -> None:
+        self.prefix, self.subdir, self.what, self.source = prefix, subdir, what, source
+        self.switch, self.configure = switch, configure
+        self.module = None              # the loaded and configured module
+        self.error: str | None = None   # why there is none; a failure is not retried
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        state = "loaded" if self.module is not None else (self.error or "not loaded")
+        return f"<Extension {self.prefix} ({state})>"
+
+    def enabled(self) -> bool:
+        """Whether the switch (if any) leaves the fast path on (read now)."""
+        return self.switch is None or bool(getattr(_config, self.switch).get())
+
+    def load(self, build: bool | None = None, wait: bool = True):
+        """The configured module (built into the cache if needed), or None.
+
+        `build` None follows ``CUPRIC_BUILD_LAUNCHER`` (anything but "0" builds); a
+        module that is missing and not to be built gives None and records nothing, so a
+        later call may still build it. A failure (build, load, `configure`, or the
+        switch turned off) is recorded in `error` and not retried within the process.
+
+        Raises
+        ------
+        Pending
+            `wait` is False and the build is still running in the background.
+        """
+        module = self.module
+        if module is not None:
+            return module
+        with self._lock:
+            if self.module is not None:
+                return self.module
+            if self.error is not None:
+                return None
+            if not self.enabled():
+                self.error = f"disabled by {getattr(_config, self.switch).name}=0"
+                return None
+            try:
+                module = open_extension(self.prefix, self.subdir, self.source, self.what,
+                                        build, wait=wait)
+                if module is None:
+                    return None
+                if self.configure is not None:
+                    self.configure(module)
+            except Pending:
+                raise
+            except Exception as exc:  # no compiler, headers, a stale file, another user's
+                # cache folder: recorded, and the Python paths run
+                self.error = f"{type(exc).__name__}: {exc}"[:500]
+                return None
+            self.module = module
+            return module
+
+    def pending(self) -> bool:
+        """Whether a background build was started and its result not yet taken (the
+        Python path runs meanwhile)."""
+        return self.module is None and self.error is None and started(self.prefix, self.source)
+
+    def forget(self) -> None:
+        """Drop the loaded module and the remembered error: the next `load` starts over
+        (tests, and a process that just installed a compiler)."""
+        with self._lock:
+            self.module = None
+            self.error = None
+
+    def start(self) -> None:
+        """Start the background build unless the module is cached, built or being built,
+        or the switch turns it off (what `prefetch` does for each fast path)."""
+        if not self.enabled():
+            return
+        name = module_name(self.prefix, self.source)
+        if name in _builds:
+            return
+        from cupric import _cache
+        directory = _cache.folder(self.subdir)
+        if directory is not None and _cache.load_blob(directory, name) is not None:
+            return  # cached: its own first use loads it
+        _start(name, directory, self.source, self.what)
 
 
 def open_extension(prefix: str, subdir: str, source: str, what: str,
@@ -202,18 +334,8 @@ def prefetch() -> None:
     import importlib
     if not _config.BUILD_LAUNCHER.get() or synchronous():
         return
-    for module_path, prefix, subdir, what, switch in FAST_PATHS:
-        if switch is not None and not getattr(_config, switch).get():
-            continue
-        source = importlib.import_module(module_path).SOURCE
-        name = module_name(prefix, source)
-        if name in _builds:
-            continue
-        from cupric import _cache
-        directory = _cache.folder(subdir)
-        if directory is not None and _cache.load_blob(directory, name) is not None:
-            continue  # cached: its own first use loads it
-        _start(name, directory, source, what)
+    for module_path in FAST_PATHS:
+        importlib.import_module(module_path).EXTENSION.start()
     if BINDINGS and _cpus() >= 4:
         # With fewer cores the children would slow the caller, which waits for them.
         from cupric.bindings_gen import prefetch as bindings

@@ -219,21 +219,18 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, MODULE_NAME, NULL, -1, methods};
+""" + _cext.MODULE_INIT
 
-PyMODINIT_FUNC INIT_NAME(void) { return PyModule_Create(&moduledef); }
-"""
-
-_module = None          # the built and imported extension
+#: The extension, loaded through the one cached loader (`cupric.runtime._cext`).
+EXTENSION = _cext.Extension("_cupric_fastalloc", "memory", "allocation extension", SOURCE,
+                            switch="FAST_ALLOC")
 _native = None          # its functions bound to the loaded libcuda
-_error: str | None = None
 _lock = threading.Lock()
-
 
 
 def build_error() -> str | None:
     """Why the extension could not be built, loaded or configured, or None."""
-    return _error
+    return EXTENSION.error
 
 
 def load(build: bool | None = None, wait: bool = True):
@@ -244,30 +241,17 @@ def load(build: bool | None = None, wait: bool = True):
     build still running in the background gives None (`pending` tells) instead of
     blocking.
     """
-    global _module, _error
-    if _module is not None:
-        return _module
-    with _lock:
-        if _module is not None:
-            return _module
-        if _error is not None:
-            return None
-        try:
-            _module = _cext.open_extension("_cupric_fastalloc", "memory", SOURCE,
-                                           "allocation extension", build, wait=wait)
-        except _cext.Pending:
-            return None
-        except Exception as exc:  # no compiler, headers or a stale file: recorded
-            _error = f"{type(exc).__name__}: {exc}"[:500]
-            return None
-        return _module
+    try:
+        return EXTENSION.load(build, wait)
+    except _cext.Pending:
+        return None
 
 
 def pending() -> bool:
     """Whether a background build of the extension was started and its result not yet
     taken (the Python path runs meanwhile; `native` gives the compiled path once the
     build is done, and records the error if it failed)."""
-    return _module is None and _error is None and _cext.started("_cupric_fastalloc", SOURCE)
+    return EXTENSION.pending()
 
 
 class Entry:
@@ -286,7 +270,7 @@ def native() -> Entry | None:
     `NoDriverError` without one); None when the extension cannot be built,
     ``CUPRIC_FAST_ALLOC=0``, or while it is being built (`pending`).
     """
-    global _native, _error
+    global _native
     if _native is not None:
         return _native
     if not _config.FAST_ALLOC.get():
@@ -301,7 +285,7 @@ def native() -> Entry | None:
             try:
                 _native = Entry(module, libcuda_addresses())
             except Exception as exc:  # a libcuda without these entry points: recorded
-                _error = f"{type(exc).__name__}: {exc}"[:500]
+                EXTENSION.error = f"{type(exc).__name__}: {exc}"[:500]
                 return None
     return _native
 

@@ -16,8 +16,6 @@ several threads never share one.
 
 from __future__ import annotations
 
-import threading
-
 from . import _cext
 
 __all__ = ["load", "build_error", "SOURCE"]
@@ -298,38 +296,18 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, MODULE_NAME, NULL, -1, methods};
+""" + _cext.MODULE_INIT
 
-PyMODINIT_FUNC INIT_NAME(void) { return PyModule_Create(&moduledef); }
-"""
-
-_module = None
-_error: str | None = None
-_lock = threading.Lock()
-
+#: The extension, loaded through the one cached loader (`cupric.runtime._cext`).
+EXTENSION = _cext.Extension("_cupric_fastlaunch", "launch", "launch extension", SOURCE)
 
 
 def build_error() -> str | None:
     """Why the extension could not be built or loaded, or None."""
-    return _error
+    return EXTENSION.error
 
 
 def load(build: bool = True):
-    """The extension module (built into the cache if needed and `build`), or None."""
-    global _module, _error
-    if _module is not None:
-        return _module
-    with _lock:
-        if _module is not None:
-            return _module
-        if _error is not None:
-            return None  # a failed build is not retried within one process
-        try:
-            _module = _cext.open_extension("_cupric_fastlaunch", "launch", SOURCE,
-                                           "launch extension", build)
-        except Exception as exc:  # no compiler or headers, a stale file: recorded
-            _error = f"{type(exc).__name__}: {exc}"[:500]
-            return None
-        return _module
-
-
+    """The extension module (built into the cache if needed and `build`), or None; a
+    failed build is not retried within one process (`build_error` says why)."""
+    return EXTENSION.load(build)

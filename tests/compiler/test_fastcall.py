@@ -63,8 +63,8 @@ def extensions(tmp_path_factory):
     mp.setenv("CUPRIC_BUILD_SYNC", "1")  # these two, here: no background builds of others
     from cupric.runtime import _fastlaunch
     for mod in (_fastlaunch, _fastcall):
-        mp.setattr(mod, "_module", None)
-        mp.setattr(mod, "_error", None)
+        mp.setattr(mod.EXTENSION, "module", None)
+        mp.setattr(mod.EXTENSION, "error", None)
     mp.setattr(_fastcall, "_enabled", True)
     assert _fastlaunch.load(build=True) is not None, _fastlaunch.build_error()
     assert _fastcall.load(build=True) is not None, _fastcall.build_error()
@@ -381,7 +381,7 @@ def test_switched_off_keeps_todays_path(driver, monkeypatch):
     assert _axpy._fast is not None and not launcher.is_compiled(_axpy._fast)
     assert type(_axpy[4, 64]) is kmod._Launcher
     monkeypatch.setattr(_fastcall, "_enabled", False)
-    monkeypatch.setattr(_fastcall, "_module", None)
+    monkeypatch.setattr(_fastcall.EXTENSION, "module", None)
     assert _fastcall.load() is None
 
 

@@ -247,8 +247,8 @@ def ext_fields():
 
 def test_disabled_by_environment(monkeypatch):
     monkeypatch.setenv("CUPRIC_CUBLAS_FASTPATH", "0")
-    monkeypatch.setattr(_fastgemm, "_module", None)
-    monkeypatch.setattr(_fastgemm, "_error", None)
+    monkeypatch.setattr(_fastgemm.EXTENSION, "module", None)
+    monkeypatch.setattr(_fastgemm.EXTENSION, "error", None)
     assert _fastgemm.load() is None
     assert "CUPRIC_CUBLAS_FASTPATH" in _fastgemm.build_error()
 

@@ -520,7 +520,7 @@ def test_remember_legacy_records_the_workspace_guard(ext, fake, monkeypatch):
     def spy(*args):
         seen["ws"] = args[9:11]
         return real(*args)
-    monkeypatch.setattr(_replay, "_module", type("M", (), {
+    monkeypatch.setattr(_replay.EXTENSION, "module", type("M", (), {
         "make_entry": staticmethod(spy), "key_of": staticmethod(ext.key_of),
         "set_torch": staticmethod(ext.set_torch), "set_cupy": staticmethod(ext.set_cupy)}))
     h = handle(fake)

@@ -25,9 +25,7 @@ TINY = r"""
 #include <Python.h>
 static PyObject *answer(PyObject *self, PyObject *args) { return PyLong_FromLong(ANSWER); }
 static PyMethodDef methods[] = {{"answer", answer, METH_NOARGS, ""}, {NULL, NULL, 0, NULL}};
-static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, MODULE_NAME, NULL, -1, methods};
-PyMODINIT_FUNC INIT_NAME(void) { return PyModule_Create(&moduledef); }
-"""
+""" + _cext.MODULE_INIT
 
 
 def tiny(answer: int) -> str:
@@ -45,8 +43,10 @@ def fresh(monkeypatch, tmp_path):
     for i, answer in enumerate((7, 8)):
         module = types.ModuleType(f"_cupric_test_fastpath{i}")
         module.SOURCE = tiny(answer)
+        module.EXTENSION = _cext.Extension(f"_cupric_t{i}", f"t{i}", f"test extension {i}",
+                                           module.SOURCE)
         monkeypatch.setitem(sys.modules, module.__name__, module)
-        paths.append((module.__name__, f"_cupric_t{i}", f"t{i}", f"test extension {i}", None))
+        paths.append(module.__name__)
     monkeypatch.setattr(_cext, "FAST_PATHS", tuple(paths))
     monkeypatch.setattr(_cext, "BINDINGS", ())
     yield
@@ -175,9 +175,9 @@ class Steps:
 def _unloaded(monkeypatch, fast_path, steps) -> None:
     """`fast_path` as before its first load, opening extensions through `steps`."""
     monkeypatch.setattr(_cext, "open_extension", steps)
-    monkeypatch.setattr(fast_path, "_configure", lambda m: None)
-    monkeypatch.setattr(fast_path, "_module", None)
-    monkeypatch.setattr(fast_path, "_error", None)
+    monkeypatch.setattr(fast_path.EXTENSION, "configure", lambda m: None)
+    monkeypatch.setattr(fast_path.EXTENSION, "module", None)
+    monkeypatch.setattr(fast_path.EXTENSION, "error", None)
 
 
 def test_cudnn_replay_switches_when_ready(monkeypatch):
@@ -222,24 +222,38 @@ def test_allocation_path_asks_again_while_pending(monkeypatch):
 def test_allocation_pending_state(monkeypatch):
     from cupric.runtime import _fastalloc
     monkeypatch.setattr(_cext, "_builds", {})
-    monkeypatch.setattr(_fastalloc, "_module", None)
-    monkeypatch.setattr(_fastalloc, "_error", None)
+    monkeypatch.setattr(_fastalloc.EXTENSION, "module", None)
+    monkeypatch.setattr(_fastalloc.EXTENSION, "error", None)
     assert not _fastalloc.pending()
     monkeypatch.setitem(_cext._builds, _cext.module_name("_cupric_fastalloc",
                                                          _fastalloc.SOURCE), _cext._Build())
     assert _fastalloc.pending()
-    monkeypatch.setattr(_fastalloc, "_error", "failed")
+    monkeypatch.setattr(_fastalloc.EXTENSION, "error", "failed")
     assert not _fastalloc.pending()                # a failed build: the Python path stays
 
 
 def test_every_fast_path_is_listed():
     import importlib
-    for module_path, prefix, subdir, what, switch in _cext.FAST_PATHS:
-        module = importlib.import_module(module_path)
-        assert isinstance(module.SOURCE, str) and "INIT_NAME" in module.SOURCE
-        if switch is not None:
-            from cupric import _config
-            assert isinstance(getattr(_config, switch), _config.Setting)
+    import pathlib
+
+    from cupric import _config
+    listed = set()
+    for module_path in _cext.FAST_PATHS:
+        ext = importlib.import_module(module_path).EXTENSION
+        assert isinstance(ext, _cext.Extension) and ext.source.endswith(_cext.MODULE_INIT)
+        if ext.switch is not None:
+            assert isinstance(getattr(_config, ext.switch), _config.Setting)
+        listed.add(module_path)
+    # Every module that opens an extension declares it and is listed (prefetch builds it).
+    root = pathlib.Path(_cext.__file__).parents[1]
+    for path in root.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        dotted = ".".join(path.relative_to(root.parent).with_suffix("").parts)
+        if dotted != "cupric.runtime._cext" and (
+                "Extension(" in text and "MODULE_INIT" in text):
+            assert dotted in listed, f"{dotted} declares an extension FAST_PATHS lacks"
+        assert "PyModuleDef_HEAD_INIT" not in text or dotted == "cupric.runtime._cext", \
+            f"{dotted} repeats the module-init boilerplate: end the source with MODULE_INIT"
 
 
 # -- generated bindings prepared in child processes ----------------------------------------

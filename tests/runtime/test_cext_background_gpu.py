@@ -45,9 +45,9 @@ for build in list(_cext._builds.values()):
 state["errors"] = [repr(b.error) for b in _cext._builds.values() if b.error is not None]
 second = step()        # installs the compiled paths, records entries
 third = step()         # runs them
-state["replay_installed"] = _replay.run is not _replay._first_call and _replay._module is not None
+state["replay_installed"] = _replay.run is not _replay._first_call and _replay.EXTENSION.module is not None
 state["gemm_installed"] = numpy_api._c_matmul is not _fastgemm._first_call and \\
-    _fastgemm._module is not None
+    _fastgemm.EXTENSION.module is not None
 np.savez(sys.argv[2], y1=first[0], c1=first[1], y2=second[0], c2=second[1], y3=third[0],
          c3=third[1])
 print(json.dumps(state))

@@ -296,8 +296,8 @@ def compiled(monkeypatch, tmp_path_factory):
     pytest.importorskip("setuptools")
     from cupric.runtime import _fastlaunch
     monkeypatch.setenv("CUPRIC_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
-    monkeypatch.setattr(_fastlaunch, "_module", None)
-    monkeypatch.setattr(_fastlaunch, "_error", None)
+    monkeypatch.setattr(_fastlaunch.EXTENSION, "module", None)
+    monkeypatch.setattr(_fastlaunch.EXTENSION, "error", None)
     assert _fastlaunch.load(build=True) is not None, _fastlaunch.build_error()
     keep = []
 
