@@ -15,7 +15,7 @@ import importlib
 
 _LAZY = {
     **{name: ("cupric.nccl.communicator", name) for name in (
-        "Communicator", "CommOptions", "UniqueId", "group", "poll_until",
+        "Communicator", "CommOptions", "UniqueId", "group", "poll_until", "join_aborts",
         "bus_bandwidth_factor", "ShapeMismatchError", "DtypeMismatchError",
         "OverlapError", "RankError")},
     **{name: ("cupric.nccl.tables", name) for name in (

@@ -14,13 +14,14 @@ import contextlib
 import dataclasses
 import threading
 import time
+import warnings
 
 from cupric.runtime import intake
 from cupric.runtime.resource import Resource
 
 from .tables import reduction_op, wire_type
 
-__all__ = ["Communicator", "CommOptions", "UniqueId", "group", "poll_until",
+__all__ = ["Communicator", "CommOptions", "UniqueId", "group", "poll_until", "join_aborts",
            "ShapeMismatchError", "DtypeMismatchError", "OverlapError", "RankError"]
 
 _UNDEF_INT = -2**31          # NCCL_CONFIG_UNDEF_INT (INT_MIN): "NCCL picks"
@@ -267,6 +268,72 @@ def _stream_done(handle: int) -> bool:
 
 
 # --------------------------------------------------------------------------------------
+# Aborting without waiting for the device
+
+
+def _make_current(device: int) -> None:
+    from cupric.runtime.device import Device
+    Device(device).make_current()
+
+
+def _abort_raw(raw: int, device: int) -> None:
+    """``ncclCommAbort`` of the communicator at address `raw`, made on `device`."""
+    from . import lib
+    _make_current(device)
+    status = lib.lib.ncclCommAbort(lib.ffi.cast("ncclComm_t", raw))
+    if status:
+        raise lib.error_of(status, prefix="ncclCommAbort")
+
+
+_aborting: set = set()          # background aborts still running
+_aborting_lock = threading.Lock()
+_exit_hook = [False]
+
+
+def _abort_in_background(raw: int, device: int, label: str) -> threading.Thread:
+    """Run `_abort_raw` on a thread of its own and return that thread.
+
+    ncclCommAbort sets the abort flag that NCCL's kernels poll at once, but then frees
+    the communicator's device memory, and a free waits for the whole device to finish:
+    a stream held by anything else (a host callback, a long kernel) would hold the
+    caller's timeout with it."""
+    def body():
+        try:
+            _abort_raw(raw, device)
+        except Exception as exc:  # reported, not swallowed: nobody waits for this thread
+            warnings.warn(f"cupric: ncclCommAbort of {label} failed: {exc}",
+                          RuntimeWarning, stacklevel=1)
+        finally:
+            with _aborting_lock:
+                _aborting.discard(thread)
+
+    thread = threading.Thread(target=body, name="cupric-nccl-abort", daemon=True)
+    with _aborting_lock:
+        _aborting.add(thread)
+        if not _exit_hook[0]:
+            import atexit
+            atexit.register(join_aborts, 60.0)  # runs before the runtime's exit hook
+            _exit_hook[0] = True
+    thread.start()
+    return thread
+
+
+def join_aborts(timeout: float | None = None) -> bool:
+    """Wait for the aborts that timeouts started in the background (see
+    `Communicator.abort`); True when none is left running. Called at exit."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        with _aborting_lock:
+            thread = next(iter(_aborting), None)
+        if thread is None:
+            return True
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return False
+        thread.join(left)
+
+
+# --------------------------------------------------------------------------------------
 # Groups
 
 
@@ -365,7 +432,7 @@ class Communicator(Resource):
     ...     comm.all_reduce(grads, op="avg", stream=stream)
     """
 
-    __slots__ = ("_comm", "_rank", "_size", "_device", "_options", "_multi")
+    __slots__ = ("_comm", "_rank", "_size", "_device", "_options", "_multi", "_aborter")
 
     def __init__(self, *args, **kwargs):
         raise TypeError("Communicator has no public constructor; use "
@@ -382,7 +449,7 @@ class Communicator(Resource):
         self = cls.__new__(cls)
         self._rank, self._size, self._device = rank, size, device
         self._options = options
-        self._comm = None
+        self._comm = self._aborter = None
         if multi is None:
             from cupric.runtime.device import device_count
             multi = device_count() > 1
@@ -612,9 +679,10 @@ class Communicator(Resource):
             lib.check(lib.lib.ncclCommGetAsyncError(comm, box), comm)
             return int(box[0])
 
+        raw = int(lib.ffi.cast("uintptr_t", comm))
         poll_until(lambda: status() != lib.IN_PROGRESS, status,
-                   lambda: lib.lib.ncclCommAbort(comm), timeout=options.timeout,
-                   what=what, interval=options.poll_interval)
+                   lambda: _abort_in_background(raw, self._device, what),
+                   timeout=options.timeout, what=what, interval=options.poll_interval)
 
     def _wait_queued(self, what: str) -> None:
         """Wait for a non-blocking call to finish queueing (async error no longer
@@ -622,7 +690,7 @@ class Communicator(Resource):
         from . import lib
         opts = self._options
         poll_until(lambda: self.async_error() != lib.IN_PROGRESS, self.async_error,
-                   self.abort, timeout=opts.timeout, what=what,
+                   self._abort_nowait, timeout=opts.timeout, what=what,
                    interval=opts.poll_interval)
 
     def wait(self, stream=None, timeout: float | None = ...) -> None:
@@ -641,16 +709,38 @@ class Communicator(Resource):
         """
         handle = intake.stream_handle(stream)
         timeout = self._options.timeout if timeout is ... else timeout
-        poll_until(lambda: _stream_done(handle), self.async_error, self.abort,
+        poll_until(lambda: _stream_done(handle), self.async_error, self._abort_nowait,
                    timeout=timeout, what=f"work on stream 0x{handle:x}",
                    interval=self._options.poll_interval)
 
-    def abort(self) -> None:
+    def _abort_nowait(self) -> None:
+        self.abort(wait=False)
+
+    def abort(self, *, wait: bool = True) -> None:
         """Abort (``ncclCommAbort``): stop the clique's pending work on this rank and free
         the communicator without waiting for peers. For a failed or stuck clique; after
         it, buffers the pending collectives wrote hold no defined values. A second call,
-        or one on a closed communicator, does nothing."""
+        or one on a closed communicator, does nothing (with `wait`, it waits for an
+        abort still running).
+
+        Parameters
+        ----------
+        wait : bool
+            True returns once ``ncclCommAbort`` has returned, raising its error. False
+            returns at once and aborts on a background thread (a failure is reported as
+            a `RuntimeWarning`): the timeout paths use it, since ``ncclCommAbort``
+            frees the communicator's device memory, and a free waits until the device
+            has finished its work, including work on streams that have nothing to do
+            with NCCL (`join_aborts` waits for such aborts).
+
+        Raises
+        ------
+        NcclError
+            With `wait`, when ``ncclCommAbort`` fails.
+        """
         if self._closed:
+            if wait and self._aborter is not None:
+                self._aborter.join()
             return
         self._closed = True
         fin = self._finalizer
@@ -658,13 +748,10 @@ class Communicator(Resource):
             return
         if fin.detach() is None:
             return
-        from cupric.runtime.device import Device
-
-        from . import lib
-        Device(self._device).make_current()
-        status = lib.lib.ncclCommAbort(lib.ffi.cast("ncclComm_t", self._handle))
-        if status:
-            raise lib.error_of(status, prefix="ncclCommAbort")
+        if wait:
+            _abort_raw(self._handle, self._device)
+        else:
+            self._aborter = _abort_in_background(self._handle, self._device, self._label())
 
     def close(self) -> None:
         """Finish the clique's queued work (``ncclCommFinalize``, within the timeout for a
@@ -691,7 +778,7 @@ class Communicator(Resource):
             elif status:
                 raise lib.error_of(status, comm, prefix="ncclCommFinalize")
         except BaseException:
-            self.abort()
+            self.abort(wait=False)
             raise
         super().close()
 

@@ -6,6 +6,8 @@ pass reach it with the right counts, types, operators, pointers and stream)."""
 from __future__ import annotations
 
 import pickle
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -212,12 +214,72 @@ def test_wait_of_a_non_blocking_call_times_out_and_aborts(monkeypatch):
     monkeypatch.setattr(lib, "lib", fake)
     aborted = []
     monkeypatch.setattr(C.Communicator, "async_error", lambda self: lib.IN_PROGRESS)
-    monkeypatch.setattr(C.Communicator, "abort", lambda self: aborted.append(self))
+    monkeypatch.setattr(C.Communicator, "abort",
+                        lambda self, wait=True: aborted.append((self, wait)))
     x = FakeDeviceArray(0x10000, (64,))
     with pytest.raises(lib.NcclTimeoutError, match="ncclAllReduce did not finish"):
         comm.all_reduce(x)
-    assert aborted == [comm]
+    assert aborted == [(comm, False)]   # a timeout does not wait for the abort
     assert [name for name, _ in fake.calls] == ["ncclAllReduce"]
+
+
+class _BlockingAbortLib(RecordingLib):
+    """ncclCommAbort blocks until `release` is set, as the real one does while the
+    device is busy (it frees device memory, which waits for the whole device)."""
+
+    def __init__(self, status=0):
+        super().__init__()
+        self.release = threading.Event()
+        self.abort_status = status
+
+    def ncclCommAbort(self, comm):
+        self.calls.append(("ncclCommAbort", pointer(lib, comm)))
+        self.release.wait(10)
+        return self.abort_status
+
+
+@pytest.fixture
+def busy_device(monkeypatch):
+    lib.binding.load()
+    fake = _BlockingAbortLib()
+    monkeypatch.setattr(lib, "lib", fake)
+    monkeypatch.setattr(C, "_make_current", lambda device: None)
+    monkeypatch.setattr(C, "_stream_done", lambda handle: False)   # a stream held forever
+    monkeypatch.setattr(C.Communicator, "async_error", lambda self: 0)
+    yield fake
+    fake.release.set()
+    assert C.join_aborts(10)
+
+
+def _owned(timeout):
+    return C.Communicator._blank(0x2000, 0, 1, 0, C.CommOptions(timeout=timeout),
+                                 multi=False)
+
+
+def test_a_timed_out_wait_raises_without_waiting_for_the_abort(busy_device):
+    comm = _owned(0.05)
+    start = time.monotonic()
+    with pytest.raises(lib.NcclTimeoutError, match="did not finish within 0.05 s"):
+        comm.wait(stream=0x10)
+    assert time.monotonic() - start < 1.0    # the abort itself is still blocked
+    assert comm.closed and not C.join_aborts(0.05)
+    busy_device.release.set()
+    assert C.join_aborts(10)
+    assert busy_device.calls == [("ncclCommAbort", 0x2000)]   # once, on the right handle
+    comm.abort()                              # nothing left to do
+    assert busy_device.calls == [("ncclCommAbort", 0x2000)]
+
+
+def test_an_explicit_abort_waits_and_a_background_failure_warns(busy_device):
+    busy_device.release.set()
+    busy_device.abort_status = lib.ncclInternalError
+    comm = _owned(5.0)
+    with pytest.raises(lib.NcclInternalError, match="ncclCommAbort"):
+        comm.abort()                          # wait=True: NCCL's error is raised
+    other = _owned(5.0)
+    with pytest.warns(RuntimeWarning, match="ncclCommAbort of nccl.Communicator"):
+        other.abort(wait=False)
+        assert C.join_aborts(10)
 
 
 # --------------------------------------------------------------------------------------
