@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from cupric.runtime import graph as g
+from cupric.runtime import graph_nodes as gn
 
 sys.path.insert(0, str(Path(__file__).parent))
 import graph_node_kernels as gk  # noqa: E402
@@ -38,7 +39,7 @@ def test_kernel_params_pack_as_a_launch_does():
     prepared = _Prepared(("f32", "ptr", "i64", "i8", ("bytes", 12, 4)))
     record = np.zeros((), dtype=[("a", "<i4"), ("b", "<f4"), ("c", "<i4")])
     record["a"], record["b"], record["c"] = 7, 2.5, -3
-    params, (buf, argv) = g._kernel_params(prepared, [1.5, 0xDEAD0000, 1 << 40, 1, record])
+    params, (buf, argv) = gn._kernel_params(prepared, [1.5, 0xDEAD0000, 1 << 40, 1, record])
     assert params.kernelParams == ctypes.addressof(argv)
     f32 = struct.unpack("<f", ctypes.string_at(argv[0], 4))[0]
     ptr = struct.unpack("<Q", ctypes.string_at(argv[1], 8))[0]
@@ -52,11 +53,11 @@ def test_kernel_params_pack_as_a_launch_does():
 def test_kernel_params_refuse_bad_values():
     from cupric.runtime.launch import KernelArgumentError
     with pytest.raises(KernelArgumentError, match="takes 2 parameter values, got 1"):
-        g._kernel_params(_Prepared(("f32", "ptr")), [1.0])
+        gn._kernel_params(_Prepared(("f32", "ptr")), [1.0])
     with pytest.raises(KernelArgumentError, match="host NumPy array"):
-        g._kernel_params(_Prepared(("ptr",)), [np.zeros(3)])
+        gn._kernel_params(_Prepared(("ptr",)), [np.zeros(3)])
     with pytest.raises(KernelArgumentError, match="struct of 8 bytes"):
-        g._kernel_params(_Prepared((("bytes", 8, 4),)), [b"abc"])
+        gn._kernel_params(_Prepared((("bytes", 8, 4),)), [b"abc"])
 
 
 def test_cupric_kernel_node_arguments_are_checked_before_the_gpu():
@@ -71,25 +72,25 @@ def test_cupric_kernel_node_arguments_are_checked_before_the_gpu():
 
 def test_copy_endpoints():
     host = np.arange(6, dtype=np.float32)
-    ptr, kind, size, keep = g._endpoint(host, "src")
+    ptr, kind, size, keep = gn._endpoint(host, "src")
     assert (ptr, kind, size, keep is host) == (host.ctypes.data, "host", 24, True)
     with pytest.raises(ValueError, match="C-contiguous"):
-        g._endpoint(np.zeros((4, 4))[:, ::2], "src")
+        gn._endpoint(np.zeros((4, 4))[:, ::2], "src")
     frozen = np.zeros(3)
     frozen.flags.writeable = False
     with pytest.raises(ValueError, match="read-only"):
-        g._endpoint(frozen, "dst", writable=True)
+        gn._endpoint(frozen, "dst", writable=True)
 
 
 def test_host_functions_stay_registered_with_their_owner_and_report_errors():
     from cupric.runtime.stream import HostCallbackError
     calls = []
-    owner = g._HostFunctions()
+    owner = gn._HostFunctions()
     ok = owner.add(calls.append, ("ran",))
     bad = owner.add(lambda: 1 / 0, ())
     for _ in range(2):  # runs on every launch, unlike a stream callback
-        g._graph_host_trampoline(ok)
-    g._graph_host_trampoline(bad)
+        gn._graph_host_trampoline(ok)
+    gn._graph_host_trampoline(bad)
     assert calls == ["ran", "ran"]
     with pytest.raises(HostCallbackError) as info:
         owner.raise_pending()
@@ -98,7 +99,7 @@ def test_host_functions_stay_registered_with_their_owner_and_report_errors():
     del owner, info  # the traceback holds raise_pending's frame, hence the owner
     import gc
     gc.collect()
-    assert ok not in g._host_registry and bad not in g._host_registry
+    assert ok not in gn._host_registry and bad not in gn._host_registry
 
 
 def test_graph_has_no_public_constructor():
