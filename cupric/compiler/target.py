@@ -98,23 +98,14 @@ def ptx_target(ptx: str | bytes) -> str:
     return match.group(1)
 
 
-@functools.cache
 def _driver():
-    """`cuda.bindings.driver`, or None when no driver library is installed.
+    """`cuda.bindings.driver` with ``cuInit`` done, or None without a usable driver.
 
-    Cached: whether libcuda exists does not change while the process runs, and probing
-    for a missing one searches the file system each time.
+    The runtime's probe (`cupric.runtime.native.driver`), the one cupric has: it caches
+    its answer, a failure included, for the life of the process.
     """
-    from cuda.bindings import driver
-    from cuda.pathfinder import DynamicLibNotFoundError
-
-    try:
-        err, _ = driver.cuDriverGetVersion()
-    except DynamicLibNotFoundError:  # no libcuda.so: a machine without a GPU driver
-        return None
-    if err != driver.CUresult.CUDA_SUCCESS:
-        return None
-    return driver
+    from cupric.runtime import native
+    return native.driver() if native.driver_available() else None
 
 
 @functools.cache
@@ -123,15 +114,12 @@ def driver_version() -> tuple[int, int] | None:
 
     Cost
     ----
-    First call loads libcuda (no context is created); cached.
+    First call loads libcuda and initializes it (no context is created); cached.
     """
-    driver = _driver()
-    if driver is None:
+    if _driver() is None:
         return None
-    err, version = driver.cuDriverGetVersion()
-    if err != driver.CUresult.CUDA_SUCCESS:
-        return None
-    return version // 1000, (version % 1000) // 10
+    from cupric.runtime import native
+    return native.driver_version()
 
 
 def driver_max_ptx_isa() -> tuple[int, int] | None:
@@ -142,31 +130,19 @@ def driver_max_ptx_isa() -> tuple[int, int] | None:
 
 @functools.cache
 def _device_arch(ordinal: int) -> str | None:
-    driver = _driver()
-    if driver is None:
+    from cupric.runtime.device import Device
+    from cupric.runtime.errors import CudaError
+    try:
+        return Device(ordinal).arch  # the runtime's compute-capability query
+    except CudaError:
         return None
-    (err,) = driver.cuInit(0)
-    if err != driver.CUresult.CUDA_SUCCESS:
-        return None
-    err, device = driver.cuDeviceGet(ordinal)
-    if err != driver.CUresult.CUDA_SUCCESS:
-        return None
-    attribute = driver.CUdevice_attribute
-    err, major = driver.cuDeviceGetAttribute(
-        attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device)
-    if err != driver.CUresult.CUDA_SUCCESS:
-        return None
-    err, minor = driver.cuDeviceGetAttribute(
-        attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device)
-    if err != driver.CUresult.CUDA_SUCCESS:
-        return None
-    return f"sm_{major}{minor}"
 
 
 def current_arch() -> str | None:
     """The architecture of the current context's device (device 0 if none is current).
 
     Returns None when there is no driver or no device, so callers fall back to a default.
+    Never creates a context.
 
     Cost
     ----
@@ -174,9 +150,6 @@ def current_arch() -> str | None:
     """
     driver = _driver()
     if driver is None:
-        return None
-    (err,) = driver.cuInit(0)
-    if err != driver.CUresult.CUDA_SUCCESS:
         return None
     err, device = driver.cuCtxGetDevice()
     ordinal = int(device) if err == driver.CUresult.CUDA_SUCCESS else 0
