@@ -14,12 +14,15 @@ from __future__ import annotations
 import importlib
 
 _LAZY = {
-    **{name: ("cupric.nccl.communicator", name) for name in (
-        "Communicator", "CommOptions", "UniqueId", "group", "poll_until", "join_aborts",
-        "bus_bandwidth_factor", "ShapeMismatchError", "DtypeMismatchError",
-        "OverlapError", "RankError")},
+    "Communicator": ("cupric.nccl.communicator", "Communicator"),
+    **{name: ("cupric.nccl.options", name) for name in ("CommOptions", "UniqueId")},
+    **{name: ("cupric.nccl.waiting", name) for name in (
+        "group", "poll_until", "join_aborts")},
+    **{name: ("cupric.nccl.collectives", name) for name in (
+        "ShapeMismatchError", "DtypeMismatchError", "OverlapError", "RankError")},
     **{name: ("cupric.nccl.tables", name) for name in (
-        "DTYPES", "EXTRA_DTYPES", "OPS", "UnsupportedDtypeError", "nccl_dtype")},
+        "DTYPES", "EXTRA_DTYPES", "OPS", "UnsupportedDtypeError", "nccl_dtype",
+        "bus_bandwidth_factor")},
     **{name: ("cupric.nccl.lib", name) for name in (
         "NcclError", "NcclCudaError", "NcclSystemError", "NcclInternalError",
         "NcclInvalidArgumentError", "NcclInvalidUsageError", "NcclRemoteError",

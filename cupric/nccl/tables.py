@@ -108,3 +108,27 @@ def wire_type(dtype, torch_dtype: str | None, count: int, op: int | None) -> tup
         f"NCCL cannot reduce {name} with {ops[0] if ops else op!r}: reductions take "
         f"int8/uint8/int32/uint32/int64/uint64, float16/bfloat16/float32/float64 (and "
         f"float8 on NCCL >= 2.24), complex64/complex128 under sum and avg")
+
+
+def bus_bandwidth_factor(collective: str, world_size: int) -> float:
+    """NCCL's bus-bandwidth factor (nccl-tests' definition): bus bandwidth = algorithm
+    bandwidth (bytes / time) times this. all_reduce 2(n-1)/n; all_gather and
+    reduce_scatter (n-1)/n (of the larger buffer's bytes); broadcast, reduce 1;
+    all_to_all (n-1)/n.
+
+    Raises
+    ------
+    ValueError
+        For an unknown collective or a world size below 1.
+    """
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    n = world_size
+    factors = {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n,
+               "reduce_scatter": (n - 1) / n, "all_to_all": (n - 1) / n,
+               "broadcast": 1.0, "reduce": 1.0}
+    try:
+        return factors[collective]
+    except KeyError:
+        raise ValueError(f"unknown collective {collective!r}; one of "
+                         f"{', '.join(factors)}") from None

@@ -20,6 +20,8 @@ if not nccl.is_available():
                 allow_module_level=True)
 
 from cupric.nccl import communicator as C  # noqa: E402
+from cupric.nccl import options as O  # noqa: E402
+from cupric.nccl import waiting as W  # noqa: E402
 from cupric.nccl import lib, tables  # noqa: E402
 from cupric.runtime import intake  # noqa: E402
 
@@ -44,9 +46,9 @@ def test_op_table_and_constants_match_the_header():
     assert tables.OPS == {"sum": lib.ncclSum, "prod": lib.ncclProd, "max": lib.ncclMax,
                           "min": lib.ncclMin, "avg": lib.ncclAvg}
     assert (lib.SUCCESS, lib.IN_PROGRESS) == (lib.ncclSuccess, lib.ncclInProgress)
-    assert C._UNDEF_INT == lib.NCCL_CONFIG_UNDEF_INT
-    assert C._SPLIT_NOCOLOR == lib.NCCL_SPLIT_NOCOLOR
-    assert C._UNIQUE_ID_BYTES == lib.NCCL_UNIQUE_ID_BYTES == lib.ffi.sizeof("ncclUniqueId")
+    assert O._UNDEF_INT == lib.NCCL_CONFIG_UNDEF_INT
+    assert O._SPLIT_NOCOLOR == lib.NCCL_SPLIT_NOCOLOR
+    assert O._UNIQUE_ID_BYTES == lib.NCCL_UNIQUE_ID_BYTES == lib.ffi.sizeof("ncclUniqueId")
 
 
 def test_nccl_dtype_reads_numpy_ml_dtypes_and_torch_names():
@@ -243,7 +245,7 @@ def busy_device(monkeypatch):
     lib.binding.load()
     fake = _BlockingAbortLib()
     monkeypatch.setattr(lib, "lib", fake)
-    monkeypatch.setattr(C, "_make_current", lambda device: None)
+    monkeypatch.setattr(W, "_make_current", lambda device: None)
     monkeypatch.setattr(C, "_stream_done", lambda handle: False)   # a stream held forever
     monkeypatch.setattr(C.Communicator, "async_error", lambda self: 0)
     yield fake
@@ -422,7 +424,7 @@ def test_group_context_manager_ends_the_group_even_on_errors(recorded):
             comm.recv(A(0x20000, (4,)), peer=7)
     assert [n for n, _ in recorded.calls] == ["ncclGroupStart", "ncclSend",
                                               "ncclGroupEnd"]
-    assert C._group_state()[0] == 0
+    assert W._group_state()[0] == 0
 
 
 def test_failing_status_raises_the_typed_error(recorded):
