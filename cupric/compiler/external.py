@@ -18,7 +18,7 @@ import os
 import re
 import threading
 
-from cupric.device._intrinsic import Intrinsic, OutsideKernelError, current
+from cupric.device.registry import Intrinsic, OutsideKernelError, current
 
 __all__ = ["ExternalFunction", "declare_device", "external_for_ptx", "NvrtcError",
            "compile_cuda"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..device import _intrinsic
+from ..device import registry
 from ._impl import COLLECTIVES
 from ._live import BLOCKED, LiveSet
 from ._state import BlockState, LaunchState, ThreadState
@@ -24,7 +24,7 @@ def run_generators(gen_func, args, launch: LaunchState, block_ids, thread_ids, l
     """Run every block (or the whole grid, in grid mode) with `gen_func` generators."""
     nb = launch.nthreads
     tids = thread_ids
-    previous = _intrinsic.current()
+    previous = registry.current()
     try:
         with np.errstate(all="ignore"):
             if launch.mode == "grid":
@@ -36,7 +36,7 @@ def run_generators(gen_func, args, launch: LaunchState, block_ids, thread_ids, l
                 for bid in block_ids:
                     _run_job(gen_func, args, launch, states, [bid], tids, located, returned)
     finally:
-        _intrinsic.install(previous)
+        registry.install(previous)
 
 
 def _run_job(gen_func, args, launch, states, bids, tids, located, returned) -> None:
@@ -52,7 +52,7 @@ def _run_job(gen_func, args, launch, states, bids, tids, located, returned) -> N
         st.result = None
         st.atomics = 0
     runnable = live.runnable
-    install = _intrinsic.install
+    install = registry.install
     st = None
     try:
         while runnable:

@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from .. import types as _t
-from ..device import _intrinsic
+from ..device import registry
 from ..device.atomic import ORDERS, SCOPES
 from ..device.errors import KernelIndexError, KernelTrapError
 from ._array import SimArray, _has_negative, unwrap
@@ -388,7 +388,7 @@ _NUM = _INT | _FLOAT
 
 
 def _target(op: str, arr, idx, allowed, scope, order, orders=ORDERS):
-    s = _intrinsic.current()
+    s = registry.current()
     if s.live is not None:
         # Spin loops wait through atomics: now and then, let the other live threads run.
         s.atomics += 1

@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from cupric import _config
-from ..device import _intrinsic
+from ..device import registry
 from ..device.errors import KernelAssertionError, KernelError
 from ..types import scalar_from_dtype
 from . import _impl, _impl_half, _impl_math, _impl_mma, _impl_wide  # noqa: F401  (they fill the implementation table)
@@ -210,8 +210,8 @@ def run(func, body, grid, block, args, *, shared_bytes: int = 0, mode: str | Non
 def _run_serial(func, args, launch: LaunchState) -> None:
     state = ThreadState(launch)
     tids = _thread_ids(launch.block)
-    previous = _intrinsic.current()
-    _intrinsic.install(state)
+    previous = registry.current()
+    registry.install(state)
     try:
         with np.errstate(all="ignore"):
             for bid in _block_ids(launch.grid):
@@ -229,7 +229,7 @@ def _run_serial(func, args, launch: LaunchState) -> None:
             raise
         raise located from exc
     finally:
-        _intrinsic.install(previous)
+        registry.install(previous)
 
 
 def _timeout() -> float:
@@ -271,7 +271,7 @@ class _Pool:
 
     def _work(self, i: int) -> None:
         state = self.states[i]
-        _intrinsic.install(state)
+        registry.install(state)
         nb = self.launch.nthreads
         seen = 0
         with np.errstate(all="ignore"):

@@ -13,7 +13,7 @@ import sys
 import types
 import weakref
 
-from ..device._intrinsic import Dim3, Intrinsic, Namespace
+from ..device.registry import Dim3, Intrinsic, Namespace
 from ..device.kinds import BLOCK_COLLECTIVES, GRID_COLLECTIVES, WARP_COLLECTIVES
 
 __all__ = ["needs", "needs_of_values", "reaches", "PAUSING"]

@@ -28,7 +28,7 @@ import threading
 import types
 import weakref
 
-from ..device._intrinsic import Intrinsic, Namespace
+from ..device.registry import Intrinsic, Namespace
 from ..device.kinds import CONVERGENT
 from ._scan import _foreign, _python_function, reaches
 

@@ -26,7 +26,7 @@ from cupric.compiler.typing.ktypes import (NONE, WEAK_FLOAT, WEAK_INT, ObjectTyp
                                            TupleType, VectorType, WeakType, is_numeric,
                                            is_scalar, materialize)
 from cupric.compiler.typing.promote import PromotionError, promote, unify
-from cupric.device._intrinsic import Dim3, Intrinsic, Namespace
+from cupric.device.registry import Dim3, Intrinsic, Namespace
 from cupric.device.vector import Vector
 from cupric.types import ArrayType, ScalarType, Type, bool_, f64, i64, scalar_from_dtype
 
