@@ -268,7 +268,8 @@ class Call:
     (array-likes are converted). Outputs are allocated where the inputs live.
     """
 
-    __slots__ = ("op", "simulator", "stream", "_scratch", "_handle", "_ordered")
+    __slots__ = ("op", "simulator", "stream", "_scratch", "_handle", "_ordered",
+                 "_foreign")
 
     def __init__(self, op: str, stream=None) -> None:
         self.op = op
@@ -277,6 +278,7 @@ class Call:
         self._scratch = []
         self._handle = None
         self._ordered = None  # producers' streams this call's stream is ordered after
+        self._foreign = False  # whether an argument was read as a `Foreign` array
 
     @property
     def handle(self) -> int:
@@ -390,6 +392,8 @@ class Call:
                                      f"strides {arr.strides}")
                 arr = arr.reshape(-1)
             return arr if dtype is None else arr.view(dtype)
+        if arr.__class__ is Foreign:  # C-contiguous by construction
+            return arr.flat(dtype)
         if arr.ndim == 1:  # strided too: the kernels take 1-D strides
             if dtype is None or dtype is arr.dtype:
                 return arr
@@ -405,6 +409,8 @@ class Call:
         if self.simulator:
             kern.simulate[grid, block, None, shared_bytes](*args)
             return
+        if self._foreign:
+            args = tuple([a.launchable() if a.__class__ is Foreign else a for a in args])
         # What `kern[grid, block, stream, shared_bytes](*args)` runs, without building
         # the launch configuration object: the kernel's generated launcher for its common
         # signature (it sends anything else to the general path), else the general path.
@@ -427,6 +433,34 @@ class Call:
             if obj._alloc._closed:  # nothing to order: the buffer itself
                 _check_open(obj, f"{self.op}: {name}")
             return obj
+        if cls is Foreign:  # read by an earlier call (a kernel calling another)
+            self._foreign = True
+            return obj
+        adapter = _ADAPTERS.get(cls, _UNSEEN)
+        if adapter is _UNSEEN:
+            adapter = _adapter_for(cls)
+        if adapter is not None:
+            kind = adapter.kind
+            if kind == "torch":
+                arr = _read_torch(obj, adapter)
+                if arr is not None and _single_device():
+                    self._foreign = True
+                    return arr
+            elif kind == "cupy":
+                arr = _read_cupy(obj, adapter)
+                if arr is not None and _single_device():
+                    # CuPy's interface names its current stream as every array's
+                    # producer. Where that is the legacy stream and so is the call's,
+                    # nothing is to be ordered and the launch takes the array itself;
+                    # otherwise the call orders its stream once and launches views
+                    # (the launch path would order again for each array it reads).
+                    if adapter.current_stream is not None:
+                        producer = adapter.current_stream() or 1
+                        if producer != 1 or self.stream is not None:
+                            self._order_after(producer)
+                            arr.direct = False
+                    self._foreign = True
+                    return arr
         if isinstance(obj, np.ndarray):
             raise TypeError(f"{self.op}: {name} is a host NumPy array; copy it to the "
                             f"device first (cupric.runtime.to_device({name}))")
@@ -439,10 +473,153 @@ class Call:
             raise exc.__class__(f"{self.op}: {exc}") from None
 
 
+    def _order_after(self, producer: int) -> None:
+        """Order the call's stream after a producer's stream (a CAI v3 ``stream``
+        value), once per producer and call; nothing where CUDA orders them already."""
+        ordered = self._ordered
+        if ordered is None:
+            ordered = self._ordered = []
+        if producer not in ordered:
+            _order_after(self.handle, (producer,))
+            ordered.append(producer)
+
+
+class Foreign:
+    """A PyTorch tensor or CuPy array as a ready kernel's host code sees it: NumPy dtype,
+    shape and size read once from the array's own attributes, the array itself handed
+    to the kernel's launch.
+
+    Made by `Call.array` for non-empty C-contiguous CUDA arrays of the adapters' kinds
+    on a one-GPU machine (anything else takes the intake layer's borrow, with its
+    checks and errors). A launch gets the array itself where it is 1-D in its own dtype
+    (the kernel's compiled launcher reads PyTorch tensors and CuPy arrays directly,
+    with no DeviceBuffer made), else a DeviceBuffer view over the same memory made for
+    that launch only. Any other DeviceBuffer attribute (``view``, ``reshape``, ...) is
+    answered by a borrow that keeps the array alive (`buffer`).
+
+    Safety
+    ------
+    The launch views carry no owner: the call's caller holds the array for the call,
+    and nothing of them outlives the launch.
+    """
+
+    __slots__ = ("obj", "kind", "shape", "dtype", "itemsize", "size", "ndim", "direct")
+
+    readonly = False  # PyTorch and CuPy never export read-only memory
+    is_c_contiguous = True
+
+    def __init__(self, obj, kind, shape, dtype, size, direct) -> None:
+        self.obj = obj
+        self.kind = kind
+        self.shape = shape
+        self.dtype = dtype
+        self.itemsize = dtype.itemsize
+        self.size = size
+        self.ndim = len(shape)
+        self.direct = direct  # `obj` itself is this 1-D array (same dtype, rank 1)
+
+    @property
+    def ptr(self) -> int:
+        obj = self.obj
+        return obj.data_ptr() if self.kind == "torch" else obj.data.ptr
+
+    @property
+    def strides(self) -> tuple:
+        from cupric.runtime.memory import c_strides
+        return tuple(c_strides(self.shape, self.itemsize))
+
+    def flat(self, dtype=None) -> "Foreign":
+        """The 1-D view of all items, read as `dtype` (same item size) when given."""
+        if dtype is None or dtype == self.dtype:
+            if self.ndim == 1:
+                return self
+            dtype = self.dtype
+        elif dtype.itemsize != self.itemsize:
+            raise ValueError(f"cannot view {self.dtype} items as {dtype}")
+        return Foreign(self.obj, self.kind, (self.size,), dtype, self.size, False)
+
+    def launchable(self):
+        """What a launch takes: the array itself, or a view over its memory for this
+        launch (see Safety)."""
+        if self.direct:
+            return self.obj
+        shape = self.shape
+        return _DeviceBuffer._make(_TRANSIENT, self.ptr, shape,
+                                   tuple(_c_strides(shape, self.itemsize)), self.dtype,
+                                   False, None)
+
+    def buffer(self):
+        """A DeviceBuffer borrowing the memory, keeping the array alive."""
+        from cupric.runtime.memory import borrow_validated
+        return borrow_validated(self.ptr, self.shape, self.strides, self.dtype, False,
+                                self.obj, None)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.buffer(), name)
+
+    def __repr__(self) -> str:
+        return f"<Foreign {self.kind} shape={self.shape} dtype={self.dtype}>"
+
+
+def _read_torch(t, adapter):
+    """A non-empty C-contiguous CUDA tensor (strided, no autograd, a dtype NumPy names)
+    as a `Foreign`, else None (the intake layer then reads it, or raises)."""
+    dtype = adapter.dtypes.get(t.dtype)
+    if dtype is None or dtype.kind == "V" or not t.is_cuda or t.requires_grad or \
+            t.layout is not adapter.strided or not t.is_contiguous():
+        return None
+    size = t.numel()
+    if not size:
+        return None
+    shape = tuple(t.shape)
+    return Foreign(t, "torch", shape, dtype, size, len(shape) == 1)
+
+
+def _read_cupy(a, adapter):
+    """A non-empty C-contiguous CuPy array as a `Foreign`, else None."""
+    dtype = adapter.dtypes[a.dtype]
+    if dtype is False:
+        return None
+    size = a.size
+    if not size:
+        return None
+    shape = a.shape
+    try:
+        contiguous = a._c_contiguous  # CuPy's own flag, a plain field
+    except AttributeError:  # an array class without it: from the strides
+        contiguous = _is_c_contiguous(shape, a.strides, dtype.itemsize)
+    if not contiguous:
+        return None
+    return Foreign(a, "cupy", shape, dtype, size, len(shape) == 1)
+
+
+def _transient_allocation():
+    """The allocation record of `Foreign.launchable`'s views: borrowed, never closed,
+    owning nothing (one record serves them all; each view lives for one launch)."""
+    from cupric.runtime.memory import BORROWED, _Allocation
+    alloc = _Allocation.__new__(_Allocation)
+    alloc.ptr = 0
+    alloc.nbytes = -1
+    alloc.kind = BORROWED
+    alloc.device = -1
+    alloc.owner = None
+    alloc._init_resource(0, None)
+    return alloc
+
+
+from cupric.runtime.array_adapters import ADAPTERS as _ADAPTERS  # noqa: E402
+from cupric.runtime.array_adapters import adapter_for as _adapter_for  # noqa: E402
 from cupric.runtime.intake import as_buffer as _as_buffer  # noqa: E402
+from cupric.runtime.intake import order_after as _order_after  # noqa: E402
+from cupric.runtime.memory import c_strides as _c_strides  # noqa: E402
+from cupric.runtime.memory import is_c_contiguous as _is_c_contiguous  # noqa: E402
 from cupric.runtime.intake import check_open as _check_open  # noqa: E402
 from cupric.runtime.intake import stream_handle as _stream_handle  # noqa: E402
 from cupric.runtime.memory import DeviceBuffer as _DeviceBuffer  # noqa: E402
+
+_TRANSIENT = _transient_allocation()
 
 
 def vector(buf, dtype=None):

@@ -12,8 +12,7 @@ import numpy as np
 import cupric
 from cupric.device import (FULL_MASK, atomic, blockDim, blockIdx, grid, gridDim, gridsize,
                            shared, syncthreads, threadfence, threadIdx, unroll, vload, warp)
-from cupric.kernels._common import (NUMERIC, NUMERIC_BOOL, Call, same_dtype, same_shape,
-                                    vector)
+from cupric.kernels._common import NUMERIC, NUMERIC_BOOL, Call, same_dtype, same_shape
 from cupric.kernels.templates import reduction
 from cupric.types import f32, f64, i32, i64, u32, u64
 
@@ -295,13 +294,13 @@ def _run_reduce(call, kind, x, y, acc_dtype, result_dtype, init, out):
     with call.workspace() as ws:
         order = call.order
         target = ws.array(result_name, acc_dtype, 1, order) if converted \
-            else vector(dst)
+            else call.flat(dst, "out")
         partials = ws.array(partials_name, acc_dtype, blocks, order)
         # The last block of every launch puts the ticket counter back to zero.
         counter = ws.array("reduce.counter", _U32, 1, order, zero=True)
         call.launch(kern, blocks, BLOCK, *args, target, partials, counter)
         if converted:
-            call.launch(_cast_kernel, 1, 1, target, vector(dst))
+            call.launch(_cast_kernel, 1, 1, target, call.flat(dst, "out"))
     return result
 
 
@@ -455,7 +454,8 @@ def _arg(op, x, out, stream):
         values = ws.array(name, acc, blocks, order)
         index = ws.array("reduce.partial_index", np.int64, blocks, order)
         counter = ws.array("reduce.counter", np.uint32, 1, order, zero=True)
-        call.launch(kern, blocks, BLOCK, flat, init, vector(dst), values, index, counter)
+        call.launch(kern, blocks, BLOCK, flat, init, call.flat(dst, "out"), values, index,
+                    counter)
     return result
 
 

@@ -5,7 +5,8 @@ borrowed DeviceBuffers over made-up addresses, fills and frees are recorded, ker
 typed for real (the launch path's key, variants and fast launcher are the real ones) but
 their prepared launch only records ``(kernel, grid, block, stream, values)``. A fake
 ``cupy`` module provides arrays read by the real CuPy adapter (and by the CUDA Array
-Interface, like CuPy's). Nothing runs on a device, so results are not computed: it serves
+Interface, like CuPy's), and fake CUDA PyTorch tensors are read by the real PyTorch adapter.
+Nothing runs on a device, so results are not computed: it serves
 to check what a call launches and allocates, and to time the Python work of a call.
 """
 
@@ -57,6 +58,75 @@ FakeCupyArray.__name__ = FakeCupyArray.__qualname__ = "ndarray"
 _CUPY_STREAM = [0]
 
 
+class FakeTorchDtype:
+    """A `torch.dtype` stand-in (compared by identity, as PyTorch's are)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"torch.{self.name}"
+
+
+TORCH_DTYPES = {name: FakeTorchDtype(name) for name in
+                ("float32", "float64", "int32", "int64", "uint32", "uint8", "bfloat16")}
+TORCH_STRIDED = object()
+
+
+class FakeTensor:
+    """A CUDA `torch.Tensor` stand-in over a made-up address: the attributes and methods
+    the PyTorch adapter and the launchers read."""
+
+    __module__ = "torch"
+
+    def __init__(self, shape, dtype: str, ptr: int, requires_grad: bool = False) -> None:
+        self.shape = tuple(shape)
+        self.dtype = TORCH_DTYPES[dtype]
+        self._ptr = ptr
+        self.is_cuda = True
+        self.requires_grad = requires_grad
+        self.layout = TORCH_STRIDED
+        steps, step = [], 1
+        for n in reversed(self.shape):
+            steps.append(step)
+            step *= max(n, 1)
+        self._stride = tuple(reversed(steps))
+        self.ndim = len(self.shape)
+        self._numel = int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def __cuda_array_interface__(self):
+        typestr = {"float32": "<f4", "float64": "<f8", "int32": "<i4", "int64": "<i8",
+                   "uint32": "<u4", "uint8": "|u1", "bfloat16": "<V2"}[self.dtype.name]
+        size = np.dtype(typestr).itemsize
+        strides = None if self.is_contiguous() else tuple(s * size for s in self._stride)
+        return {"shape": self.shape, "typestr": typestr, "version": 2,
+                "data": (self._ptr if self.numel() else 0, False), "strides": strides}
+
+    def data_ptr(self) -> int:
+        return self._ptr
+
+    def numel(self) -> int:
+        return self._numel
+
+    def stride(self, dim=None):
+        return self._stride if dim is None else self._stride[dim]
+
+    def is_contiguous(self) -> bool:
+        step = 1
+        for n, s in zip(reversed(self.shape), reversed(self._stride)):
+            if n != 1 and s != step:
+                return False
+            step *= n
+        return True
+
+    def get_device(self) -> int:
+        return 0
+
+
+FakeTensor.__name__ = FakeTensor.__qualname__ = "Tensor"
+
+
 class FakePrepared:
     """A prepared launch that records instead of launching."""
 
@@ -91,6 +161,12 @@ class FakeGpu:
         monkeypatch.setitem(array_adapters.ADAPTERS, FakeCupyArray,
                             array_adapters.CupyAdapter.from_module(cupy))
         _CUPY_STREAM[0] = 0
+        typestrs = {TORCH_DTYPES["float32"]: "<f4", TORCH_DTYPES["float64"]: "<f8",
+                    TORCH_DTYPES["int32"]: "<i4", TORCH_DTYPES["int64"]: "<i8",
+                    TORCH_DTYPES["uint32"]: "<u4", TORCH_DTYPES["uint8"]: "|u1",
+                    TORCH_DTYPES["bfloat16"]: "<V2"}
+        monkeypatch.setitem(array_adapters.ADAPTERS, FakeTensor,
+                            array_adapters.TorchAdapter(typestrs, TORCH_STRIDED))
 
         def empty(shape, dtype=np.float64, stream=None):
             shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
@@ -132,6 +208,7 @@ class FakeGpu:
         monkeypatch.setattr(kmod, "_MULTI", [False])
         monkeypatch.setattr(_common, "on_simulator", lambda: False)
         monkeypatch.setattr(_common, "device_ordinal", lambda: 0)
+        monkeypatch.setattr(_common, "_single_device", lambda: True)
         monkeypatch.setattr(_common, "_sm_count", lambda ordinal: sms)
         monkeypatch.setattr(_common, "_WORKSPACES", {})
         monkeypatch.delenv("CUPRIC_SIMULATOR", raising=False)
@@ -156,6 +233,11 @@ class FakeGpu:
         """A fake CuPy array at a fresh address."""
         shape = (shape,) if isinstance(shape, int) else shape
         return FakeCupyArray(shape, dtype, next(self._addresses), readonly)
+
+    def tensor(self, shape, dtype: str, requires_grad: bool = False) -> FakeTensor:
+        """A fake CUDA PyTorch tensor at a fresh address."""
+        shape = (shape,) if isinstance(shape, int) else shape
+        return FakeTensor(shape, dtype, next(self._addresses), requires_grad)
 
     @staticmethod
     def set_cupy_stream(handle: int) -> None:

@@ -225,8 +225,9 @@ def test_workspace_users_on_several_streams_and_threads(gpu):
 
 
 def test_flat_views_and_reinterpretation(gpu):
+    from cupric.runtime import memory
     call = _common.Call("test")
-    arr = call.array(gpu.array((3, 5), "f4"), "x")
+    arr = call.array(memory.borrow(0x7E0000000000, (3, 5), None, "f4"), "x")
     flat = call.flat(arr, "x")
     assert (flat.shape, flat.strides, flat.ptr) == ((15,), (4,), arr.ptr)
     bits = call.flat(arr, "x", np.dtype("u4"))
