@@ -87,7 +87,7 @@ def pack_launch_params(param_types, params_dtype: np.dtype, values) -> np.ndarra
     TypeError
         Wrong count, host arrays, dtype/rank/layout mismatches, values that do not fit.
     """
-    from cupric.compiler.typing.ktypes import StructType
+    from cupric.compiler.entries import StructType
     from cupric.types import ArrayType, ScalarType
     values = tuple(values)
     if len(values) != len(param_types):

@@ -208,7 +208,7 @@ class PipelineCompileOptions:
         curve kinds ("round_cubic_bspline", "round_linear", ...).
     launch_params_name : str
         The `.const` variable optixLaunch fills; cupric's programs use
-        `cupric.compiler.lowering.optix.LAUNCH_PARAMS_NAME`.
+        `cupric.device.optix.LAUNCH_PARAMS_NAME`.
     allow_opacity_micromaps, allow_clustered_geometry : bool
     """
 

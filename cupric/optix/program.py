@@ -4,9 +4,10 @@ An OptiX pipeline is made of programs (ray generation, miss, closest-hit, any-hi
 intersection, exception, callables) that OptiX finds in PTX by their entry names
 (`__raygen__<name>`, ...). The decorators here mark Python functions as such programs;
 `compile_ptx` compiles a set of them through cupric's compiler (NVVM IR -> libNVVM -> PTX)
-into one module. A program's parameters are the pipeline's launch parameters, filled by
-`Pipeline.launch` and read from one `.const` variable (see
-`cupric.compiler.lowering.optix`); programs that need none take no parameters.
+into one module, each program wrapped in its entry by the compiler's hook for custom
+entry points (`cupric.compiler.entries`). A program's parameters are the pipeline's
+launch parameters, filled by `Pipeline.launch` and read from one `.const` variable;
+programs that need none take no parameters.
 """
 
 from __future__ import annotations
@@ -138,10 +139,6 @@ continuation_callable = _kind_decorator("continuation_callable")
 
 # -- launch parameters ---------------------------------------------------------------------------
 
-_SCALAR_LL = {"i1": "i1", "i8": "i1", "i16": "i2", "i32": "i4", "i64": "i8", "half": "f2",
-              "float": "f4", "double": "f8"}
-
-
 def launch_params_dtype(param_types) -> np.dtype:
     """The host-side layout of the launch-parameter struct: a NumPy structured dtype with
     one field per ABI value (``p<k>``), at the offsets the programs read them from.
@@ -149,35 +146,21 @@ def launch_params_dtype(param_types) -> np.dtype:
     Arrays take a data pointer (``u8``), ``ndim`` shapes and ``ndim`` strides in elements
     (``i8``); bools one byte; structs their aligned dtype's bytes.
     """
-    from cupric.compiler.codegen.values import abi_lltypes
-    from cupric.compiler.ir import types as ll
-    from cupric.compiler.typing.ktypes import StructType
-    names, formats, offsets = [], [], []
-    offset = 0
-    align_max = 1
-    index = 0
-    for t in param_types:
-        for lltype in abi_lltypes(t):
-            if isinstance(lltype, ll.PointerType):
-                fmt = np.dtype(np.uint64)
-            elif isinstance(lltype, ll.StructType):
-                struct = t if isinstance(t, StructType) else None
-                if struct is None:
-                    raise TypeError(f"launch parameter of type {t!r} is not supported")
-                fmt = struct.dtype
-            else:
-                fmt = np.dtype(_SCALAR_LL[str(lltype)])
-            align = fmt.alignment
-            offset = (offset + align - 1) // align * align
-            names.append(f"p{index}")
-            formats.append(fmt)
-            offsets.append(offset)
-            offset += fmt.itemsize
-            align_max = max(align_max, align)
-            index += 1
-    size = (offset + align_max - 1) // align_max * align_max
-    return np.dtype({"names": names, "formats": formats, "offsets": offsets,
-                     "itemsize": max(size, 1) if names else 0})
+    from cupric.compiler.entries import params_dtype
+    return params_dtype(param_types)
+
+
+def _emit(programs, param_types, params_name: str, **options) -> str:
+    """NVVM IR of one module holding `programs`' entry points: each typed as a device
+    function and wrapped by the compiler's custom-entry hook, with the lowering state the
+    OptiX device functions' rules read (`cupric.compiler.lowering.optix`)."""
+    from cupric.compiler.entries import Entry, emit_module
+    entries = [Entry(p.entry_name, p.py_func, p.takes_params, {"optix_program_kind": p.kind})
+               for p in programs]
+    return emit_module(entries, param_types, params_name=params_name,
+                       module_name="cupric_optix", state={"optix_programs": True},
+                       what="OptiX program", return_hint="results leave a program through "
+                       "payloads, attributes or arrays", **options)
 
 
 # -- compiling -------------------------------------------------------------------------------------
@@ -300,11 +283,9 @@ def compile_ptx(programs, *, params=None, arch=None, params_name: str = LAUNCH_P
         return known
     from cupric.compiler import nvvm
     from cupric.compiler.errors import CompileError
-    from cupric.compiler.lowering import optix as lowering
     try:
-        ir = lowering.emit_programs(
-            [(p.entry_name, p.py_func, p.takes_params) for p in programs], param_types,
-            params_name=params_name, debug=debug, lineinfo=lineinfo, fast_math=fast_math)
+        ir = _emit(programs, param_types, params_name, debug=debug, lineinfo=lineinfo,
+                   fast_math=fast_math)
     except CompileError as exc:
         raise exc.with_traceback(None) from None
     output = nvvm.compile_ir([ir], options)

@@ -1,4 +1,4 @@
-"""Lowering of `cupric.device.optix` and the emission of OptiX program entry points.
+"""Lowering of `cupric.device.optix`: the OptiX device functions inside OptiX programs.
 
 OptiX device functions are not LLVM intrinsics: a program calls `_optix_*` functions in
 PTX (`call (%r1), _optix_get_launch_index_x, ();`) that OptiX's own compiler resolves
@@ -6,54 +6,29 @@ when it builds a module. NVVM IR cannot declare them (libNVVM would demand a bod
 each becomes an inline-PTX `call` through `asm sideeffect`, the way CUDA C++ programs
 reach them through OptiX's device headers.
 
-A program is not a CUDA kernel in the launch sense, but OptiX finds programs as PTX
-`.entry` functions named `__raygen__<name>`, `__miss__<name>`, ... taking no parameters.
-`emit_programs` therefore types each Python function as a device function (its
-parameters are the launch parameters), and wraps it in an entry with that name which
-loads the parameters from one `.const` variable that `optixLaunch` fills
-(`pipelineLaunchParamsVariableName`). The variable's layout is the kernel ABI of
-docs/internals.md (arrays as pointer, shapes, strides in elements) in C struct order.
+The programs' entry points are emitted by `cupric.optix` through the compiler's hook for
+custom entries (`cupric.compiler.entries`); it sets two lowering-state items these rules
+read: ``optix_programs`` (the module is an OptiX module) and ``optix_program_kind`` (the
+kind of the program being emitted, e.g. ``"closest_hit"``).
 """
 
 from __future__ import annotations
 
-from cupric.compiler.codegen.values import KValue, abi_lltypes, flat_lltypes
+from cupric.compiler.codegen.values import KValue
 from cupric.compiler.ir import types as ll
-from cupric.compiler.ir.module import GlobalVariable, symbol
 from cupric.compiler.ir.values import Value, const_float, const_int
 from cupric.compiler.lowering.registry import register as _register
 from cupric.compiler.typing.ktypes import NONE, TupleType, WeakType
-from cupric.device.optix import ALTERNATIVES, AVAILABILITY, LAUNCH_PARAMS_NAME
+from cupric.device.optix import ALTERNATIVES, AVAILABILITY
 from cupric.types import ArrayType, ScalarType, bool_, f32, i32, u32, u64
 
-__all__ = ["PROGRAM_PREFIXES", "LAUNCH_PARAMS_NAME", "emit_programs", "params_layout",
-           "program_kind"]
+__all__ = ["register"]
 
-#: Program kind -> entry-name prefix OptiX looks for.
-PROGRAM_PREFIXES = {
-    "raygen": "__raygen__",
-    "miss": "__miss__",
-    "closest_hit": "__closesthit__",
-    "any_hit": "__anyhit__",
-    "intersection": "__intersection__",
-    "exception": "__exception__",
-    "direct_callable": "__direct_callable__",
-    "continuation_callable": "__continuation_callable__",
-}
-
-
+#: Program kind (as `cupric.optix.PROGRAM_KINDS` names them) -> its name in messages.
 _KIND_WORDS = {"raygen": "ray-generation", "miss": "miss", "closest_hit": "closest-hit",
                "any_hit": "any-hit", "intersection": "intersection",
                "exception": "exception", "direct_callable": "direct-callable",
                "continuation_callable": "continuation-callable"}
-
-
-def program_kind(entry_name: str) -> str | None:
-    """The program kind of a PTX entry name (by its OptiX prefix), or None."""
-    for kind, prefix in PROGRAM_PREFIXES.items():
-        if entry_name.startswith(prefix):
-            return kind
-    return None
 
 
 def _check_availability(cg, name: str, node) -> None:
@@ -69,7 +44,7 @@ def _check_availability(cg, name: str, node) -> None:
     allowed = AVAILABILITY.get(name)
     if kind is None or allowed is None or kind in allowed:
         return
-    words = [_KIND_WORDS[k] for k in PROGRAM_PREFIXES if k in allowed]
+    words = [_KIND_WORDS[k] for k in _KIND_WORDS if k in allowed]
     where = words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
     article = "an" if _KIND_WORDS[kind][0] in "aeiou" else "a"
     raise cg.error(node, f"cupric.device.{name}() cannot be called in {article} "
@@ -454,94 +429,6 @@ def _sbt_data_lower(cg, call, args):
 
 
 register("optix.sbt_data", _sbt_data_infer, _sbt_data_lower)
-
-
-# -- program entry points ----------------------------------------------------------------------
-
-class _LaunchParamsGlobal(GlobalVariable):
-    """The `.const` launch-parameter variable: externally visible (OptiX finds it by name)
-    and `externally_initialized` (its contents come from optixLaunch, so the optimizer
-    must not fold loads of it to the zero initializer)."""
-
-    def render(self) -> str:
-        return (f"{symbol(self.name)} = addrspace({self.addrspace}) externally_initialized "
-                f"global {self.type} zeroinitializer, align {self.align}")
-
-
-def params_layout(param_types) -> list[ll.LLType]:
-    """The launch-parameter struct's members: the kernel ABI of `param_types`."""
-    return [p for t in param_types for p in abi_lltypes(t)]
-
-
-def emit_programs(programs, param_types, *, params_name: str = LAUNCH_PARAMS_NAME,
-                  debug: bool = False, lineinfo: bool = False, fast_math: bool = False,
-                  c_division: bool = False, bounds_check: bool = False) -> str:
-    """NVVM IR text of one module holding OptiX program entry points.
-
-    Parameters
-    ----------
-    programs : list of (entry_name, py_func, takes_params)
-        `entry_name` is the full PTX name (``__raygen__render``); a program that takes
-        parameters receives the launch parameters `param_types`, others take none.
-    param_types : tuple of cupric types
-        The launch parameters shared by the module's programs.
-    params_name : str
-        Name of the `.const` launch-parameter variable.
-
-    Raises
-    ------
-    CompileError
-        A program does not type or lower (located at its source line).
-    """
-    from cupric.compiler.codegen.module import ModuleCodegen
-    from cupric.compiler.frontend.source import get_source
-    from cupric.compiler.specialize import CONTEXT
-    from cupric.compiler.typing.infer import Typer
-
-    mcg = ModuleCodegen("cupric_optix", debug=debug, lineinfo=lineinfo, fast_math=fast_math,
-                        c_division=c_division, bounds_check=bounds_check)
-    mcg.lowering_state["optix_programs"] = True
-    members = params_layout(param_types)
-    params_type = ll.StructType(members) if members else None
-    if params_type is not None:
-        mcg.module.add_global(_LaunchParamsGlobal(params_name, params_type, ll.CONSTANT,
-                                                  align=16))
-    for entry_name, py_func, takes_params in programs:
-        src = get_source(py_func)
-        types = list(param_types) if takes_params else []
-        with CONTEXT.lock:
-            typed = Typer(CONTEXT, src, types, is_kernel=False).run()
-        if typed.return_type != NONE:
-            raise src.error(src.tree, f"OptiX program {src.name}() must not return a value",
-                            hint="results leave a program through payloads, attributes "
-                                 "or arrays")
-        mcg.lowering_state["kernel"] = typed
-        # Read by _check_availability while this program's body is emitted.
-        mcg.lowering_state["optix_program_kind"] = program_kind(entry_name)
-        body, body_type = mcg.device_function(typed)
-        fn = mcg.module.add_function(entry_name, ll.FunctionType(ll.void, []), [])
-        mcg.module.mark_kernel(fn)
-        from cupric.compiler.ir.builder import Builder
-        b = Builder(fn, fn.append_block("entry"))
-        call_args: list[Value] = []
-        if takes_params:
-            index = 0
-            base = Value(ll.PointerType(params_type, ll.CONSTANT), symbol(params_name))
-            for t in param_types:
-                abi = abi_lltypes(t)
-                flat = flat_lltypes(t)
-                for k, (abi_type, flat_type) in enumerate(zip(abi, flat)):
-                    slot = b.gep(base, [const_int(ll.i32, 0), const_int(ll.i32, index)],
-                                 inbounds=True,
-                                 result_type=ll.PointerType(abi_type, ll.CONSTANT))
-                    value = b.load(slot)
-                    if abi_type != flat_type:  # bool: i8 in memory, i1 in registers
-                        value = b.icmp("ne", value, const_int(abi_type, 0))
-                    call_args.append(value)
-                    index += 1
-        b.call(body, body_type, call_args)
-        b.ret()
-    return mcg.render()
 
 
 # -- rules: object/world transforms of points, vectors and normals ----------------------------
