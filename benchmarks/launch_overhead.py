@@ -37,6 +37,8 @@ from cupric.device import grid
 from cupric.types import Array, f32, i32
 
 from _common import assert_correct, error_text, ratio, table
+from _launch_backends import BACKENDS as COMPARISON_BACKENDS
+from _launch_backends import comparison_prepared
 
 SOURCE = r"""
 extern "C" __global__ void axpy(const float* x, float* y, float a, int n) {
@@ -164,9 +166,14 @@ def run(json_path: str | None = None) -> dict:
     results["default_backend"] = default
     results["backends"] = launch_backends()
 
+    def prepare(backend):
+        if backend in COMPARISON_BACKENDS:  # not cupric's: benchmarks/_launch_backends.py
+            return comparison_prepared(fn, types, backend)
+        return fn.prepare(types, backend=backend)
+
     def prepared(backend, numpy_scalars=False):  # backend None: the default one
         def setup():
-            p = fn.prepare(types, backend=backend)
+            p = prepare(backend)
             launch_ = p.launch
             if numpy_scalars:
                 fa, fn_ = np.float32(a), np.int32(n)
@@ -181,7 +188,7 @@ def run(json_path: str | None = None) -> dict:
     def raw(backend):
         # The floor of a call path: the bare call, no packing and no Python logic.
         def setup():
-            p = fn.prepare(types, backend=backend)
+            p = prepare(backend)
             p.launch(GRID, BLOCK, stream, 0, x_ptr, y_ptr, a, n)
             call, f, argv, null = p._call, p._func, p._argv, p._null
             s = stream.handle if backend == "bindings" else stream.ptr
@@ -283,10 +290,11 @@ def run(json_path: str | None = None) -> dict:
 
     compiled_paths = results["kernel_compiled_launcher"] = {}
 
-    def python_kernel(label, make_arrays, compiled=True):
+    def python_kernel(label, make_arrays, compiled=True, first=None):
         # A @cupric.kernel of its own per row, bound to the stream once and called.
         # compiled=False: the generated Python launcher (CUPRIC_KERNEL_FASTCALL=0's path)
-        # for this kernel, beside the compiled one in the same process.
+        # for this kernel, beside the compiled one in the same process. `first`: the
+        # arrays the kernel is launched with first (this row's are then its second kind).
         def setup():
             import cupric
             from cupric.compiler import _fastcall, launcher
@@ -297,10 +305,16 @@ def run(json_path: str | None = None) -> dict:
             if not compiled:  # today's Python binding too, not the extension's
                 from cupric.compiler.kernel import _Launcher
                 launch_ = _Launcher(kern, GRID, BLOCK, stream)
-            reset()
             was = _fastcall.enabled()
             _fastcall._enabled = was and compiled
             try:
+                if first is not None:  # the first kind's launcher, checked too
+                    xf, yf, reset_first, read_first = first()
+                    reset_first()
+                    launch_(xf, yf, fa, fn_)
+                    stream.synchronize()
+                    np.testing.assert_allclose(read_first(), EXPECTED, rtol=1e-6)
+                reset()
                 launch_(xs, ys, fa, fn_)  # makes the kernel's launcher for this kind
             finally:
                 _fastcall._enabled = was
@@ -327,11 +341,14 @@ def run(json_path: str | None = None) -> dict:
 
     # Array against array: each cupric row beside the peer that takes the same arrays.
     array_rows = [python_kernel(ROW_BUFFERS, buffers),
+                  python_kernel(ROW_BUFFERS_SECOND, buffers, first=cupy_arrays),
                   python_kernel(ROW_BUFFERS_PY, buffers, compiled=False),
                   python_kernel(ROW_CUPY, cupy_arrays),
+                  python_kernel(ROW_CUPY_SECOND, cupy_arrays, first=buffers),
                   python_kernel(ROW_CUPY_PY, cupy_arrays, compiled=False),
                   ("CuPy RawKernel, CuPy arrays", cupy_raw),
                   python_kernel(ROW_TORCH, torch_arrays),
+                  python_kernel(ROW_TORCH_SECOND, torch_arrays, first=buffers),
                   ("PyTorch add(alpha=, out=), one kernel", torch_add),
                   python_kernel(ROW_NUMBA, numba_cuda_arrays),
                   ("numba-cuda kernel, its device arrays", numba_cuda),
@@ -341,7 +358,7 @@ def run(json_path: str | None = None) -> dict:
                     (f"{MAIN_ROW} (NumPy scalars)", prepared(None, True)),
                     ("cupric Function.launch (types inferred per call)", general)]
     pointer_rows += [(f"{MAIN_ROW} via {b}", prepared(b))
-                     for b in ("c", "api", "bindings", "cffi", "ctypes") if b != default]
+                     for b in ("c", "bindings", "cffi") + COMPARISON_BACKENDS if b != default]
     pointer_rows += [(f"floor: bare cuLaunchKernel via {b}", raw(b))
                      for b in ("api", "bindings", "cffi")]
     pointer_rows += [("cuda.core launch", cuda_core)]
@@ -374,7 +391,16 @@ ROW_NUMBA = "@cupric.kernel, numba-cuda device arrays"
 ROW_CAI = "@cupric.kernel, CuPy arrays through __cuda_array_interface__ only"
 ROW_BUFFERS_PY = "@cupric.kernel, DeviceBuffers, Python launcher"
 ROW_CUPY_PY = "@cupric.kernel, CuPy arrays, Python launcher"
+ROW_BUFFERS_SECOND = "@cupric.kernel, DeviceBuffers, second kind (CuPy arrays first)"
+ROW_CUPY_SECOND = "@cupric.kernel, CuPy arrays, second kind (DeviceBuffers first)"
+ROW_TORCH_SECOND = "@cupric.kernel, PyTorch tensors, second kind (DeviceBuffers first)"
+#: Each second-kind row and the row of the same arrays on a kernel of their own.
+FIRST_OF = {ROW_BUFFERS_SECOND: ROW_BUFFERS, ROW_CUPY_SECOND: ROW_CUPY,
+            ROW_TORCH_SECOND: ROW_TORCH}
 PEER_OF.update({ROW_BUFFERS: "CuPy RawKernel, CuPy arrays",
+                ROW_BUFFERS_SECOND: "CuPy RawKernel, CuPy arrays",
+                ROW_CUPY_SECOND: "CuPy RawKernel, CuPy arrays",
+                ROW_TORCH_SECOND: "PyTorch add(alpha=, out=), one kernel",
                 ROW_BUFFERS_PY: "CuPy RawKernel, CuPy arrays",
                 ROW_CUPY_PY: "CuPy RawKernel, CuPy arrays",
                 ROW_CUPY: "CuPy RawKernel, CuPy arrays",
@@ -413,7 +439,14 @@ def _tables(results: dict) -> list:
     pointers = table("Pre-typed raw pointers (us per launch; not array against array)",
                      [("launch", ""), ("us", ".2f"), ("continuous", ".2f"), ("error", "")],
                      rows, f"cupric's default launch backend: {results.get('default_backend')}.")
-    return [arrays, pointers]
+    rows = [[second, us(second), first, us(first), ratio(us(second), us(first)),
+             note(second)] for second, first in FIRST_OF.items()]
+    kinds = table("A second array kind on one kernel (us per launch)",
+                  [("launch", ""), ("us", ".2f"), ("the same arrays on a kernel of their "
+                                                   "own", ""),
+                   ("us", ".2f"), ("second / own", ".2f"), ("error", "")], rows,
+                  "Goal: within 10 % of the arrays' own kernel (second / own <= 1.10).")
+    return [arrays, kinds, pointers]
 
 
 def _print_table(results: dict) -> None:

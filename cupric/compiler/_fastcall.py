@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from cupric import _config
 from cupric.runtime.native import MODULE_INIT, SLOT_OFFSET, Extension
+from cupric.runtime.packing import PACK_C
 
 __all__ = ["load", "build_error", "enabled", "SOURCE", "SCALAR", "BUFFER", "CUPY",
            "CUPY_FIELDS", "TORCH",
@@ -34,30 +35,42 @@ SOURCE = r"""
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <limits.h>
+#include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #define MAXA 64
+#define MAXP (3 * MAXA)        /* parameters: a 1-D array passes three */
+#define MAX_BYTES 32768        /* the largest kernel parameter space CUDA allows */
+
+typedef int (*cupric_launch_fn)(uintptr_t, unsigned int, unsigned int, unsigned int,
+                                unsigned int, unsigned int, unsigned int, unsigned int,
+                                uintptr_t, void **, void **);
 enum { K_SCALAR = 0, K_BUFFER = 1, K_CUPY = 2, K_CUPY_FIELDS = 3, K_TORCH = 4 };
 
 #define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
 
 static Py_ssize_t off_ptr, off_shape, off_strides, off_dtype, off_ndim, off_alloc, off_closed;
-static PyTypeObject *buffer_type, *alloc_type;
+static Py_ssize_t off_stream_ptr, off_stream_closed;
+static PyTypeObject *buffer_type, *alloc_type, *stream_type;
 static PyObject *s_data, *s_ptr, *s_size, *s_ndim, *s_shape, *s_strides, *s_dtype,
     *s_c_contiguous, *s_is_cuda, *s_requires_grad, *s_layout, *s_stride, *s_numel,
     *s_data_ptr, *s_fast, *s_dispatch, *s_launch, *s_closed, *v_zero, *v_one;
 
-""" + SLOT_OFFSET + r"""
+""" + SLOT_OFFSET + PACK_C + r"""
 
-/* configure(DeviceBuffer, _Allocation) */
+/* configure(DeviceBuffer, _Allocation, Stream) */
 static PyObject *configure(PyObject *module, PyObject *args) {
-    PyObject *bt, *at;
-    if (!PyArg_ParseTuple(args, "O!O!", &PyType_Type, &bt, &PyType_Type, &at)) return NULL;
-    PyTypeObject *B = (PyTypeObject *)bt, *A = (PyTypeObject *)at;
+    PyObject *bt, *at, *st;
+    if (!PyArg_ParseTuple(args, "O!O!O!", &PyType_Type, &bt, &PyType_Type, &at,
+                          &PyType_Type, &st)) return NULL;
+    PyTypeObject *B = (PyTypeObject *)bt, *A = (PyTypeObject *)at, *S = (PyTypeObject *)st;
     if (slot_offset(B, "ptr", &off_ptr) || slot_offset(B, "shape", &off_shape)
         || slot_offset(B, "strides", &off_strides) || slot_offset(B, "dtype", &off_dtype)
         || slot_offset(B, "ndim", &off_ndim) || slot_offset(B, "_alloc", &off_alloc)
-        || slot_offset(A, "_closed", &off_closed))
+        || slot_offset(A, "_closed", &off_closed) || slot_offset(S, "_ptr", &off_stream_ptr)
+        || slot_offset(S, "_closed", &off_stream_closed))
         return NULL;
 #define INTERN(var, text) if (var == NULL && (var = PyUnicode_InternFromString(text)) == NULL) return NULL
     INTERN(s_data, "data"); INTERN(s_ptr, "ptr"); INTERN(s_size, "size");
@@ -69,9 +82,10 @@ static PyObject *configure(PyObject *module, PyObject *args) {
     INTERN(s_launch, "_launch"); INTERN(s_closed, "_closed");
     if (v_zero == NULL && (v_zero = PyLong_FromLong(0)) == NULL) return NULL;
     if (v_one == NULL && (v_one = PyLong_FromLong(1)) == NULL) return NULL;
-    Py_INCREF(bt); Py_INCREF(at);
+    Py_INCREF(bt); Py_INCREF(at); Py_INCREF(st);
     Py_XDECREF((PyObject *)buffer_type); Py_XDECREF((PyObject *)alloc_type);
-    buffer_type = B; alloc_type = A;
+    Py_XDECREF((PyObject *)stream_type);
+    buffer_type = B; alloc_type = A; stream_type = S;
     Py_RETURN_NONE;
 }
 
@@ -85,8 +99,14 @@ typedef struct {
     PyObject *launch;        /* prepared.launch(grid, block, stream, shared, *values) */
     PyObject *fallback;      /* fallback(grid, block, stream, shared, args) */
     PyObject *order;         /* order(stream, current): CuPy's current stream */
-    PyObject *readers;       /* tuple of CuPy current-stream readers */
+    PyObject *readers;       /* CuPy's current stream: ((function, attribute or None), ...) */
     PyObject *strided;       /* torch.strided, or None */
+    PyObject *failed;        /* failed(err, grid, block, stream, shared, *values), or None */
+    cupric_launch_fn call;   /* cuLaunchKernel, or NULL: every launch goes to `launch` */
+    uintptr_t func;          /* the CUfunction */
+    Py_ssize_t nparams;
+    char pcode[MAXP];        /* each parameter's format code, offset and size */
+    Py_ssize_t poff[MAXP], psize[MAXP];
     Py_ssize_t nargs;
     int kind[MAXA];
     PyObject *cls[MAXA];
@@ -99,14 +119,14 @@ static PyTypeObject TableType;
 
 static int table_traverse(Table *t, visitproc visit, void *arg) {
     Py_VISIT(t->dict); Py_VISIT(t->dispatch); Py_VISIT(t->launch); Py_VISIT(t->fallback);
-    Py_VISIT(t->order); Py_VISIT(t->readers); Py_VISIT(t->strided);
+    Py_VISIT(t->order); Py_VISIT(t->readers); Py_VISIT(t->strided); Py_VISIT(t->failed);
     for (Py_ssize_t i = 0; i < t->nargs; i++) { Py_VISIT(t->cls[i]); Py_VISIT(t->dtype[i]); }
     return 0;
 }
 
 static int table_clear(Table *t) {
     Py_CLEAR(t->dict); Py_CLEAR(t->dispatch); Py_CLEAR(t->launch); Py_CLEAR(t->fallback);
-    Py_CLEAR(t->order); Py_CLEAR(t->readers); Py_CLEAR(t->strided);
+    Py_CLEAR(t->order); Py_CLEAR(t->readers); Py_CLEAR(t->strided); Py_CLEAR(t->failed);
     for (Py_ssize_t i = 0; i < t->nargs; i++) { Py_CLEAR(t->cls[i]); Py_CLEAR(t->dtype[i]); }
     return 0;
 }
@@ -168,13 +188,15 @@ static PyObject *call_fallback(Table *t, PyObject *const *cfg, PyObject *const *
    the caller has one (else one is made for the fallback). */
 static PyObject *table_run(Table *t, PyObject *const *cfg, PyObject *const *args,
                            Py_ssize_t n, PyObject *tuple) {
-    PyObject *stack[4 + 3 * MAXA];
+    /* stack[0] is left for the error code of a failed launch, [1..4] the configuration,
+       then the parameter values. */
+    PyObject *stack[5 + MAXP];
     PyObject *owned[3 * MAXA];
     int nowned = 0;
     unsigned long long ptrs[MAXA], bits = 0;
     long long lens[MAXA];
     int at[MAXA], narr = 0;
-    Py_ssize_t k = 4;
+    Py_ssize_t k = 5;
     if (n != t->nargs) goto slow;
     for (Py_ssize_t i = 0; i < n; i++)
         if ((PyObject *)Py_TYPE(args[i]) != t->cls[i]) goto slow;
@@ -283,17 +305,45 @@ static PyObject *table_run(Table *t, PyObject *const *cfg, PyObject *const *args
             if (lens[w] && lens[o] && ptrs[w] < oend && ptrs[o] < wend) goto slow;
         }
     }
+    /* The launch stream's raw handle where C reads it (None, an int, an open cupric
+       Stream); for anything else the prepared launch resolves it (`resolved` 0). */
+    PyObject *so = cfg[2];
+    unsigned long long handle = 0;
+    int resolved = 1;
+    if (so == Py_None) {
+        handle = 0;
+    } else if (PyLong_CheckExact(so)) {
+        resolved = as_u64(so, &handle);
+    } else {
+        resolved = stream_type != NULL && Py_IS_TYPE(so, stream_type)
+            && SLOT(so, off_stream_closed) == Py_False
+            && as_u64(SLOT(so, off_stream_ptr), &handle);
+    }
     /* Last (every check above may still send the call to the general path): order the
-       launch stream after CuPy's current stream where CUDA does not already. */
+       launch stream after CuPy's current stream where CUDA does not already. With the
+       launch stream's handle known this is `needs_wait`'s first two rules (the same
+       stream, 0 and 1 both naming the legacy one; two default streams); `order`
+       decides the rest. */
     for (Py_ssize_t r = 0; r < PyTuple_GET_SIZE(t->readers); r++) {
-        PyObject *q = PyObject_CallNoArgs(PyTuple_GET_ITEM(t->readers, r));
+        PyObject *entry = PyTuple_GET_ITEM(t->readers, r);
+        PyObject *q = PyObject_CallNoArgs(PyTuple_GET_ITEM(entry, 0));
         if (q == NULL) goto fail;
-        int is0 = PyObject_RichCompareBool(q, v_zero, Py_EQ);
-        int is1 = is0 == 0 ? PyObject_RichCompareBool(q, v_one, Py_EQ) : 0;
-        if (is0 < 0 || is1 < 0) { Py_DECREF(q); goto fail; }
-        int legacy = is0 || is1;
-        if (!legacy || cfg[2] != Py_None) {
-            PyObject *ostack[2] = {cfg[2], q};
+        PyObject *attr = PyTuple_GET_ITEM(entry, 1);
+        if (attr != Py_None) {
+            PyObject *value = PyObject_GetAttr(q, attr);
+            Py_DECREF(q);
+            if (value == NULL) goto fail;
+            q = value;
+        }
+        unsigned long long current;
+        int ordered = 0;
+        if (as_u64(q, &current)) {
+            unsigned long long producer = current ? current : 1;
+            unsigned long long consumer = handle ? handle : 1;
+            ordered = resolved && (producer == consumer || (producer <= 2 && consumer <= 2));
+        }
+        if (!ordered) {
+            PyObject *ostack[2] = {so, q};
             PyObject *res = PyObject_Vectorcall(t->order, ostack, 2, NULL);
             Py_DECREF(q);
             if (res == NULL) goto fail;
@@ -302,9 +352,43 @@ static PyObject *table_run(Table *t, PyObject *const *cfg, PyObject *const *args
             Py_DECREF(q);
         }
     }
-    stack[0] = cfg[0]; stack[1] = cfg[1]; stack[2] = cfg[2]; stack[3] = cfg[3];
+    stack[1] = cfg[0]; stack[2] = cfg[1]; stack[3] = cfg[2]; stack[4] = cfg[3];
+    if (t->call != NULL && resolved) {
+        /* Pack and launch here; a value or configuration C does not take goes to the
+           prepared launch below, a failed launch to `failed` (the typed errors). */
+        unsigned int grid[3], block[3];
+        char buf[MAX_BYTES] __attribute__((aligned(16)));
+        void *argv[MAXP];
+        long long shared = -1;
+        int ok = get_dim3(cfg[0], grid) && get_dim3(cfg[1], block)
+            && PyLong_CheckExact(cfg[3]) && as_ll(cfg[3], &shared)
+            && shared >= 0 && shared <= UINT_MAX;
+        for (Py_ssize_t j = 0; ok && j < t->nparams; j++) {
+            ok = pack_value(t->pcode[j], t->psize[j], stack[5 + j], buf + t->poff[j]);
+            argv[j] = buf + t->poff[j];
+        }
+        if (ok) {
+            int err;
+            Py_BEGIN_ALLOW_THREADS
+            err = t->call(t->func, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                          (unsigned int)shared, (uintptr_t)handle,
+                          t->nparams ? argv : NULL, NULL);
+            Py_END_ALLOW_THREADS
+            PyObject *res;
+            if (err == 0) {
+                res = Py_NewRef(Py_None);
+            } else {
+                stack[0] = PyLong_FromLong(err);
+                res = stack[0] == NULL ? NULL
+                    : PyObject_Vectorcall(t->failed, stack, (size_t)k, NULL);
+                Py_XDECREF(stack[0]);
+            }
+            for (int j = 0; j < nowned; j++) Py_DECREF(owned[j]);
+            return res;
+        }
+    }
     {
-        PyObject *res = PyObject_Vectorcall(t->launch, stack, (size_t)k, NULL);
+        PyObject *res = PyObject_Vectorcall(t->launch, stack + 1, (size_t)(k - 1), NULL);
         for (int j = 0; j < nowned; j++) Py_DECREF(owned[j]);
         return res;
     }
@@ -352,16 +436,68 @@ static PyTypeObject TableType = {
     .tp_setattro = PyObject_GenericSetAttr,
 };
 
+/* Take the prepared launch's parameter layout (address of cuLaunchKernel, CUfunction,
+   format codes, offsets, sizes) into `t`, checked against the arguments' kinds; -1 with
+   an exception set when it does not fit them. */
+static int take_layout(Table *t, PyObject *layout, Py_ssize_t n) {
+    unsigned long long address, func;
+    const char *codes;
+    Py_ssize_t ncodes;
+    PyObject *offsets, *sizes;
+    if (!PyArg_ParseTuple(layout, "KKs#O!O!", &address, &func, &codes, &ncodes,
+                          &PyTuple_Type, &offsets, &PyTuple_Type, &sizes))
+        return -1;
+    Py_ssize_t expect = 0;
+    for (Py_ssize_t i = 0; i < n; i++) expect += t->kind[i] == K_SCALAR ? 1 : 3;
+    if (ncodes != expect || ncodes > MAXP || PyTuple_GET_SIZE(offsets) != ncodes
+        || PyTuple_GET_SIZE(sizes) != ncodes) {
+        PyErr_SetString(PyExc_ValueError, "make: the layout does not fit the arguments");
+        return -1;
+    }
+    for (Py_ssize_t j = 0; j < ncodes; j++) {
+        t->pcode[j] = codes[j];
+        t->poff[j] = PyLong_AsSsize_t(PyTuple_GET_ITEM(offsets, j));
+        t->psize[j] = PyLong_AsSsize_t(PyTuple_GET_ITEM(sizes, j));
+        if (PyErr_Occurred()) return -1;
+        if (t->poff[j] < 0 || t->psize[j] < 0 || t->poff[j] + t->psize[j] > MAX_BYTES) {
+            PyErr_SetString(PyExc_ValueError, "make: parameters exceed the parameter space");
+            return -1;
+        }
+    }
+    /* An array passes its pointer, length and unit stride as three 64-bit values. */
+    for (Py_ssize_t i = 0, j = 0; i < n; j += t->kind[i] == K_SCALAR ? 1 : 3, i++) {
+        if (t->kind[i] != K_SCALAR && (codes[j] != 'Q' || codes[j + 1] != 'q'
+                                       || codes[j + 2] != 'q')) {
+            PyErr_SetString(PyExc_ValueError, "make: an array's parameters are not 64-bit");
+            return -1;
+        }
+    }
+    t->nparams = ncodes;
+    t->func = (uintptr_t)func;
+    t->call = (cupric_launch_fn)(uintptr_t)address;
+    return 0;
+}
+
 /* make(launch, fallback, order, readers, strided, kinds, classes, dtypes, itemsizes,
-        written) */
+        written, layout, failed): `layout` None (every launch through `launch`) or the
+   prepared launch's `c_layout`, with `failed` its `_c_failed`. */
 static PyObject *make(PyObject *module, PyObject *args) {
     PyObject *launch, *fallback, *order, *readers, *strided, *kinds, *classes, *dtypes,
-        *sizes, *written;
-    if (!PyArg_ParseTuple(args, "OOOO!OO!O!O!O!O!", &launch, &fallback, &order,
+        *sizes, *written, *layout, *failed;
+    if (!PyArg_ParseTuple(args, "OOOO!OO!O!O!O!O!OO", &launch, &fallback, &order,
                           &PyTuple_Type, &readers, &strided, &PyTuple_Type, &kinds,
                           &PyTuple_Type, &classes, &PyTuple_Type, &dtypes,
-                          &PyTuple_Type, &sizes, &PyTuple_Type, &written))
+                          &PyTuple_Type, &sizes, &PyTuple_Type, &written, &layout, &failed))
         return NULL;
+    for (Py_ssize_t r = 0; r < PyTuple_GET_SIZE(readers); r++) {
+        PyObject *entry = PyTuple_GET_ITEM(readers, r);
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2
+            || (PyTuple_GET_ITEM(entry, 1) != Py_None
+                && !PyUnicode_Check(PyTuple_GET_ITEM(entry, 1)))) {
+            PyErr_SetString(PyExc_TypeError, "make: a reader is (function, attribute or None)");
+            return NULL;
+        }
+    }
     Py_ssize_t n = PyTuple_GET_SIZE(kinds);
     if (buffer_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "configure() first");
@@ -377,6 +513,10 @@ static PyObject *make(PyObject *module, PyObject *args) {
     t->vectorcall = table_vectorcall;
     t->dict = NULL;
     t->nargs = 0;
+    t->call = NULL;
+    t->func = 0;
+    t->nparams = 0;
+    Py_INCREF(failed); t->failed = failed;
     Py_INCREF(Py_None); t->dispatch = Py_None;
     Py_INCREF(launch); t->launch = launch;
     Py_INCREF(fallback); t->fallback = fallback;
@@ -404,6 +544,11 @@ static PyObject *make(PyObject *module, PyObject *args) {
         t->dtype[i] = PyTuple_GET_ITEM(dtypes, i);
         Py_INCREF(t->dtype[i]);
         t->nargs = i + 1;
+    }
+    if (layout != Py_None && (!PyCallable_Check(failed) || take_layout(t, layout, n) < 0)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "make: a layout needs its failed() callable");
+        goto bad;
     }
     PyObject_GC_Track((PyObject *)t);
     return (PyObject *)t;
@@ -527,7 +672,7 @@ static PyObject *bind(PyObject *module, PyObject *const *args, Py_ssize_t n) {
 }
 
 static PyMethodDef methods[] = {
-    {"configure", configure, METH_VARARGS, "configure(DeviceBuffer, _Allocation)"},
+    {"configure", configure, METH_VARARGS, "configure(DeviceBuffer, _Allocation, Stream)"},
     {"make", make, METH_VARARGS, "a compiled launcher for one signature"},
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL,
      "bind(kernel, grid, block, stream=None, shared_bytes=0)"},
@@ -546,7 +691,8 @@ _enabled: bool | None = None
 def _configure(module) -> None:
     from cupric.runtime.memory import DeviceBuffer
     from cupric.runtime.native import Allocation
-    module.configure(DeviceBuffer, Allocation)
+    from cupric.runtime.stream import Stream
+    module.configure(DeviceBuffer, Allocation, Stream)
 
 
 #: The extension, loaded through the one cached loader (`cupric.runtime.native.Extension`).

@@ -72,6 +72,7 @@ def make_launcher(kern, key, args, written, prepared, device: int = -1, fallback
            "_current": _current_device}
     checks, setup, flat, arrays = [], [], [], []
     streams: list = []  # CuPy current-stream readers to check once per launch
+    sources: list = []  # the same reads as (function, attribute or None), for C
     plan: list | None = [] if device < 0 else None  # (kind, dtype, itemsize) for C
     strided = []  # PyTorch's strided layout, for the compiled launcher
     for i, (name, value, part) in enumerate(zip(names, args, key)):
@@ -128,6 +129,8 @@ def make_launcher(kern, key, args, written, prepared, device: int = -1, fallback
             if adapter.current_stream is not None and \
                     adapter.current_stream not in streams:
                 streams.append(adapter.current_stream)
+                sources.append(getattr(adapter, "stream_source", None) or
+                               (adapter.current_stream, None))
         elif adapter is not None and adapter.kind == "torch":
             # TorchAdapter.read inline: a CUDA, strided, non-autograd tensor of the same
             # dtype, 1-D, unit stride, not empty (rank and size without a torch.Size).
@@ -182,7 +185,7 @@ def make_launcher(kern, key, args, written, prepared, device: int = -1, fallback
     namespace = dict(env)
     exec(compile(source, f"<cupric fast launch of {kern.__name__}>", "exec"), namespace)
     fast = namespace["fast"]
-    compiled = _compiled(plan, args, written, prepared, env["_slow"], streams, strided)
+    compiled = _compiled(plan, args, written, prepared, env["_slow"], sources, strided)
     if compiled is not None:
         fast = compiled  # the same checks and values, made in C (the source says which)
     fast.launch_key = (key, tuple(v.__class__ for v in args))
@@ -200,10 +203,11 @@ def _plan(plan, kind, dtype, itemsize) -> None:
         plan.append(None if kind is None else (kind, dtype, itemsize))
 
 
-def _compiled(plan, args, written, prepared, fallback, streams, strided):
+def _compiled(plan, args, written, prepared, fallback, sources, strided):
     """The compiled launcher (`cupric.compiler._fastcall`) for a planned signature, or
     None: the extension is switched off or missing, the machine has several GPUs (plan
-    None), or an argument is of a kind it does not read."""
+    None), or an argument is of a kind it does not read. With the runtime's compiled
+    launch (`prepared.c_layout`), it packs and calls cuLaunchKernel itself."""
     if plan is None or None in plan or len(set(map(id, strided))) > 1 or \
             len(plan) > _fastcall.MAX_ARGS:
         return None
@@ -214,11 +218,13 @@ def _compiled(plan, args, written, prepared, fallback, streams, strided):
     module = _fastcall.load()
     if module is None:
         return None
-    return module.make(prepared.launch, fallback, order_cupy, tuple(streams),
+    layout = getattr(prepared, "c_layout", None)
+    return module.make(prepared.launch, fallback, order_cupy, tuple(sources),
                        strided[0] if strided else None,
                        tuple(p[0] for p in plan), tuple(v.__class__ for v in args),
                        tuple(p[1] for p in plan), tuple(p[2] for p in plan),
-                       tuple(i in written for i in range(len(plan))))
+                       tuple(i in written for i in range(len(plan))), layout,
+                       prepared._c_failed if layout is not None else None)
 
 
 def is_compiled(launcher) -> bool:

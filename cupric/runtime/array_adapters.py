@@ -146,24 +146,30 @@ class CupyAdapter(ArrayAdapter):
     current_stream : callable or None
         Returns the raw handle of CuPy's current stream (0 for the null stream); None
         when the interface carries no stream.
+    stream_source : (callable, str) or None
+        The same read as (function, attribute of its result), for compiled callers that
+        make it without a Python frame (`cupric.compiler._fastcall`); None: they call
+        `current_stream`.
     """
 
     kind = "cupy"
-    __slots__ = ("current_stream", "dtypes")
+    __slots__ = ("current_stream", "stream_source", "dtypes")
 
-    def __init__(self, current_stream=None) -> None:
+    def __init__(self, current_stream=None, stream_source=None) -> None:
         self.current_stream = current_stream
+        self.stream_source = stream_source
         self.dtypes = _DtypeMap(lambda dt: _interface_dtype(dt.str, dt.descr))
 
     @classmethod
     def from_module(cls, cupy) -> CupyAdapter:
-        stream = None
+        stream = source = None
         if os.environ.get("CUPY_CUDA_ARRAY_INTERFACE_EXPORT_VERSION", "3") != "2":
             get_current_stream = cupy.cuda.get_current_stream
+            source = (get_current_stream, "ptr")
 
             def stream():
                 return get_current_stream().ptr
-        return cls(stream)
+        return cls(stream, source)
 
     def read(self, a):
         dtype = self.dtypes[a.dtype]

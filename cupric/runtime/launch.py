@@ -5,27 +5,31 @@ array of pointers (`void**`), one per kernel parameter, to the parameter values.
 `PreparedLaunch` fixes the parameter layout once per signature; each launch only writes
 the values and calls the driver, so the host cost stays close to the driver's own.
 
-How the driver is called (measured by benchmarks/launch_overhead.py; BENCHMARKS.md): by
-default through a small CPython extension (`_fastlaunch`) that packs and launches in one
-C call, compiled once into the user's cache; where no compiler is available, through
-cuda.bindings' `cuLaunchKernel` with the values packed by one `struct.pack_into` into a
-buffer made once. A cffi ABI-mode call (libffi) and ctypes are slower and kept for
-comparison.
+How the driver is called: by default through a small CPython extension (`_fastlaunch`)
+that packs and launches in one C call, compiled once into the user's cache; where no
+compiler is available, through cuda.bindings' `cuLaunchKernel` with the values packed by
+one `struct.pack_into` into a buffer made once. The parameter layout and packing live in
+`cupric.runtime.packing`, configurations and their limits in
+`cupric.runtime.launch_config`; other ways of reaching the driver, kept for comparison,
+are in benchmarks/launch_overhead.py.
 """
 
 from __future__ import annotations
 
-import os
 import struct
 import threading
 import weakref
-from dataclasses import dataclass
 
 import numpy as np
 
 from cupric import _config
 from ._driver import driver
 from .errors import ClosedError, LaunchError, error_from_code
+from .launch_config import (SM90_LIMITS, _UNCHECKED, DeviceLimits, LaunchConfig,  # noqa: F401
+                            LaunchConfigError, check_config, dim3, validate_launch)
+from .packing import (_DTYPE_TO_TYPE, _TYPE_BY_CLASS, PARAM_TYPES,  # noqa: F401
+                      KernelArgumentError, _describe_bad_value, _device_pointer,
+                      infer_param, param_layout)
 from .stream import Stream as _Stream
 from .stream import as_stream_handle
 
@@ -33,214 +37,6 @@ __all__ = ["PreparedLaunch", "LaunchConfig", "KernelArgumentError", "PARAM_TYPES
            "param_layout", "infer_param", "validate_launch", "dim3", "make_prepared",
            "LaunchConfigError", "DeviceLimits", "SM90_LIMITS", "check_config",
            "build_launcher", "launch_backends"]
-
-
-class KernelArgumentError(TypeError):
-    """A kernel argument has the wrong type or count for the kernel's parameters.
-
-    Raised before anything is launched. `index` is the 0-based position of the offending
-    argument (None for a count mismatch).
-    """
-
-    def __init__(self, message: str, index: int | None = None) -> None:
-        self.index = index
-        super().__init__(message)
-
-
-# Parameter type name -> (struct code, size, alignment). Little-endian standard sizes:
-# padding is inserted explicitly by `param_layout`, following the C ABI of the kernel.
-PARAM_TYPES = {
-    "bool": ("?", 1, 1),
-    "i8": ("b", 1, 1), "i16": ("h", 2, 2), "i32": ("i", 4, 4), "i64": ("q", 8, 8),
-    "u8": ("B", 1, 1), "u16": ("H", 2, 2), "u32": ("I", 4, 4), "u64": ("Q", 8, 8),
-    "f16": ("e", 2, 2), "f32": ("f", 4, 4), "f64": ("d", 8, 8),
-    "ptr": ("Q", 8, 8),
-}
-
-
-def _normalize_type(t, index: int):
-    if isinstance(t, str):
-        if t not in PARAM_TYPES:
-            raise KernelArgumentError(
-                f"parameter {index}: unknown type {t!r}; one of {', '.join(PARAM_TYPES)} or "
-                f"('bytes', size, align)", index)
-        return t
-    if isinstance(t, tuple) and len(t) == 3 and t[0] == "bytes":
-        _, size, align = t
-        if not (isinstance(size, int) and size > 0):
-            raise KernelArgumentError(f"parameter {index}: struct size must be a positive "
-                                      f"int, got {size!r}", index)
-        if not (isinstance(align, int) and align > 0 and align & (align - 1) == 0):
-            raise KernelArgumentError(f"parameter {index}: struct alignment must be a power "
-                                      f"of two, got {align!r}", index)
-        return ("bytes", size, align)
-    raise KernelArgumentError(f"parameter {index}: a type is a name such as 'f32' or "
-                              f"('bytes', size, align), got {t!r}", index)
-
-
-def param_layout(param_types) -> tuple[tuple, str, list[int], int]:
-    """Where each parameter goes in the argument buffer.
-
-    Returns
-    -------
-    (types, format, offsets, size)
-        The normalized types, a `struct` format that packs all values at their aligned
-        offsets, each parameter's offset, and the buffer size (at least 8 bytes).
-    """
-    types = tuple(_normalize_type(t, i) for i, t in enumerate(param_types))
-    fmt = ["<"]
-    offsets = []
-    offset = 0
-    for t in types:
-        if isinstance(t, tuple):
-            code, size, align = f"{t[1]}s", t[1], t[2]
-        else:
-            code, size, align = PARAM_TYPES[t]
-        pad = -offset % align
-        if pad:
-            fmt.append(f"{pad}x")
-            offset += pad
-        offsets.append(offset)
-        fmt.append(code)
-        offset += size
-    return types, "".join(fmt), offsets, max(offset, 8)
-
-
-class LaunchConfigError(LaunchError, ValueError):
-    """A launch configuration that no launch can have, or one over the device's limits
-    (grid, block, threads per block, shared memory): refused before anything runs, on a
-    GPU and on the simulator alike. Also a `ValueError`."""
-
-
-@dataclass(frozen=True)
-class DeviceLimits:
-    """The launch limits of a device, as `cuDeviceGetAttribute` reports them.
-
-    `SM90_LIMITS` holds an sm_90 device's (H100, H200): the simulator checks launches
-    against it, so that a configuration it accepts also launches on such a GPU.
-    """
-
-    max_threads_per_block: int = 1024
-    max_block_dims: tuple = (1024, 1024, 64)
-    max_grid_dims: tuple = (2**31 - 1, 65535, 65535)
-    #: Static plus dynamic shared memory of a block without opting in.
-    max_shared_memory_per_block: int = 48 * 1024
-    #: ... after raising a function's `max_dynamic_shared_size_bytes`.
-    max_shared_memory_per_block_optin: int = 227 * 1024
-
-
-SM90_LIMITS = DeviceLimits()
-# Only the shape of a configuration (the driver checks the device's limits itself).
-_UNCHECKED = DeviceLimits(2**32, (2**32,) * 3, (2**32,) * 3, 2**32, 2**32)
-
-
-def dim3(value, what: str) -> tuple[int, int, int]:
-    """An int or a 1-3 tuple of ints as (x, y, z), each in 1..2^32-1 (what the driver's
-    unsigned parameters hold; the device limits are checked separately)."""
-    if isinstance(value, (int, np.integer)):
-        dims = (value, 1, 1)
-    else:
-        try:
-            items = tuple(value)
-        except TypeError:
-            raise LaunchConfigError(None, f"{what} must be an int or a tuple of 1 to 3 ints, "
-                                          f"got {type(value).__name__}") from None
-        if not 1 <= len(items) <= 3:
-            raise LaunchConfigError(None, f"{what} must have 1 to 3 dimensions, got "
-                                          f"{len(items)}")
-        dims = tuple(items) + (1,) * (3 - len(items))
-    for axis, d in zip("xyz", dims):
-        if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
-            raise LaunchConfigError(None, f"{what} dimensions must be ints, got {value!r}")
-        if d < 1:
-            raise LaunchConfigError(None, f"{what}.{axis} = {d}: {what} dimensions must be "
-                                          f">= 1, got {value!r}")
-        if d > 0xFFFFFFFF:
-            raise LaunchConfigError(None, f"{what}.{axis} = {d} is outside 1..{0xFFFFFFFF}")
-    return int(dims[0]), int(dims[1]), int(dims[2])
-
-
-def check_config(name: str, grid, block, shared_bytes, limits: DeviceLimits = SM90_LIMITS,
-                 max_threads: int | None = None, max_dynamic_shared: int | None = None):
-    """A launch configuration checked against `limits`: ((gx, gy, gz), (bx, by, bz),
-    shared_bytes). The one check of a configuration's shape, used by `validate_launch`
-    (a real device's limits) and by the simulator (`SM90_LIMITS`).
-
-    Parameters
-    ----------
-    max_threads : int, optional
-        The kernel's own limit on threads per block (registers may lower it).
-    max_dynamic_shared : int, optional
-        The dynamic shared memory the kernel may use (its
-        `max_dynamic_shared_size_bytes`); default: the opt-in maximum of `limits`.
-
-    Raises
-    ------
-    LaunchConfigError
-        Naming the kernel, the dimension and the limit.
-    """
-    gx, gy, gz = dim3(grid, "grid")
-    bx, by, bz = dim3(block, "block")
-    if isinstance(shared_bytes, bool) or not isinstance(shared_bytes, (int, np.integer)) \
-            or shared_bytes < 0:
-        raise LaunchConfigError(None, f"kernel {name!r}: shared_bytes must be a "
-                                      f"non-negative int, got {shared_bytes!r}")
-    threads = bx * by * bz
-    limit = limits.max_threads_per_block if max_threads is None else max_threads
-    if threads > limit:
-        raise LaunchConfigError(None, f"kernel {name!r}: a block of {bx}x{by}x{bz} = "
-                                      f"{threads} threads exceeds the maximum of {limit} "
-                                      f"(a block holds at most {limit} threads)")
-    for axis, n, top in zip("xyz", (bx, by, bz), limits.max_block_dims):
-        if n > top:
-            raise LaunchConfigError(None, f"kernel {name!r}: block.{axis} = {n} exceeds the "
-                                          f"device limit of {top}")
-    for axis, n, top in zip("xyz", (gx, gy, gz), limits.max_grid_dims):
-        if n > top:
-            raise LaunchConfigError(None, f"kernel {name!r}: grid.{axis} = {n} exceeds the "
-                                          f"device limit of {top}")
-    allowed = limits.max_shared_memory_per_block_optin if max_dynamic_shared is None \
-        else max_dynamic_shared
-    if shared_bytes > allowed:
-        raise LaunchConfigError(None, f"kernel {name!r}: {shared_bytes} bytes of dynamic "
-                                      f"shared memory requested, {allowed} allowed")
-    return (gx, gy, gz), (bx, by, bz), int(shared_bytes)
-
-
-def validate_launch(function, grid, block, shared_bytes: int) -> None:
-    """Check a launch configuration against the kernel's and the device's limits.
-
-    Raises
-    ------
-    LaunchConfigError
-        Naming the limit exceeded and how to change it where it can be changed.
-    """
-    name = function.name
-    device = function.device
-    bx, by, bz = dim3(block, "block")
-    threads = bx * by * bz
-    max_threads = function.max_threads_per_block
-    if threads > max_threads:
-        regs = function.num_regs
-        why = (f" (its {regs} registers per thread limit it below the device's "
-               f"{device.max_threads_per_block})" if max_threads < device.max_threads_per_block
-               else "")
-        raise LaunchConfigError(None, f"kernel {name!r}: a block of {bx}x{by}x{bz} = "
-                                      f"{threads} threads exceeds its maximum of "
-                                      f"{max_threads}{why}")
-    shared_bytes = check_config(name, grid, block, shared_bytes, device,
-                                max_threads=max_threads, max_dynamic_shared=2**62)[2]
-    allowed = function.max_dynamic_shared_size_bytes
-    if shared_bytes > allowed:
-        optin = device.max_shared_memory_per_block_optin - function.shared_size_bytes
-        if shared_bytes <= optin:
-            hint = (f"; raise the limit with `function.max_dynamic_shared_size_bytes = "
-                    f"{shared_bytes}` (this device allows up to {optin} for this kernel)")
-        else:
-            hint = (f"; this device allows at most {optin} for this kernel even after "
-                    f"raising function.max_dynamic_shared_size_bytes")
-        raise LaunchConfigError(None, f"kernel {name!r}: {shared_bytes} bytes of dynamic "
-                                      f"shared memory requested, {allowed} allowed{hint}")
 
 
 # -- the native call ----------------------------------------------------------------------
@@ -307,144 +103,30 @@ def native() -> _Native:
     return _native
 
 
-def _ctypes_launch():
-    """cuLaunchKernel through ctypes, for the benchmark's comparison of call paths."""
-    import ctypes
-    lib = ctypes.CDLL(_libcuda_path())
-    fn = lib.cuLaunchKernel
-    fn.restype = ctypes.c_int
-    fn.argtypes = ([ctypes.c_void_p] + [ctypes.c_uint] * 7
-                   + [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p])
-    return fn
-
-
-# The compiled launcher: a two-line C trampoline built with cffi's API mode into the
-# user's cache. Calling a compiled cffi function costs a fraction of a libffi (ABI mode)
-# call, which matters at this scale. Building needs a C compiler and the Python headers;
-# where they are missing, launches go through cuda.bindings instead.
-_LAUNCHER_CDEF = """
-void cupric_set_launch(uintptr_t address);
-int cupric_launch(uintptr_t f, unsigned int gx, unsigned int gy, unsigned int gz,
-                  unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
-                  uintptr_t stream, void **params, void **extra);
-"""
-_LAUNCHER_SOURCE = """
-#include <stdint.h>
-typedef int (*cupric_launch_fn)(uintptr_t, unsigned int, unsigned int, unsigned int,
-                                unsigned int, unsigned int, unsigned int, unsigned int,
-                                uintptr_t, void **, void **);
-static cupric_launch_fn cupric_real_launch;
-static void cupric_set_launch(uintptr_t address) {
-    cupric_real_launch = (cupric_launch_fn)address;
-}
-static int cupric_launch(uintptr_t f, unsigned int gx, unsigned int gy, unsigned int gz,
-                         unsigned int bx, unsigned int by, unsigned int bz,
-                         unsigned int shared, uintptr_t stream, void **params,
-                         void **extra) {
-    return cupric_real_launch(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra);
-}
-"""
-_launcher = None          # the loaded extension module, once built or found
-_launcher_error = None    # why it could not be had (str), reported by launch_backends()
-_launcher_lock = threading.Lock()
-
-
-def _launcher_name() -> str:
-    import hashlib
-    import sys
-    digest = hashlib.sha256((_LAUNCHER_CDEF + _LAUNCHER_SOURCE).encode()).hexdigest()[:12]
-    tag = sys.implementation.cache_tag.replace("-", "_")
-    return f"_cupric_launch_{tag}_{digest}"
-
-
-def _cache_dir() -> str:
-    base = _config.CACHE_DIR.get() or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cupric")
-    return os.path.join(base, "launch")
-
-
-def _load_launcher(build: bool):
-    """The compiled launcher module: from the cache, or built there when `build`."""
-    global _launcher, _launcher_error
-    if _launcher is not None:
-        return _launcher
-    with _launcher_lock:
-        if _launcher is not None:
-            return _launcher
-        if _launcher_error is not None:
-            return None  # a failed build is not retried in this process
-        return _find_or_build_launcher(build)
-
-
-def _find_or_build_launcher(build: bool):
-    global _launcher, _launcher_error
-    import glob
-    import importlib.machinery
-    import importlib.util
-    name = _launcher_name()
-    directory = _cache_dir()
-    found = glob.glob(os.path.join(directory, name + ".*so")) + \
-        glob.glob(os.path.join(directory, name + ".*pyd"))
-    if not found:
-        if not build:
-            return None
-        try:
-            found = [_build_launcher(name, directory)]
-        except Exception as exc:  # no compiler / headers: recorded, and bindings used
-            _launcher_error = f"{type(exc).__name__}: {exc}"[:300]
-            return None
-    loader = importlib.machinery.ExtensionFileLoader(name, found[0])
-    spec = importlib.util.spec_from_file_location(name, found[0], loader=loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    n = native()
-    module.lib.cupric_set_launch(int(n.ffi.cast("uintptr_t", n.launch)))
-    _launcher = module
-    return module
-
-
-def _build_launcher(name: str, directory: str) -> str:
-    import shutil
-    import tempfile
-    import cffi
-    builder = cffi.FFI()
-    builder.cdef(_LAUNCHER_CDEF)
-    builder.set_source(name, _LAUNCHER_SOURCE)
-    os.makedirs(directory, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=directory) as tmp:
-        built = builder.compile(tmpdir=tmp, verbose=False)
-        target = os.path.join(directory, os.path.basename(built))
-        # Atomic: another process building at the same time leaves one complete file.
-        shutil.move(built, target + ".partial")
-        os.replace(target + ".partial", target)
-    return target
-
-
 def build_launcher() -> bool:
-    """Build the compiled launcher into the cache now (one-time, about a second).
+    """Build the compiled launch extension into the cache now (one-time, about a second).
 
     Returns
     -------
     bool
         True if it is available afterwards; if not, `launch_backends()` says why.
     """
-    return _load_launcher(build=True) is not None
+    from . import _fastlaunch
+    return _fastlaunch.load(build=True) is not None
 
 
 def launch_backends() -> dict:
     """Which ways of calling cuLaunchKernel are available, and the default.
 
-    ``"c"`` (compiled extension packing and launching in one call, fastest), ``"api"``
-    (compiled cffi trampoline), ``"bindings"`` (cuda.bindings), ``"cffi"`` (ABI mode),
-    ``"ctypes"``. `CUPRIC_LAUNCH_BACKEND` overrides the default; `CUPRIC_BUILD_LAUNCHER=0`
-    stops cupric from compiling the first two on first use.
+    ``"c"`` (compiled extension packing and launching in one call, fastest; built on
+    first use unless ``CUPRIC_BUILD_LAUNCHER=0``), ``"bindings"`` (cuda.bindings, where
+    no C compiler is found), ``"cffi"`` (ABI mode: cooperative launches, and the Python
+    path behind the compiled one). `CUPRIC_LAUNCH_BACKEND` overrides the default.
     """
     from . import _fastlaunch
-    default = _default_backend()
-    return {"default": default,
+    return {"default": _default_backend(),
             "c": _fastlaunch.load(build=False) is not None, "c_error": _fastlaunch.build_error(),
-            "api": _load_launcher(build=False) is not None, "api_error": _launcher_error,
-            "bindings": True, "cffi": True, "ctypes": True}
+            "bindings": True, "cffi": True}
 
 
 def _default_backend() -> str:
@@ -452,10 +134,9 @@ def _default_backend() -> str:
     if chosen:
         return chosen
     from . import _fastlaunch
-    build = _config.BUILD_LAUNCHER.get()
-    if _fastlaunch.load(build=build) is not None:
+    if _fastlaunch.load(build=_config.BUILD_LAUNCHER.get()) is not None:
         return "c"
-    return "api" if _load_launcher(build=build) is not None else "bindings"
+    return "bindings"
 
 
 # -- the prepared launch -------------------------------------------------------------------
@@ -464,7 +145,7 @@ def _default_backend() -> str:
 # raises TypeError from its __index__, a huge int OverflowError on some versions).
 _PACK_ERRORS = (struct.error, TypeError, ValueError, OverflowError)
 
-_BACKENDS = ("c", "api", "bindings", "cffi", "ctypes")
+_BACKENDS = ("c", "bindings", "cffi")
 
 
 def make_prepared(function, param_types, *, cooperative: bool = False,
@@ -526,11 +207,17 @@ class PreparedLaunch:
                  "_null", "_bytes_params", "_lock_acquire", "_lock_release", "_backend",
                  "_ffi", "_stream_handles", "__weakref__")
 
+    #: The backends this class takes (subclasses add others).
+    _BACKENDS = _BACKENDS
+
     def __init__(self, function, param_types, *, cooperative: bool = False,
                  backend: str | None = None) -> None:
         backend = backend or "cffi"
-        if backend not in _BACKENDS:
-            raise ValueError(f"launch backend must be one of {_BACKENDS}, got {backend!r}")
+        if backend not in self._BACKENDS:
+            raise ValueError(f"launch backend must be one of {', '.join(self._BACKENDS)}, got "
+                             f"{backend!r}")
+        if cooperative and backend != "cffi":
+            raise ValueError("cooperative launches use the cffi backend")
         types, fmt, offsets, size = param_layout(param_types)
         self.function = function  # keeps the function, hence its module, alive
         self.param_types = types
@@ -544,41 +231,33 @@ class PreparedLaunch:
         self._ffi = n.ffi
         self._backend = backend
         # The function and stream as the backend's call takes them: ints for the cffi
-        # and ctypes paths, the cuda.bindings objects for cuda.bindings (which would
-        # otherwise build a CUfunction/CUstream object from the int on every call).
+        # path, the cuda.bindings objects for cuda.bindings (which would otherwise build
+        # a CUfunction/CUstream object from the int on every call).
         self._func = function.ptr
         self._stream_handles = False
-        if cooperative:
-            if backend != "cffi":
-                raise ValueError("cooperative launches use the cffi backend")
-            coop = n.launch_cooperative
-            # Same call shape as cuLaunchKernel, so `launch` has a single call site.
-            self._call = (lambda f, gx, gy, gz, bx, by, bz, shm, s, argv, _extra:
-                          coop(f, gx, gy, gz, bx, by, bz, shm, s, argv))
-            self._null = n.null
-        elif backend in ("cffi", "c"):
-            # For "c", this is the Python fallback behind the compiled launch function.
-            self._call = n.launch
-            self._null = n.null
-        elif backend == "api":
-            launcher = _load_launcher(build=True)
-            if launcher is None:
-                raise RuntimeError(f"the compiled launcher is not available: {_launcher_error}")
-            self._call = launcher.lib.cupric_launch
-            self._null = launcher.ffi.NULL
-        elif backend == "ctypes":
-            self._call = _ctypes_launch()
-            self._null = None
-        else:  # bindings
-            self._call = driver().cuLaunchKernel
-            self._func = function.handle
-            self._stream_handles = True
-            self._null = 0
+        self._bind_call(n)
         self._buf, self._view, self._argv = self._new_buffers()
         self._pack = self._struct.pack_into
         lock = threading.Lock()
         self._lock_acquire = lock.acquire
         self._lock_release = lock.release
+
+    #: Whether the call takes the `void**` as an integer address (cuda.bindings) rather
+    #: than as cffi data of `native().ffi`.
+    _ARGV_BY_ADDRESS = False
+
+    def _bind_call(self, n) -> None:
+        """Set `_call` (with cuLaunchKernel's arguments) and `_null` (its `extra`) for this
+        backend: here the cffi ABI entry points, cooperative or not."""
+        if self.cooperative:
+            coop = n.launch_cooperative
+            # Same call shape as cuLaunchKernel, so `launch` has a single call site.
+            self._call = (lambda f, gx, gy, gz, bx, by, bz, shm, s, argv, _extra:
+                          coop(f, gx, gy, gz, bx, by, bz, shm, s, argv))
+        else:
+            # For "c", this is the Python fallback behind the compiled launch function.
+            self._call = n.launch
+        self._null = n.null
 
     def _new_buffers(self):
         ffi = self._ffi
@@ -587,19 +266,17 @@ class PreparedLaunch:
         for i, offset in enumerate(self._offsets):
             argv[i] = buf + offset
         view = ffi.buffer(buf)
-        if self._backend in ("ctypes", "bindings") and not self.cooperative:
-            # These take the void** as an address; `buf` and the cdata array stay
-            # referenced through the returned tuple.
+        if self._ARGV_BY_ADDRESS:
+            # `buf` and the cdata array stay referenced through the returned tuple.
             return (buf, argv), view, int(ffi.cast("uintptr_t", argv))
-        if self._backend == "api":
-            # cdata of another FFI instance: pass the array by address.
-            return (buf, argv), view, _launcher.ffi.cast("void **",
-                                                         int(ffi.cast("uintptr_t", argv)))
         return buf, view, argv
+
+    #: See `_CompiledPreparedLaunch.c_layout`; None: launches go through `launch`.
+    c_layout = None
 
     @property
     def backend(self) -> str:
-        """How this launch reaches cuLaunchKernel: "api", "bindings", "cffi" or "ctypes"."""
+        """How this launch reaches cuLaunchKernel: "c", "bindings" or "cffi"."""
         return self._backend
 
     def __repr__(self) -> str:
@@ -783,6 +460,13 @@ class _BindingsPreparedLaunch(PreparedLaunch):
     """`PreparedLaunch` through cuda.bindings' cuLaunchKernel, which returns ``(err,)``."""
 
     __slots__ = ()
+    _ARGV_BY_ADDRESS = True
+
+    def _bind_call(self, n) -> None:
+        self._call = driver().cuLaunchKernel
+        self._func = self.function.handle
+        self._stream_handles = True
+        self._null = 0
 
     def launch(self, grid, block, stream, shared_bytes, *values) -> None:
         if grid.__class__ is int and 0 < grid <= 0xFFFFFFFF:
@@ -838,7 +522,7 @@ class _CompiledPreparedLaunch(PreparedLaunch):
     Python implementation, which raises the same typed errors as the other backends.
     """
 
-    __slots__ = ("launch",)
+    __slots__ = ("launch", "c_layout")
 
     def __init__(self, function, param_types, *, backend: str = "c") -> None:
         from . import _fastlaunch
@@ -856,6 +540,10 @@ class _CompiledPreparedLaunch(PreparedLaunch):
         # through a capsule, which the garbage collector cannot see.
         self.launch = module.make(address, self.function.ptr, codes, tuple(self._offsets),
                                   sizes, _Stream, weakref.ref(self))
+        #: What a compiled kernel launcher (`cupric.compiler._fastcall`) needs to pack and
+        #: launch by itself: (cuLaunchKernel's address, the CUfunction, the format codes,
+        #: offsets and sizes of the parameters); its errors come back to `_c_failed`.
+        self.c_layout = (address, self.function.ptr, codes, tuple(self._offsets), sizes)
 
     def __call__(self, *args) -> None:
         return self.launch(*args)
@@ -874,123 +562,3 @@ class _CompiledPreparedLaunch(PreparedLaunch):
 
 def _stream_ptr(stream) -> int:
     return as_stream_handle(stream)  # refuses a closed Stream with ClosedError
-
-
-def _describe_bad_value(kernel: str, index: int, t: str, value, exc) -> str:
-    where = f"argument {index} of kernel {kernel!r}"
-    if isinstance(value, np.ndarray):
-        if t == "ptr":
-            return (f"{where} is a host NumPy array, but the kernel needs a device pointer; "
-                    f"copy it to the device first (cupric.runtime.to_device(array)) and "
-                    f"pass that")
-        return f"{where} is a NumPy array, but the parameter is a scalar {t}"
-    if t == "ptr":
-        return (f"{where} must be a device address (an int) for a 'ptr' parameter, got "
-                f"{type(value).__name__}")
-    return f"{where} must fit a {t} parameter, got {value!r} ({exc})"
-
-
-# -- argument inference for Function.launch ------------------------------------------------
-
-_DTYPE_TO_TYPE = {
-    np.dtype(np.bool_): "bool",
-    np.dtype(np.int8): "i8", np.dtype(np.int16): "i16", np.dtype(np.int32): "i32",
-    np.dtype(np.int64): "i64", np.dtype(np.uint8): "u8", np.dtype(np.uint16): "u16",
-    np.dtype(np.uint32): "u32", np.dtype(np.uint64): "u64", np.dtype(np.float16): "f16",
-    np.dtype(np.float32): "f32", np.dtype(np.float64): "f64",
-}
-
-
-# Exact scalar classes -> parameter type: one dict lookup for the common arguments.
-_TYPE_BY_CLASS = {int: "i64", float: "f64", bool: "bool",
-                  **{dt.type: t for dt, t in _DTYPE_TO_TYPE.items()}}
-
-
-def _device_pointer(value, index: int):
-    """The device address of an array-like kernel argument, or None if it is not one."""
-    ptr = getattr(value, "ptr", None)
-    if isinstance(ptr, int) and not isinstance(ptr, bool):
-        # A view of a freed allocation keeps its old address: refuse it here, before the
-        # kernel reads freed memory.
-        if getattr(value, "closed", False):
-            raise KernelArgumentError(f"argument {index} is a closed buffer (its memory "
-                                      f"was freed)", index)
-        return ptr
-    cai = getattr(value, "__cuda_array_interface__", None)
-    if cai is not None:
-        return int(cai["data"][0])
-    if hasattr(value, "__dlpack__") and not isinstance(value, np.ndarray):
-        try:
-            from .interop import as_device_array
-        except ImportError as exc:
-            raise KernelArgumentError(f"argument {index}: DLPack objects need "
-                                      f"cupric.runtime.interop ({exc})", index) from exc
-        return int(as_device_array(value).ptr)
-    return None
-
-
-def infer_param(value, index: int):
-    """(param type, packed value) for one `Function.launch` argument.
-
-    NumPy scalars keep their dtype; Python bool/int/float map to bool/i64/f64 (as
-    `cupric.types.typeof`); device arrays and buffers pass their address as ``"ptr"``;
-    NumPy structured scalars pass by value.
-
-    Raises
-    ------
-    KernelArgumentError
-        For host arrays and values of no kernel type.
-    """
-    cls = value.__class__
-    t = _TYPE_BY_CLASS.get(cls)
-    if t is not None:
-        # Python and NumPy scalars: every backend packs NumPy scalars as they are.
-        return t, value
-    if isinstance(value, np.generic):
-        dt = value.dtype
-        t = _DTYPE_TO_TYPE.get(dt)
-        if t is not None:
-            return t, value.item()
-        if dt.kind == "V":
-            return ("bytes", dt.itemsize, dt.alignment), value.tobytes()
-        raise KernelArgumentError(f"argument {index}: NumPy {dt} has no kernel parameter type",
-                                  index)
-    if isinstance(value, np.ndarray):
-        raise KernelArgumentError(
-            f"argument {index} is a host NumPy array (shape {value.shape}, {value.dtype}); "
-            f"kernels need device memory: copy it to the device first "
-            f"(cupric.runtime.to_device(array)) and pass that", index)
-    ptr = _device_pointer(value, index)
-    if ptr is not None:
-        return "ptr", ptr
-    if cls.__module__.startswith("cuda.bindings") and cls.__name__ == "CUdeviceptr":
-        return "ptr", int(value)
-    raise KernelArgumentError(
-        f"argument {index}: cannot pass a {cls.__name__} to a kernel; use a NumPy scalar "
-        f"(np.float32(x)...), a device array/buffer, or a NumPy structured scalar", index)
-
-
-class LaunchConfig:
-    """A reusable launch shape: ``LaunchConfig(grid, block, shared_bytes=0, stream=None)``.
-
-    `Function.launch(config, *args)` accepts one in place of grid and block.
-    """
-
-    __slots__ = ("grid", "block", "shared_bytes", "stream", "cluster", "cooperative")
-
-    def __init__(self, grid, block, shared_bytes: int = 0, stream=None, *, cluster=None,
-                 cooperative: bool = False) -> None:
-        self.grid = dim3(grid, "grid")
-        self.block = dim3(block, "block")
-        if not isinstance(shared_bytes, int) or shared_bytes < 0:
-            raise LaunchError(None, f"shared_bytes must be a non-negative int, got "
-                                    f"{shared_bytes!r}")
-        self.shared_bytes = shared_bytes
-        self.stream = stream
-        self.cluster = dim3(cluster, "cluster") if cluster is not None else None
-        self.cooperative = bool(cooperative)
-
-    def __repr__(self) -> str:
-        return (f"LaunchConfig(grid={self.grid}, block={self.block}, "
-                f"shared_bytes={self.shared_bytes})")
-

@@ -72,19 +72,24 @@ def extensions(tmp_path_factory):
     mp.undo()
 
 
+class _Launches(list):
+    """The launches the fake driver saw; `code` is what it answers (0: success)."""
+    code = 0
+
+
 @pytest.fixture
 def driver(extensions, monkeypatch):
     """Every specialization's prepared launch is the compiled packer over a recorder:
     returns the list of launches the 'driver' saw."""
     ffi = cffi.FFI()
-    calls, keep = [], []
+    calls, keep = _Launches(), []
     prepared_by_spec: dict = {}
 
     def record(f, gx, gy, gz, bx, by, bz, shared, stream, argv, extra):
         sizes = record.sizes[f]
         params = tuple(bytes(ffi.buffer(argv[i], n)) for i, n in enumerate(sizes))
         calls.append((f, (gx, gy, gz), (bx, by, bz), shared, stream, params))
-        return 0
+        return calls.code
 
     record.sizes = {}
     callback = ffi.callback(SIGNATURE, record)
@@ -304,6 +309,108 @@ def test_several_kinds_keep_a_compiled_launcher_each(driver, monkeypatch):
     probe, table = _axpy._fast.dispatch
     assert probe == 1 and len(table) == 3
     assert all(launcher.is_compiled(fn) for fn in table.values())
+
+
+def test_a_second_kind_never_goes_through_the_general_path(driver, monkeypatch):
+    """Launchers keyed by argument kinds: once each kind launched twice, every later
+    launch of either kind is its own compiled launcher's (the general path never runs),
+    and a refusal of the second kind still gets the general path's typed error."""
+    general = []
+    original = kmod.Kernel._launch
+
+    def spy(self, *args):
+        general.append(args[-1][1].__class__.__name__)
+        return original(self, *args)
+
+    monkeypatch.setattr(kmod.Kernel, "_launch", spy)
+    a = np.float32(2)
+    buffers = (a, _buf(0x10000, (256,)), _buf(0x20000, (256,)))
+    cupy = (a, FakeCupy(0x30000, (256,)), FakeCupy(0x40000, (256,)))
+    calls = [(4, 64, buffers), (4, 64, cupy), (4, 64, buffers), (4, 64, cupy)] * 3
+    launches, errors, _ = _run(_axpy, calls, "c", monkeypatch, driver)
+    assert errors == [None] * 12 and len(launches) == 12
+    assert len(general) == 2                      # each kind's first launch only
+    by_kind = {(call[5][1], call[5][4]) for call in launches}      # x's and y's pointers
+    assert by_kind == {((0x10000).to_bytes(8, "little"), (0x20000).to_bytes(8, "little")),
+                       ((0x30000).to_bytes(8, "little"), (0x40000).to_bytes(8, "little"))}
+    before = len(launches)
+    bad = (a, FakeCupy(0x30000, (256,), dtype=np.float64), FakeCupy(0x40000, (256,)))
+    with pytest.raises(TypeError):
+        _axpy[4, 64](*bad)
+    assert len(driver) == before and general[-1] == "FakeCupy"
+
+
+@pytest.mark.parametrize("launch_stream, current, waits", [
+    (None, 0, False), (None, 1, False), (0, 0, False), (1, 0, False),  # legacy both sides
+    (0x5000, 0x5000, False),                     # the launch stream is CuPy's current one
+    (2, 0, False), (0, 2, False), (2, 2, False),  # default streams order each other
+    (0x5000, 0, True), (None, 0x6000, True), (0x5000, 0x6000, True), (2, 0x6000, True)])
+def test_cupy_current_stream_is_read_and_compared_in_c(driver, monkeypatch, launch_stream,
+                                                        current, waits):
+    """CuPy's current stream is read through the adapter's `stream_source` (a function
+    and an attribute, no Python frame); the wait is left out exactly where `needs_wait`
+    leaves it out by its first rules, else handed to `order_cupy` (which decides the
+    rest); a refused call orders nothing."""
+    class _Current:
+        ptr = current
+
+    reads, ordered = [], []
+
+    def current_stream():
+        reads.append(1)
+        return _Current
+
+    aa.unregister_array_adapter(FakeCupy)
+    aa.register_array_adapter(FakeCupy, aa.CupyAdapter(lambda: current,
+                                                      (current_stream, "ptr")))
+    monkeypatch.setattr(launcher, "order_cupy", lambda st, q: ordered.append((st, q)))
+    from cupric.runtime import intake
+    monkeypatch.setattr(intake, "order_after", lambda st, producers: None)  # general path
+    a = np.float32(2)
+    good = (a, FakeCupy(0x10000, (256,)), FakeCupy(0x20000, (256,)))
+    bad = (a, FakeCupy(0x10000, (256,), dtype=np.float64), FakeCupy(0x20000, (256,)))
+    _reset(_axpy)
+    monkeypatch.setattr(_fastcall, "_enabled", True)
+    _axpy[4, 64, launch_stream](*good)  # the general path, which makes the launcher
+    assert launcher.is_compiled(_axpy._fast)
+    reads.clear()
+    ordered.clear()
+    _axpy[4, 64, launch_stream](*good)
+    assert reads == [1]
+    assert ordered == ([(launch_stream, current)] if waits else [])
+    assert driver[-1][4] == (launch_stream or 0)
+    ordered.clear()
+    with pytest.raises(TypeError):
+        _axpy[4, 64, launch_stream](*bad)
+    assert ordered == []
+
+
+def test_the_launch_packs_in_c_and_driver_errors_stay_typed(driver, monkeypatch):
+    """The compiled launcher packs and calls cuLaunchKernel itself (the prepared launch's
+    `c_layout`), not through `prepared.launch`; an error code from the driver comes back
+    through the Python path (`_c_failed`) as its typed error, the launch tried once."""
+    from cupric.runtime.errors import CudaError
+    x, y = _buf(0x10000, (256,)), _buf(0x20000, (256,))
+    a = np.float32(2)
+    _reset(_axpy)
+    monkeypatch.setattr(_fastcall, "_enabled", True)
+    _axpy[4, 64](a, x, y)                     # loads the variant; the general path
+    prepared = next(s for s in _axpy._variants.values() if s.aligned).prepared()
+    assert prepared.c_layout is not None and prepared.c_layout[1] == driver[-1][0]
+    through_prepared = []
+    original = prepared.launch
+    prepared.launch = lambda *args: (through_prepared.append(1), original(*args))[1]
+    _reset(_axpy)
+    for _ in range(4):
+        _axpy[4, 64](a, x, y)
+    assert launcher.is_compiled(_axpy._fast)
+    assert len(through_prepared) == 1 and len(driver) == 5   # general path once, C thrice
+    assert driver[-1] == driver[-2] == driver[-3]
+    driver.code = 999                          # CUDA_ERROR_UNKNOWN
+    with pytest.raises(CudaError) as caught:
+        _axpy[4, 64](a, x, y)
+    assert caught.value.code == 999 and len(driver) == 6 and len(through_prepared) == 1
+    driver.code = 0
 
 
 # -- refusals: the Python path's typed errors, nothing launched -------------------------------

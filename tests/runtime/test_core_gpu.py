@@ -289,20 +289,26 @@ def test_prepared_launch_matches_numpy(rt, mod, rng):
         dx.free(), dy.free()
 
 
-@pytest.mark.parametrize("backend", ["c", "api", "bindings", "cffi", "ctypes"])
-def test_every_launch_backend(rt, mod, rng, backend):
-    from cupric.runtime import _fastlaunch
+@pytest.mark.parametrize("backend", ["c", "bindings", "cffi", "api", "ctypes"])
+def test_every_launch_backend(rt, mod, rng, backend, monkeypatch):
+    """cupric's backends, and the benchmark's comparison ones ("api", "ctypes")."""
     from cupric.runtime.launch import build_launcher, launch_backends
-    if backend == "api" and not build_launcher():
-        pytest.skip(f"compiled launcher unavailable: {launch_backends()['api_error']}")
-    if backend == "c" and _fastlaunch.load() is None:
-        pytest.skip(f"launch extension unavailable: {_fastlaunch.build_error()}")
+    if backend == "c" and not build_launcher():
+        pytest.skip(f"launch extension unavailable: {launch_backends()['c_error']}")
     n = 3000
     x = rng.random(n, dtype=np.float32)
     y = rng.random(n, dtype=np.float32)
     dx, dy = Mem.from_array(x), Mem.from_array(y)
     try:
-        p = mod.get_function("axpy").prepare(["ptr", "ptr", "f32", "i32"], backend=backend)
+        types = ["ptr", "ptr", "f32", "i32"]
+        if backend in ("api", "ctypes"):
+            import pathlib
+            monkeypatch.syspath_prepend(str(pathlib.Path(__file__).parents[2] / "benchmarks"))
+            pytest.importorskip("setuptools")
+            import _launch_backends
+            p = _launch_backends.comparison_prepared(mod.get_function("axpy"), types, backend)
+        else:
+            p = mod.get_function("axpy").prepare(types, backend=backend)
         assert p.backend == backend
         s = rt.Device(0).create_stream()
         p.launch((n + 127) // 128, 128, s, 0, dx.ptr, dy.ptr, 0.5, n)

@@ -8,6 +8,7 @@ values to the pointed-to bytes, runs without a GPU.
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 
 import cffi
 import numpy as np
@@ -254,12 +255,17 @@ def test_launch_config():
         L.LaunchConfig(1, 1, -1)
 
 
-def test_compiled_launcher_reaches_the_driver_entry_point(monkeypatch, tmp_path):
-    """The API-mode trampoline calls whatever cuLaunchKernel address it is given."""
+def test_comparison_trampoline_reaches_the_driver_entry_point(monkeypatch, tmp_path):
+    """benchmarks/launch_overhead.py's API-mode trampoline (a comparison backend, not
+    cupric's) calls whatever cuLaunchKernel address it is given, packing as cupric does."""
     import shutil
+    import sys
     if shutil.which("cc") is None and shutil.which("gcc") is None:
-        pytest.skip("no C compiler for the compiled launcher")
+        pytest.skip("no C compiler for the trampoline")
     pytest.importorskip("setuptools")
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "benchmarks"))
+    monkeypatch.delitem(sys.modules, "_launch_backends", raising=False)
+    import _launch_backends as backends
     ffi = cffi.FFI()
     types = ["ptr", "f32"]
     rec = Recorder(ffi, _sizes(types))
@@ -271,20 +277,19 @@ def test_compiled_launcher_reaches_the_driver_entry_point(monkeypatch, tmp_path)
     n.launch = callback
     n.launch_cooperative = None
     monkeypatch.setattr(L, "native", lambda: n)
-    monkeypatch.setattr(L, "_launcher", None)
-    monkeypatch.setattr(L, "_launcher_error", None)
-    monkeypatch.setenv("CUPRIC_CACHE_DIR", str(tmp_path))
-    assert L.build_launcher(), L._launcher_error
-    p = L.PreparedLaunch(FakeFunction(), types, backend="api")
+    backends.build_trampoline(str(tmp_path))
+    p = backends.comparison_prepared(FakeFunction(), types, "api")
     assert p.backend == "api"
     p.launch((3, 2), 64, 0x99, 16, 0xABC000, 0.5)
     (call,) = rec.calls
     assert call["f"] == 0x1234 and call["grid"] == (3, 2, 1) and call["block"] == (64, 1, 1)
     assert call["stream"] == 0x99 and call["shared"] == 16
     assert call["params"] == [struct.pack("<Q", 0xABC000), struct.pack("<f", 0.5)]
-    # A second process finds the built module in the cache instead of building again.
-    monkeypatch.setattr(L, "_launcher", None)
-    assert L._load_launcher(build=False) is not None
+    with pytest.raises(L.KernelArgumentError, match="argument 1"):
+        p.launch(1, 1, 0, 0, 0xABC000, "x")
+    # cupric itself takes only its own backends.
+    with pytest.raises(ValueError, match="one of c, bindings, cffi"):
+        L.PreparedLaunch(FakeFunction(), types, backend="api")
 
 
 @pytest.fixture
