@@ -174,8 +174,8 @@ def image_struct(image, what: str, struct=None):
     TypeError, ValueError
         Host arrays, unsupported dtype/channel counts, rows that are not packed pixels.
     """
-    from .accel import _view
-    view = _view(image, what)
+    from .structs import device_view
+    view = device_view(image, what)
     if len(view.shape) != 3:
         raise ValueError(f"{what} must have shape (height, width, channels), got {view.shape}")
     height, width, channels = view.shape
@@ -280,7 +280,7 @@ class Denoiser(Resource):
     @classmethod
     def _create(cls, context, options) -> "Denoiser":
         from . import lib
-        from .accel import foreign_pointer
+        from .structs import foreign_pointer
         options = DenoiserOptions() if options is None else options
         if not isinstance(options, DenoiserOptions):
             raise TypeError("options must be a DenoiserOptions")
@@ -327,7 +327,7 @@ class Denoiser(Resource):
         Allocates device memory (tens of MB for 1080p) and runs setup work on `stream`.
         """
         from . import lib
-        from .accel import foreign_pointer
+        from .structs import foreign_pointer
         from cupric.runtime.memory import empty, stream_handle
         for name, value in (("width", width), ("height", height)):
             if isinstance(value, bool) or not isinstance(value, int) or not \
@@ -383,7 +383,7 @@ class Denoiser(Resource):
             Bad images (before OptiX), or `setup` not called.
         """
         from . import lib
-        from .accel import foreign_pointer
+        from .structs import foreign_pointer
         from cupric.runtime.memory import stream_handle
         if self._size is None:
             raise ValueError("call Denoiser.setup(width, height) before invoke()")

@@ -214,7 +214,7 @@ class Module(Resource):
     def _builtin(cls, context, primitive: str, module_options, pipeline_options,
                  build_options) -> "Module":
         from . import lib
-        from .accel import builtin_is_options_struct, foreign_pointer
+        from .structs import builtin_is_options_struct, foreign_pointer
         module_options = _options(module_options, ModuleCompileOptions, "module_options")
         pipeline_options = _options(pipeline_options, PipelineCompileOptions,
                                     "pipeline_options")
