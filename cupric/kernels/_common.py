@@ -117,14 +117,17 @@ class Workspace:
 
     Thread safety
     -------------
-    One lock per device; `Call.workspace()` holds it while a call orders itself after
+    One reentrant lock per device; `Call.workspace()` holds it while a call orders itself after
     the previous user (a different stream waits for the previous user's stream) and
     queues its launches, so work of different streams never overlaps on it.
     """
 
     def __init__(self, ordinal: int) -> None:
         self.ordinal = ordinal
-        self.lock = threading.Lock()
+        # Reentrant: a stream collected by the garbage collector on a thread that holds
+        # this lock runs `_forget_stream`, which takes it again (a plain Lock hung the
+        # GPU lane's threaded radix sort test that way).
+        self.lock = threading.RLock()
         self.arrays: dict = {}
         self.last_stream: int | None = None
         #: Look-back epoch of the scans (flags below 2 * epoch are stale).
