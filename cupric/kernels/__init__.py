@@ -29,7 +29,15 @@ _MODULES = {
 }
 _LAZY = {name: module for module, names in _MODULES.items() for name in names}
 
-__all__ = sorted(_LAZY) + sorted(_MODULES)
+__all__ = sorted(_LAZY) + sorted(_MODULES) + ["release_workspaces"]
+
+
+def release_workspaces() -> None:
+    """Free the device memory the ready kernels keep from call to call (reductions' and
+    scans' partial results, the radix sort's scratch), in stream order; calls after it
+    allocate what they need again. See `cupric.kernels._common.release_workspaces`."""
+    from cupric.kernels._common import release_workspaces as release
+    release()
 
 
 

@@ -13,9 +13,10 @@ import numpy as np
 
 from cupric._config import simulator_requested
 
-__all__ = ["on_simulator", "Call", "Workspace", "blocks_for", "covering_blocks", "sm_count",
-           "device_ordinal", "same_shape", "same_dtype", "NUMERIC", "FLOATS", "INTEGERS",
-           "SORTABLE", "NUMERIC_BOOL", "MAX_GRID_X", "vector", "vector_prefix"]
+__all__ = ["on_simulator", "Call", "Foreign", "Workspace", "release_workspaces",
+           "blocks_for", "covering_blocks", "sm_count", "device_ordinal", "same_shape",
+           "same_dtype", "NUMERIC", "FLOATS", "INTEGERS", "SORTABLE", "NUMERIC_BOOL",
+           "MAX_GRID_X", "vector", "vector_prefix"]
 
 #: dtypes every generic kernel accepts (cupric's scalar types).
 INTEGERS = tuple(np.dtype(t) for t in ("i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8"))
@@ -155,6 +156,15 @@ class Workspace:
         self.arrays[name] = fresh
         return fresh
 
+    def release(self) -> None:
+        """Free every array, in the order of the stream that used them last (work
+        queued on them finishes first); the next call allocates afresh. Hold `lock`."""
+        order = self.last_stream if self.last_stream is not None else 0
+        arrays, self.arrays = self.arrays, {}
+        self.epoch = 0  # new look-back flags start zeroed, below every epoch
+        for arr in arrays.values():
+            arr.close(stream=order)
+
     def next_epoch(self, order: int) -> int:
         """A fresh look-back epoch; when the tags would overflow 31 bits, the flags
         are cleared (on the caller's stream) and epochs restart at 1."""
@@ -177,6 +187,20 @@ def _workspace(ordinal: int) -> Workspace:
         with _WORKSPACES_LOCK:
             ws = _WORKSPACES.setdefault(ordinal, Workspace(ordinal))
     return ws
+
+
+def release_workspaces() -> None:
+    """Free the memory the ready kernels keep between calls (`Workspace`: partial
+    results, look-back state, the radix sort's key arrays) on every device, in stream
+    order; later calls allocate it again as they need it.
+
+    Thread safety
+    -------------
+    Waits for calls holding a workspace to queue their work first.
+    """
+    for ws in list(_WORKSPACES.values()):
+        with ws.lock:
+            ws.release()
 
 
 def _forget_device(ordinal: int) -> None:
@@ -371,7 +395,10 @@ class Call:
                 arr = np.empty(shape, dtype)
             else:
                 from cupric.runtime.memory import empty
-                arr = empty(shape, dtype, stream=self.stream)
+                # Stream-ordered, from the device's pool, on the call's stream (the
+                # legacy one included): a plain cuMemAlloc costs more, and its
+                # cuMemFree waits for the whole device.
+                arr = empty(shape, dtype, stream=self.order)
             return arr, arr
         if arr is None:
             arr = self.array(out, name, writable=True)

@@ -24,7 +24,8 @@ from cupric.kernels._common import NUMERIC, NUMERIC_BOOL, Call, same_dtype, same
 from cupric.kernels.templates import elementwise
 
 __all__ = ["vecadd", "saxpy", "memcpy", "fill", "map", "vecadd_kernel", "saxpy_kernel",
-           "copy_kernel", "fill_kernel", "vecadd_scalar_kernel", "saxpy_scalar_kernel",
+           "saxpy_update_kernel", "copy_kernel", "fill_kernel", "vecadd_scalar_kernel",
+           "saxpy_scalar_kernel",
            "BLOCK", "STREAM_BLOCK", "quad_geometry"]
 
 #: Threads per block of the kernels here (but vecadd's and saxpy's, below).
@@ -63,6 +64,11 @@ vecadd_kernel = elementwise(_add, "a, b, out", width=UNROLL, groups=2, name="vec
 saxpy_kernel = elementwise(
     _axpy, "a, x, y, out", arrays="x, y", width=UNROLL, groups=2, name="saxpy_kernel",
     doc="out[i] = a * x[i] + y[i] over 1-D arrays of one dtype (`a` of that dtype).")
+# saxpy with out=y: y is read and written by one parameter, so the launch sees no two
+# arrays overlapping (which would take the general launch path on every call).
+saxpy_update_kernel = elementwise(
+    _axpy, "a, x, y", arrays="x, y", out="y", width=UNROLL, groups=2,
+    name="saxpy_update_kernel", doc="y[i] = a * x[i] + y[i] in place over 1-D arrays.")
 copy_kernel = elementwise(_same, "src, out", width=UNROLL, groups=2, name="copy_kernel",
                           doc="out[i] = src[i] over 1-D arrays of one dtype.")
 fill_kernel = elementwise(_same, "out, value", arrays=(), out="out", width=UNROLL,
@@ -202,10 +208,16 @@ def saxpy(a, x, y, out=None, stream=None):
     >>> saxpy(2.0, x, y, out=y)          # y = 2x + y in place       # doctest: +SKIP
     """
     call = Call("saxpy", stream)
+    update = out is not None and out is y
     x = call.array(x, "x", dtypes=NUMERIC)
-    y = call.array(y, "y", dtypes=NUMERIC)
+    y = call.array(y, "y", dtypes=NUMERIC, writable=update)
     shape, dtype = _common_layout("saxpy", "x", x, "y", y)
     alpha = _scalar("saxpy", a, dtype, "a")
+    if update and dtype.char != "e":  # y = a * x + y in place
+        fx, fy = call.flat(x, "x"), call.flat(y, "y")
+        blocks, threads = quad_geometry(call, fy, STREAM_BLOCK)
+        call.launch(saxpy_update_kernel, blocks, threads, alpha, fx, fy)
+        return out
     dst, result = call.output(out, "out", shape, dtype)
     fx, fy, fo = call.flat(x, "x"), call.flat(y, "y"), call.flat(dst, "out")
     if dtype.char == "e":  # float16

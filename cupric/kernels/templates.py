@@ -43,8 +43,11 @@ def elementwise_source(name: str, params, arrays, out: str, width: int,
                        groups: int) -> str:
     """The kernel-language source of `elementwise`'s kernel (see there); the function is
     `_fn`, the width `_W` and its log2 `_SHIFT`."""
-    call = ", ".join(f"_{p}[_k]" if p in arrays else p for p in params if p != out)
-    one = ", ".join(f"{p}[_t]" if p in arrays else p for p in params if p != out)
+    # `out` is an argument of the function only when it is also read (an update).
+    call = ", ".join(f"_{p}[_k]" if p in arrays else p for p in params
+                     if p != out or p in arrays)
+    one = ", ".join(f"{p}[_t]" if p in arrays else p for p in params
+                    if p != out or p in arrays)
     lines = [f"def {name}({', '.join(params)}):",
              f"    _n = len({out})",
              "    _groups = _n >> _SHIFT",
@@ -93,14 +96,18 @@ def elementwise(fn, params, *, arrays=None, out=None, width: int = 4, groups: in
     Parameters
     ----------
     fn : cupric.DeviceFunction
-        Called once per element with the kernel's parameters other than `out`, in their
-        order: an array of `arrays` contributes its element, any other parameter is
-        passed as it is (a scalar). Inlined into the loop.
+        Called once per element with the kernel's parameters other than `out` (unless
+        `out` is also read, see `arrays`), in their order: an array of `arrays`
+        contributes its element, any other parameter is passed as it is (a scalar).
+        Inlined into the loop.
     params : str or sequence of str
         The kernel's parameters in order (`"a, x, y, out"`); names may not start with
         an underscore (the loop's own names do).
     arrays : str or sequence of str, optional
-        The parameters read elementwise (default: every parameter but `out`).
+        The parameters read elementwise (default: every parameter but `out`). `out` may
+        be one of them: it is then read, passed to `fn` in its place among the
+        parameters, and overwritten (an in-place update such as ``y = a * x + y``, which
+        needs no second array aliasing the output).
     out : str, optional
         The array written (default: the last parameter); its length is the loop's.
     width : {1, 2, 4, 8}
@@ -142,10 +149,9 @@ def elementwise(fn, params, *, arrays=None, out=None, width: int = 4, groups: in
         raise ValueError(f"elementwise: out={out!r} is not one of the parameters {params}")
     arrays = tuple(p for p in params if p != out) if arrays is None else \
         _names(arrays, "array")
-    unknown = [a for a in arrays if a not in params or a == out]
+    unknown = [a for a in arrays if a not in params]
     if unknown:
-        raise ValueError(f"elementwise: arrays {unknown} are not input parameters "
-                         f"{tuple(p for p in params if p != out)}")
+        raise ValueError(f"elementwise: arrays {unknown} are not parameters {params}")
     if width not in WIDTHS:
         raise ValueError(f"elementwise: width must be one of {WIDTHS}, got {width!r}")
     if groups not in (1, 2):

@@ -21,15 +21,31 @@ TILE_DIM = 32
 BLOCK_ROWS = 8
 
 
-def _make_transpose(elem, tile_dim):
+def _make_transpose(elem, tile_dim, flat):
     """The transpose kernel for tiles of `tile_dim` x `tile_dim` (a multiple of 32),
-    moved by 32 x BLOCK_ROWS threads."""
+    moved by 32 x BLOCK_ROWS threads, over 2-D arrays of any strides or (`flat`) over
+    C-contiguous ones given as 1-D arrays (which the compiled launcher takes directly)."""
+
+    if flat:
+        @cupric.device_function
+        def get(arr, r, c, width):
+            return arr[i64(r) * width + c]
+
+        @cupric.device_function
+        def put(arr, r, c, width, value):
+            arr[i64(r) * width + c] = value
+    else:
+        @cupric.device_function
+        def get(arr, r, c, width):
+            return arr[r, c]
+
+        @cupric.device_function
+        def put(arr, r, c, width, value):
+            arr[r, c] = value
 
     @cupric.kernel
-    def transpose_kernel(a, out):
+    def transpose_kernel(a, out, rows, cols):
         tile = shared.array((tile_dim, tile_dim + 1), elem)
-        rows = a.shape[0]
-        cols = a.shape[1]
         tx = threadIdx.x
         ty = threadIdx.y
         col0 = blockIdx.x * tile_dim + tx
@@ -40,13 +56,13 @@ def _make_transpose(elem, tile_dim):
         if full:
             for c in range(0, tile_dim, 32):
                 for k in range(0, tile_dim, BLOCK_ROWS):
-                    tile[ty + k, tx + c] = a[row0 + k, col0 + c]
+                    tile[ty + k, tx + c] = get(a, row0 + k, col0 + c, cols)
         else:
             for c in range(0, tile_dim, 32):
                 col = col0 + c
                 for k in range(0, tile_dim, BLOCK_ROWS):
                     if col < cols and row0 + k < rows:
-                        tile[ty + k, tx + c] = a[row0 + k, col]
+                        tile[ty + k, tx + c] = get(a, row0 + k, col, cols)
         syncthreads()
         # out has shape (cols, rows): block (x, y) fills its tile (y, x).
         out_col0 = blockIdx.y * tile_dim + tx
@@ -54,13 +70,13 @@ def _make_transpose(elem, tile_dim):
         if full:
             for c in range(0, tile_dim, 32):
                 for k in range(0, tile_dim, BLOCK_ROWS):
-                    out[out_row0 + k, out_col0 + c] = tile[tx + c, ty + k]
+                    put(out, out_row0 + k, out_col0 + c, rows, tile[tx + c, ty + k])
         else:
             for c in range(0, tile_dim, 32):
                 out_col = out_col0 + c
                 for k in range(0, tile_dim, BLOCK_ROWS):
                     if out_col < rows and out_row0 + k < cols:
-                        out[out_row0 + k, out_col] = tile[tx + c, ty + k]
+                        put(out, out_row0 + k, out_col, rows, tile[tx + c, ty + k])
 
     return transpose_kernel
 
@@ -72,16 +88,17 @@ _KERNELS: dict = {}
 _LOCK = threading.Lock()
 
 
-def transpose_kernel(dtype, tile_dim: int = TILE_DIM):
+def transpose_kernel(dtype, tile_dim: int = TILE_DIM, flat: bool = False):
     """The tiled transpose kernel for elements of `dtype` and square tiles of
-    `tile_dim` (32 or 64) (made once)."""
-    key = (np.dtype(dtype), int(tile_dim))
+    `tile_dim` (32 or 64) (made once): ``kernel(a, out, rows, cols)`` over 2-D arrays of
+    any strides, or with `flat` over C-contiguous ones passed as 1-D arrays."""
+    key = (np.dtype(dtype), int(tile_dim), bool(flat))
     kern = _KERNELS.get(key)
     if kern is None:
         with _LOCK:
             kern = _KERNELS.get(key)
             if kern is None:
-                kern = _KERNELS[key] = _make_transpose(_TYPES[key[0]], key[1])
+                kern = _KERNELS[key] = _make_transpose(_TYPES[key[0]], key[1], key[2])
     return kern
 
 
@@ -125,6 +142,16 @@ def transpose(a, out=None, stream=None, *, tile_dim=TILE_DIM):
         raise ValueError(f"transpose: tile_dim must be 32 or 64, got {tile_dim}")
     if rows and cols:
         grid = ((cols + tile_dim - 1) // tile_dim, (rows + tile_dim - 1) // tile_dim)
-        call.launch(transpose_kernel(src.dtype, tile_dim), grid, (32, BLOCK_ROWS), src,
-                    dst)
+        dims = (np.int64(rows), np.int64(cols))
+        if call.simulator:
+            contiguous = src.flags.c_contiguous and dst.flags.c_contiguous
+        else:
+            contiguous = src.is_c_contiguous and dst.is_c_contiguous
+        if contiguous:
+            # 1-D views: the launch takes the compiled launcher's path.
+            call.launch(transpose_kernel(src.dtype, tile_dim, True), grid,
+                        (32, BLOCK_ROWS), call.flat(src, "a"), call.flat(dst, "out"), *dims)
+        else:
+            call.launch(transpose_kernel(src.dtype, tile_dim), grid, (32, BLOCK_ROWS), src,
+                        dst, *dims)
     return result

@@ -34,6 +34,8 @@ def _cases():
          ("ld.global.nc.v4.f32", "st.global.v4.f32")),
         ("elementwise", elementwise.saxpy_kernel, f"f32, {f4}, {f4}, {f4}", 4,
          ("fma.rn", "ld.global.nc.v4.f32")),
+        ("elementwise", elementwise.saxpy_update_kernel, f"f32, {f4}, {f4}", 2,
+         ("fma.rn", "ld.global.v4.f32", "st.global.v4.f32")),
         ("elementwise", elementwise.copy_kernel, f"{A1.format('f64')}, {A1.format('f64')}",
          2, ("ld.global.nc.v2.f64",)),
         ("image", image.rgba2gray_kernel, f"{u4}, {A1.format('u8')}", 2,
@@ -50,7 +52,9 @@ def _cases():
          f"{f4}, {f4}, bool, i32, {u4}, {i4}, {f4}, {f4}", 15,
          ("shfl.sync.up", "ld.acquire.gpu", "st.release.gpu")),
         ("transpose", transpose.transpose_kernel(np.float32), f"{A2.format('f32')}, "
-         f"{A2.format('f32')}", 4, ("ld.shared",)),
+         f"{A2.format('f32')}, i64, i64", 4, ("ld.shared",)),
+        ("transpose", transpose.transpose_kernel(np.float32, flat=True), f"{f4}, {f4}, i64, "
+         "i64", 4, ("ld.shared",)),
         ("gemm", gemm.blocked_kernel(np.float32),
          f"{f4}, {f4}, {f4}, i32, i32, i32, i32, i32, i32, f32, f32", 8,
          ("ld.shared.v4.f32", "fma.rn.f32")),
@@ -70,7 +74,7 @@ def _cases():
     ]
 
 
-@pytest.mark.parametrize("index", range(16))
+@pytest.mark.parametrize("index", range(18))
 def test_kernel_ptx(index):
     module, kern, signature, nc_loads, needles = _cases()[index]
     require_lowering(module)

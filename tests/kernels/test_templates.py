@@ -98,6 +98,19 @@ def test_generated_kernels_equal_numpy(width, groups, n):
     np.testing.assert_allclose(out, 0.25 * x + 0.75 * y - z, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("groups", [1, 2])
+@pytest.mark.parametrize("n", [0, 5, 37, 130])
+def test_output_read_and_updated_in_place(groups, n):
+    # out among the arrays: read, passed in its place, overwritten (y = a * x + y).
+    rng = np.random.default_rng(n + groups)
+    x, y = rng.standard_normal(n), rng.standard_normal(n)
+    expect = 0.5 * x + y
+    kern = elementwise(ew._axpy, "a, x, y", arrays="x, y", out="y", width=4,
+                       groups=groups, name="axpy_update")
+    simulator.launch(kern, 2, 3, (0.5, x, y))
+    np.testing.assert_allclose(y, expect, rtol=1e-15, atol=1e-15)
+
+
 def test_output_first_and_no_array_inputs():
     out = np.full(11, -1, np.int32)
     kern = elementwise(_negate, "out, v", arrays=(), out="out", width=4, name="neg_fill")
@@ -127,7 +140,7 @@ def test_generated_ptx_is_vectorized_for_any_width():
     (dict(fn=_negate, params="_x, out"), ValueError, "identifier"),
     (dict(fn=_negate, params="x, x"), ValueError, "repeat"),
     (dict(fn=_negate, params="x, out", out="y"), ValueError, "not one of"),
-    (dict(fn=_negate, params="x, out", arrays="out"), ValueError, "not input"),
+    (dict(fn=_negate, params="x, out", arrays="y"), ValueError, "not parameters"),
 ])
 def test_bad_templates_are_refused(kwargs, error, message):
     fn = kwargs.pop("fn")
