@@ -4,8 +4,9 @@ Both libraries work on a handle: a libNVVM *program* collects NVVM IR modules an
 them to PTX; an nvJitLink *handle* collects PTX (or cubin) and links it into a cubin. Each
 returns a status code from every call and keeps a log that says what went wrong.
 
-The declarations below are written here from NVIDIA's documented C API (nvvm.h,
-nvJitLink.h) and compiled once by cffi into `cupric/compiler/_toolchain_ffi.py`
+The declarations are written from NVIDIA's documented C API (nvvm.h here, nvJitLink.h in
+`cupric.runtime.linker`, cupric's one nvJitLink binding, whose classes this module
+re-exports for the compile path) and compiled once by cffi into `cupric/_toolchain_ffi.py`
 (out-of-line ABI mode, regenerated with ``python -m cupric.compiler._abi``). Importing that
 module costs about a millisecond, where `cuda.pathfinder` plus `cuda.bindings` cost about 30
 ms and cffi's own C parser (inline ``ffi.cdef``) about 27 ms: a cold kernel compile pays
@@ -16,9 +17,15 @@ from __future__ import annotations
 
 from typing import Sequence
 
+# The nvJitLink half lives in the runtime (one binding for the runtime's Linker and the
+# compile path); re-exported here for the compiler's modules.
+from cupric.runtime.linker import (NVJITLINK_DECLARATIONS, NVJITLINK_INPUT_CUBIN,
+                                   NVJITLINK_INPUT_PTX, NVJITLINK_RESULTS, LibraryCallError,
+                                   NvJitLink, NvJitLinkHandle)
+
 __all__ = [
     "DECLARATIONS", "LibraryCallError", "Nvvm", "NvvmProgram", "NvJitLink", "NvJitLinkHandle",
-    "NVJITLINK_INPUT_CUBIN", "NVJITLINK_INPUT_PTX", "generate", "preload",
+    "NVJITLINK_INPUT_CUBIN", "NVJITLINK_INPUT_PTX", "NVJITLINK_RESULTS", "generate", "preload",
 ]
 
 NVVM_DECLARATIONS = """
@@ -41,27 +48,6 @@ nvvmResult nvvmGetProgramLogSize(nvvmProgram prog, size_t *bufferSizeRet);
 nvvmResult nvvmGetProgramLog(nvvmProgram prog, char *buffer);
 """
 
-# nvJitLink's header maps each name to a versioned symbol (`__nvJitLinkCreate_13_5`) through
-# inline functions; the library also exports the plain names, which are what is bound here.
-NVJITLINK_DECLARATIONS = """
-typedef int nvJitLinkResult;
-typedef int nvJitLinkInputType;
-typedef struct nvJitLink *nvJitLinkHandle;
-nvJitLinkResult nvJitLinkVersion(unsigned int *major, unsigned int *minor);
-nvJitLinkResult nvJitLinkCreate(nvJitLinkHandle *handle, uint32_t numOptions,
-                                const char **options);
-nvJitLinkResult nvJitLinkDestroy(nvJitLinkHandle *handle);
-nvJitLinkResult nvJitLinkAddData(nvJitLinkHandle handle, nvJitLinkInputType inputType,
-                                 const void *data, size_t size, const char *name);
-nvJitLinkResult nvJitLinkComplete(nvJitLinkHandle handle);
-nvJitLinkResult nvJitLinkGetLinkedCubinSize(nvJitLinkHandle handle, size_t *size);
-nvJitLinkResult nvJitLinkGetLinkedCubin(nvJitLinkHandle handle, void *cubin);
-nvJitLinkResult nvJitLinkGetErrorLogSize(nvJitLinkHandle handle, size_t *size);
-nvJitLinkResult nvJitLinkGetErrorLog(nvJitLinkHandle handle, char *log);
-nvJitLinkResult nvJitLinkGetInfoLogSize(nvJitLinkHandle handle, size_t *size);
-nvJitLinkResult nvJitLinkGetInfoLog(nvJitLinkHandle handle, char *log);
-"""
-
 # The dynamic loader, called through an ABI-mode call so that the GIL is released while it
 # maps a library (see `preload`).
 LOADER_DECLARATIONS = """
@@ -78,48 +64,8 @@ NVVM_RESULTS = (
     "NVVM_ERROR_INVALID_IR", "NVVM_ERROR_INVALID_OPTION", "NVVM_ERROR_NO_MODULE_IN_PROGRAM",
     "NVVM_ERROR_COMPILATION", "NVVM_ERROR_CANCELLED",
 )
-#: nvJitLinkResult codes, in order (nvJitLink.h).
-NVJITLINK_RESULTS = (
-    "NVJITLINK_SUCCESS", "NVJITLINK_ERROR_UNRECOGNIZED_OPTION", "NVJITLINK_ERROR_MISSING_ARCH",
-    "NVJITLINK_ERROR_INVALID_INPUT", "NVJITLINK_ERROR_PTX_COMPILE",
-    "NVJITLINK_ERROR_NVVM_COMPILE", "NVJITLINK_ERROR_INTERNAL", "NVJITLINK_ERROR_THREADPOOL",
-    "NVJITLINK_ERROR_UNRECOGNIZED_INPUT", "NVJITLINK_ERROR_FINALIZE",
-    "NVJITLINK_ERROR_NULL_INPUT", "NVJITLINK_ERROR_INCOMPATIBLE_OPTIONS",
-    "NVJITLINK_ERROR_INCORRECT_INPUT_TYPE", "NVJITLINK_ERROR_ARCH_MISMATCH",
-    "NVJITLINK_ERROR_OUTDATED_LIBRARY", "NVJITLINK_ERROR_MISSING_FATBIN",
-    "NVJITLINK_ERROR_UNRECOGNIZED_ARCH", "NVJITLINK_ERROR_UNSUPPORTED_ARCH",
-    "NVJITLINK_ERROR_LTO_NOT_ENABLED",
-)
-#: nvJitLinkInputType values (nvJitLink.h).
-NVJITLINK_INPUT_CUBIN = 1
-NVJITLINK_INPUT_PTX = 2
-
-
-class LibraryCallError(RuntimeError):
-    """A libNVVM or nvJitLink call returned an error status.
-
-    The compile path turns it into `NvvmError` / `LinkError` with the program's log; this
-    class only carries what the call said.
-
-    Attributes
-    ----------
-    function : str
-        The C function, e.g. ``"nvvmCompileProgram"``.
-    status : int
-        The ``nvvmResult`` / ``nvJitLinkResult`` code.
-    name : str
-        The code's enumerator name, e.g. ``"NVVM_ERROR_COMPILATION"``.
-    """
-
-    def __init__(self, function: str, status: int, names: Sequence[str]) -> None:
-        self.function = function
-        self.status = status
-        self.name = names[status] if 0 <= status < len(names) else "unknown status"
-        super().__init__(f"{self.name} ({status})")
-
-
 def _ffi():
-    from cupric.compiler._toolchain_ffi import ffi
+    from cupric._toolchain_ffi import ffi
 
     return ffi
 
@@ -291,114 +237,9 @@ class NvvmProgram:
             _check(self._lib.nvvmDestroyProgram(self._box), "nvvmDestroyProgram", NVVM_RESULTS)
 
 
-class NvJitLink:
-    """nvJitLink opened from a file.
-
-    Parameters
-    ----------
-    path : str
-        The shared library (``libnvJitLink.so.13``).
-
-    Raises
-    ------
-    OSError
-        The file cannot be loaded.
-
-    Thread safety
-    -------------
-    Safe across handles; each `NvJitLinkHandle` is used by one thread.
-    """
-
-    def __init__(self, path: str) -> None:
-        self.ffi = _ffi()
-        self.path = path
-        self.lib = self.ffi.dlopen(path)
-
-    def version(self) -> tuple[int, int]:
-        """The library's CUDA release, e.g. ``(13, 0)``."""
-        major, minor = self.ffi.new("unsigned int *"), self.ffi.new("unsigned int *")
-        _check(self.lib.nvJitLinkVersion(major, minor), "nvJitLinkVersion", NVJITLINK_RESULTS)
-        return major[0], minor[0]
-
-    def handle(self, options: Sequence[str]) -> NvJitLinkHandle:
-        """A new link with these options (``-arch=sm_90`` is required); use it in a
-        ``with`` block. Refused options raise `LibraryCallError` (there is no handle to
-        ask for a log then)."""
-        return NvJitLinkHandle(self, options)
-
-
-class NvJitLinkHandle:
-    """One nvJitLink link: inputs in, a cubin and logs out. Destroyed by `close()` or at
-    the end of a ``with`` block."""
-
-    __slots__ = ("_ffi", "_lib", "_box")
-
-    def __init__(self, linker: NvJitLink, options: Sequence[str]) -> None:
-        self._ffi, self._lib = linker.ffi, linker.lib
-        box = self._ffi.new("nvJitLinkHandle *")
-        array, keep = _option_array(self._ffi, options)
-        _check(self._lib.nvJitLinkCreate(box, len(options), array), "nvJitLinkCreate",
-               NVJITLINK_RESULTS)
-        del keep
-        self._box = box
-
-    def __enter__(self) -> NvJitLinkHandle:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    @property
-    def _handle(self):
-        if self._box[0] == self._ffi.NULL:
-            raise ValueError("the nvJitLink handle is destroyed")
-        return self._box[0]
-
-    def add_data(self, kind: int, data: bytes, name: str) -> None:
-        """Add one input (`NVJITLINK_INPUT_PTX`, `NVJITLINK_INPUT_CUBIN`, ...). PTX is
-        assembled here, so assembly errors surface from this call."""
-        _check(self._lib.nvJitLinkAddData(self._handle, kind, data, len(data),
-                                          name.encode("utf-8")),
-               "nvJitLinkAddData", NVJITLINK_RESULTS)
-
-    def complete(self) -> None:
-        _check(self._lib.nvJitLinkComplete(self._handle), "nvJitLinkComplete", NVJITLINK_RESULTS)
-
-    def cubin(self) -> bytes:
-        size = self._ffi.new("size_t *")
-        _check(self._lib.nvJitLinkGetLinkedCubinSize(self._handle, size),
-               "nvJitLinkGetLinkedCubinSize", NVJITLINK_RESULTS)
-        buffer = self._ffi.new("char[]", size[0])
-        _check(self._lib.nvJitLinkGetLinkedCubin(self._handle, buffer),
-               "nvJitLinkGetLinkedCubin", NVJITLINK_RESULTS)
-        return self._ffi.buffer(buffer, size[0])[:]
-
-    def error_log(self) -> str:
-        return self._log("nvJitLinkGetErrorLogSize", "nvJitLinkGetErrorLog")
-
-    def info_log(self) -> str:
-        """Warnings, and with ``-verbose`` the assembler's per-kernel resource report."""
-        return self._log("nvJitLinkGetInfoLogSize", "nvJitLinkGetInfoLog")
-
-    def _log(self, size_function: str, function: str) -> str:
-        size = self._ffi.new("size_t *")
-        _check(getattr(self._lib, size_function)(self._handle, size), size_function,
-               NVJITLINK_RESULTS)
-
-        def fill(buffer) -> None:
-            _check(getattr(self._lib, function)(self._handle, buffer), function,
-                   NVJITLINK_RESULTS)
-        return _read_text(self._ffi, size[0], fill)
-
-    def close(self) -> None:
-        """Destroy the handle (again: nothing)."""
-        if self._box[0] != self._ffi.NULL:
-            _check(self._lib.nvJitLinkDestroy(self._box), "nvJitLinkDestroy", NVJITLINK_RESULTS)
-
-
 # -- the generated module ----------------------------------------------------------------------
 
-_GENERATED = "cupric/compiler/_toolchain_ffi.py"
+_GENERATED = "cupric/_toolchain_ffi.py"
 
 
 def declarations_digest() -> str:
@@ -418,14 +259,15 @@ def generate() -> str:
 
     builder = cffi.FFI()
     builder.cdef(DECLARATIONS)
-    builder.set_source("cupric.compiler._toolchain_ffi", None)
+    builder.set_source("cupric._toolchain_ffi", None)
     with tempfile.TemporaryDirectory(prefix="cupric-ffi-") as folder:
         target = os.path.join(folder, "module.py")
         builder.emit_python_code(target)
         with open(target, encoding="utf-8") as file:
             code = file.read()
     header = (f"# Generated by `python -m cupric.compiler._abi` from the declarations in\n"
-              f"# cupric/compiler/_abi.py; do not edit. Regenerate after changing them.\n"
+              f"# cupric/compiler/_abi.py and cupric/runtime/linker.py; do not edit.\n"
+              f"# Regenerate after changing them.\n"
               f"# cffi {cffi.__version__}, out-of-line ABI mode.\n")
     return header + code + f"\nDECLARATIONS_DIGEST = {declarations_digest()!r}\n"
 

@@ -1,7 +1,8 @@
 """PTX -> cubin: assemble PTX into SASS for one real architecture, ahead of the driver.
 
-nvJitLink (a library, no subprocess) is preferred; the ``ptxas`` executable is the
-fallback. Loading a cubin skips the driver's JIT, and so its PTX ISA limit. Both tools
+nvJitLink (a library, no subprocess; through `cupric.runtime.linker`, cupric's one
+binding of it, opened on the library the toolchain search found) is preferred; the
+``ptxas`` executable is the fallback. Loading a cubin skips the driver's JIT, and so its PTX ISA limit. Both tools
 report per-kernel resources (registers, spills, shared memory), which are parsed here.
 """
 
@@ -136,7 +137,7 @@ def _nvjitlink_handle(flags: list[str]):
     """A new nvJitLink handle for `flags` plus `_NO_CACHE` (dropped for good when this
     nvJitLink refuses it but takes `flags` alone)."""
     from cupric.compiler import toolchain
-    from cupric.compiler._abi import LibraryCallError
+    from cupric.runtime.linker import LibraryCallError
 
     library = toolchain.nvjitlink_library()
     extra = list(_NO_CACHE)
@@ -154,8 +155,8 @@ def _via_nvjitlink(ptx: str, options: CompileOptions, release: tuple[int, ...],
                    extra: tuple = ()) -> LinkOutput:
     """`extra`: further inputs, (nvJitLink input kind, data, name) each (the code of
     external device functions); LTO-IR among them turns on link-time optimization."""
-    from cupric.compiler._abi import NVJITLINK_INPUT_PTX, LibraryCallError
     from cupric.compiler.external import INPUT_LTOIR
+    from cupric.runtime.linker import NVJITLINK_INPUT_PTX, LibraryCallError
 
     flags = options.nvjitlink_flags()
     if any(kind == INPUT_LTOIR for kind, _, _ in extra):

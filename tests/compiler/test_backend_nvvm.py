@@ -171,7 +171,7 @@ def test_import_loads_nothing():
             "cupric.compiler.target, cupric.compiler.cache, cupric.compiler.backend, "
             "cupric.compiler.toolchain\n"
             "loaded = [m for m in sys.modules if m.startswith(('cuda.bindings', 'cuda.pathfinder', "
-            "'_cffi_backend', 'cupric.compiler._toolchain_ffi'))]\n"
+            "'_cffi_backend', 'cupric._toolchain_ffi'))]\n"
             "print(loaded)\nassert not loaded, loaded\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
