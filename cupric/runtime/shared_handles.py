@@ -44,7 +44,9 @@ class SharedHandles:
 
     def __init__(self) -> None:
         self._handles: dict[tuple[int, int], object] = {}
-        self._lock = threading.Lock()
+        # Reentrant: `create` runs driver calls whose `check` drains deferred releases,
+        # and a stream's release calls `_forget` on this table from the same thread.
+        self._lock = threading.RLock()
         _tables.add(self)
 
     def _forget(self, which) -> None:
