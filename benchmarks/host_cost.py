@@ -27,7 +27,8 @@ mean per configuration and the worst layer. And fresh processes: `import`, the f
 launch with the kernel cache warm and empty beside CuPy's RawKernel (its cache warm and
 empty) and PyTorch's first operation, and the first cuDNN convolution beside PyTorch's.
 
-    python3 benchmarks/host_cost.py [--json PATH] [--quick]
+    python3 benchmarks/host_cost.py [--json PATH] [--quick] [--parts ops,resnet,fresh]
+                                    [--ops WORD,WORD]
 """
 
 from __future__ import annotations
@@ -241,7 +242,8 @@ def _conv_ops(torch, F, dnn, size: str, n, c, k, hw, dtype) -> list:
     ops = [
         Op("conv forward", tag, {"x": x, "w": w, "y": y},
            lambda a: lambda: dnn.conv_forward(a["x"], a["w"], padding=1, out=a["y"]),
-           {"PyTorch conv2d": lambda: F.conv2d(x, w, padding=1)}, "y",
+           {"PyTorch conv2d": lambda: F.conv2d(x, w, padding=1),
+            "cudnn-frontend conv_fprop(out=)": _frontend_conv(torch, x, w, y, 1)}, "y",
            lambda: F.conv2d(f64(x), f64(w), padding=1), tol),
         Op("conv backward data", tag, {"dy": dy, "w": w, "dx": dx},
            lambda a: lambda: dnn.conv_backward_data(a["dy"], a["w"], tuple(x.shape), padding=1,
@@ -269,6 +271,46 @@ def _conv_ops(torch, F, dnn, size: str, n, c, k, hw, dtype) -> list:
     for op, make in zip(ops, allocating):
         _allocating(op, make, same)
     return ops
+
+
+def _frontend_conv(torch, x, w, y, padding: int):
+    """The cudnn-frontend Python package's convolution forward into `y` (its graph built
+    once, heuristics A then fallback, a workspace allocated once, PyTorch's current
+    stream), or a callable raising why it cannot run here (recorded in its row)."""
+    try:
+        import cudnn
+        types = {torch.float16: cudnn.data_type.HALF, torch.bfloat16: cudnn.data_type.BFLOAT16,
+                 torch.float32: cudnn.data_type.FLOAT}
+        handle = cudnn.create_handle()
+        cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream().cuda_stream)
+        graph = cudnn.pygraph(io_data_type=types[x.dtype],
+                              intermediate_data_type=cudnn.data_type.FLOAT,
+                              compute_data_type=cudnn.data_type.FLOAT, handle=handle)
+        gx = graph.tensor(name="X", dim=list(x.shape), stride=list(x.stride()),
+                          data_type=types[x.dtype])
+        gw = graph.tensor(name="W", dim=list(w.shape), stride=list(w.stride()),
+                          data_type=types[w.dtype])
+        gy = graph.conv_fprop(image=gx, weight=gw, padding=[padding] * 2, stride=[1, 1],
+                              dilation=[1, 1])
+        gy.set_output(True).set_dim(list(y.shape)).set_stride(list(y.stride()))
+        graph.validate()
+        graph.build_operation_graph()
+        graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+        graph.check_support()
+        graph.build_plans()
+        workspace = torch.empty(max(graph.get_workspace_size(), 1), device="cuda",
+                                dtype=torch.uint8)
+        pack = {gx: x, gw: w, gy: y}
+
+        def run():
+            graph.execute(pack, workspace, handle=handle)
+        return run
+    except Exception as exc:  # not installed or refused here: the row says why
+        reason = error_text(exc)
+
+        def unavailable():
+            raise RuntimeError(f"cudnn-frontend: {reason}")
+        return unavailable
 
 
 def _allocating(op: Op, make, extract) -> Op:
@@ -794,16 +836,25 @@ def _fresh(quick: bool) -> dict:
 # -- the run -----------------------------------------------------------------------------------
 
 def _frontend() -> str:
-    """Whether the cudnn-frontend Python package is importable here."""
+    """Whether the cudnn-frontend Python package is importable here (a peer of the
+    convolution forward rows when it is)."""
     try:
-        import cudnn  # noqa: F401
-        return f"importable ({getattr(cudnn, '__version__', '?')}); not yet measured"
+        import cudnn
+        return f"importable ({getattr(cudnn, '__version__', '?')}): a conv forward peer"
     except Exception as exc:
         return f"not importable ({type(exc).__name__})"
 
 
-def run(json_path: str | None = None, quick: bool = False) -> dict:
-    """Measure everything in this process (and the fresh ones); return the results."""
+PARTS = ("ops", "resnet", "fresh")
+
+
+def run(json_path: str | None = None, quick: bool = False, parts=PARTS,
+        ops_matching=None) -> dict:
+    """Measure everything in this process (and the fresh ones); return the results.
+
+    `parts` selects among "ops" (the per-call table), "resnet" (the ResNet-50 suite) and
+    "fresh" (fresh processes); `ops_matching`, a list of words, keeps the operations
+    whose name or size contains one of them."""
     import cupy as cp
     import torch
     results: dict = {"title": "Host cost per call, from any array kind", "quick": quick,
@@ -812,7 +863,7 @@ def run(json_path: str | None = None, quick: bool = False) -> dict:
     torch.manual_seed(0)
     timing = Timing(torch, quick)
     ops: dict = {}
-    for build in (_library_ops, _kernel_ops):
+    for build in (_library_ops, _kernel_ops) if "ops" in parts else ():
         try:
             built = build(torch, cp, quick)
         except Exception as exc:
@@ -820,6 +871,8 @@ def run(json_path: str | None = None, quick: bool = False) -> dict:
             continue
         for op in built:
             key = f"{op.name} | {op.size}"
+            if ops_matching and not any(word in key for word in ops_matching):
+                continue
             try:
                 ops[key] = _measure_op(timing, op)
             except Exception as exc:  # recorded per operation; the others go on
@@ -830,6 +883,8 @@ def run(json_path: str | None = None, quick: bool = False) -> dict:
     results["ops"] = ops
     for name, part in (("resnet50", lambda: _resnet(torch, quick)),
                        ("fresh_process", lambda: _fresh(quick))):
+        if {"resnet50": "resnet", "fresh_process": "fresh"}[name] not in parts:
+            continue
         try:
             results[name] = part()
         except Exception as exc:
@@ -907,8 +962,18 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="write the results to this file")
     parser.add_argument("--quick", action="store_true", help="fewer sizes and samples")
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help=f"comma-separated parts to run, among {', '.join(PARTS)}")
+    parser.add_argument("--ops", default="",
+                        help="comma-separated words: only the operations whose name or "
+                             "size contains one (e.g. 'matmul,conv forward')")
     args = parser.parse_args(argv)
-    results = run(args.json, quick=args.quick)
+    parts = tuple(p.strip() for p in args.parts.split(",") if p.strip())
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        parser.error(f"unknown parts {sorted(unknown)}; choose among {', '.join(PARTS)}")
+    words = [w.strip() for w in args.ops.split(",") if w.strip()] or None
+    results = run(args.json, quick=args.quick, parts=parts, ops_matching=words)
     print_tables(results)
     failed = [k for k in results if k.endswith("error")] + [
         f"{op}: {label}" for op, rows in results.get("ops", {}).items()

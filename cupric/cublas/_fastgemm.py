@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from cupric.runtime.native import MODULE_INIT, SLOT_OFFSET, Extension, Pending
 
-__all__ = ["load", "build_error", "info", "FIELDS", "SOURCE"]
+__all__ = ["load", "build_error", "info", "remember", "file_torch", "FIELDS", "SOURCE"]
 
 # The integer fields of a plan, in the order `make_plan` takes them.
 FIELDS = ("dbl", "swap", "alias", "classic", "handle", "op1", "op2", "m", "n", "k", "ld1",
@@ -99,6 +99,13 @@ static Py_ssize_t off_ptr, off_shape, off_strides, off_dtype, off_readonly, off_
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 #define IS_ARRAY(obj) (Py_IS_TYPE(obj, buffer_type) || Py_IS_TYPE(obj, info_type))
+
+/* torch.Tensor (exactly) and torch.strided, set by watch_torch() once a PyTorch tensor
+   made a plan; NULL before. Plans of PyTorch operands are also filed under a key read
+   from the tensors themselves: ("torch", dtype, shape, stride()) per operand. */
+static PyTypeObject *torch_type;
+static PyObject *torch_strided, *torch_marker, *n_requires_grad, *n_is_cuda, *n_layout,
+    *n_dtype, *n_shape, *n_stride, *n_data_ptr;
 
 static void plan_free(PyObject *capsule) {
     Plan *p = (Plan *)PyCapsule_GetPointer(capsule, CAPSULE);
@@ -316,6 +323,67 @@ static int overlaps(uintptr_t x, long long lo, long long hi, uintptr_t o, const 
     return xs + lo < os + p->o_hi && os + p->o_lo < xs + hi;
 }
 
+/* watch_torch(torch.Tensor, torch.strided) */
+static PyObject *watch_torch(PyObject *module, PyObject *args) {
+    PyObject *t, *strided;
+    if (!PyArg_ParseTuple(args, "O!O", &PyType_Type, &t, &strided)) return NULL;
+    if (torch_type == (PyTypeObject *)t && torch_strided == strided) Py_RETURN_NONE;
+    static const char *names[] = {"requires_grad", "is_cuda", "layout", "dtype", "shape",
+                                  "stride", "data_ptr", "torch"};
+    PyObject **slots[] = {&n_requires_grad, &n_is_cuda, &n_layout, &n_dtype, &n_shape,
+                          &n_stride, &n_data_ptr, &torch_marker};
+    for (int i = 0; i < 8; i++) {
+        if (*slots[i] == NULL && (*slots[i] = PyUnicode_InternFromString(names[i])) == NULL)
+            return NULL;
+    }
+    /* Replaced, never freed: a plan key may still hold the old one's objects. */
+    Py_INCREF(t); Py_INCREF(strided);
+    torch_strided = strided;
+    torch_type = (PyTypeObject *)t;
+    Py_RETURN_NONE;
+}
+
+/* A PyTorch tensor's key items (dtype, shape, stride(): new references into key at `at`)
+   and data pointer, as the intake layer's PyTorch adapter reads them: 1, or 0 (no error
+   set) where the tensor is outside its common case (autograd, host, sparse) and the
+   Python path must read it. */
+static int torch_read(PyObject *t, PyObject *key, Py_ssize_t at, uintptr_t *ptr) {
+    PyObject *v = PyObject_GetAttr(t, n_requires_grad);
+    if (v == NULL) goto no;
+    int bad = v != Py_False;
+    Py_DECREF(v);
+    if (bad) return 0;
+    v = PyObject_GetAttr(t, n_is_cuda);
+    if (v == NULL) goto no;
+    bad = v != Py_True;
+    Py_DECREF(v);
+    if (bad) return 0;
+    v = PyObject_GetAttr(t, n_layout);
+    if (v == NULL) goto no;
+    bad = v != torch_strided;
+    Py_DECREF(v);
+    if (bad) return 0;
+    PyObject *d = PyObject_GetAttr(t, n_dtype);
+    if (d == NULL) goto no;
+    PyTuple_SET_ITEM(key, at, d);
+    PyObject *s = PyObject_GetAttr(t, n_shape);
+    if (s == NULL) goto no;
+    PyTuple_SET_ITEM(key, at + 1, s);
+    PyObject *st = PyObject_CallMethodNoArgs(t, n_stride);
+    if (st == NULL) goto no;
+    PyTuple_SET_ITEM(key, at + 2, st);
+    PyObject *p = PyObject_CallMethodNoArgs(t, n_data_ptr);
+    if (p == NULL) goto no;
+    unsigned long long a = PyLong_AsUnsignedLongLong(p);
+    Py_DECREF(p);
+    if (a == (unsigned long long)-1 && PyErr_Occurred()) goto no;
+    *ptr = (uintptr_t)a;
+    return 1;
+no:
+    PyErr_Clear();
+    return 0;
+}
+
 /* The call itself; returns the cuBLAS status, *used_lt says which route ran. */
 static int call(const Plan *p, uintptr_t p1, uintptr_t p2, uintptr_t po, double alpha,
                 double beta, int *used_lt) {
@@ -362,27 +430,47 @@ static PyObject *fast_matmul(PyObject *module, PyObject *const *args, Py_ssize_t
         return NULL;
     }
     PyObject *a = args[0], *b = args[1], *out = args[2];
-    if (!configured || !IS_ARRAY(a) || !IS_ARRAY(b) || (out != Py_None && !IS_ARRAY(out)))
+    if (!configured) Py_RETURN_NONE;
+    /* PyTorch tensors (all three, or a and b with out None) are read here, as the
+       intake layer's adapter reads them; other kinds through the intake layer first. */
+    int torch = !IS_ARRAY(a) || !IS_ARRAY(b) || (out != Py_None && !IS_ARRAY(out));
+    if (torch && (torch_type == NULL || !Py_IS_TYPE(a, torch_type)
+                  || !Py_IS_TYPE(b, torch_type)
+                  || (out != Py_None && !Py_IS_TYPE(out, torch_type))))
         Py_RETURN_NONE;
     double alpha, beta;
     if (!scalar(args[3], &alpha) || !scalar(args[4], &beta)) Py_RETURN_NONE;
     PyObject *h = usable_handle(args[5]);
     if (h == NULL) Py_RETURN_NONE;
     PyObject *result = NULL, *owner = NULL;
-    PyObject *key = PyTuple_New(9);
+    Py_ssize_t first = torch ? 1 : 0;
+    PyObject *key = PyTuple_New(first + 9);
     if (key == NULL) { Py_DECREF(h); return NULL; }
-    if (!put3(key, 0, a) || !put3(key, 3, b)) goto python;
+    uintptr_t pa = 0, pb = 0, po = 0;
+    if (torch) {
+        Py_INCREF(torch_marker);
+        PyTuple_SET_ITEM(key, 0, torch_marker);
+        if (!torch_read(a, key, 1, &pa) || !torch_read(b, key, 4, &pb)) goto python;
+        if (out != Py_None && !torch_read(out, key, 7, &po)) goto python;
+    } else {
+        if (!put3(key, 0, a) || !put3(key, 3, b)) goto python;
+        if (out != Py_None && !put3(key, 6, out)) goto python;
+    }
     if (out == Py_None) {
-        for (int i = 6; i < 9; i++) { Py_INCREF(Py_None); PyTuple_SET_ITEM(key, i, Py_None); }
-    } else if (!put3(key, 6, out)) {
-        goto python;
+        for (Py_ssize_t i = first + 6; i < first + 9; i++) {
+            Py_INCREF(Py_None);
+            PyTuple_SET_ITEM(key, i, Py_None);
+        }
     }
     Plan *p = find_plan(h, key, &owner);
     if (p == NULL || (out == Py_None) != (p->shape != NULL) || SLOT(h, off_h_stream) == NULL)
         goto python;
     int ok = 1;
-    uintptr_t pa = open_ptr(a, &ok), pb = open_ptr(b, &ok), po;
-    if (!ok) goto python;
+    if (!torch) {
+        pa = open_ptr(a, &ok);
+        pb = open_ptr(b, &ok);
+        if (!ok) goto python;
+    }
     if (out == Py_None) {
         out = PyObject_CallFunctionObjArgs(empty_fn, p->shape, p->dtype, SLOT(h, off_h_stream),
                                            NULL);
@@ -395,11 +483,13 @@ static PyObject *fast_matmul(PyObject *module, PyObject *const *args, Py_ssize_t
         po = open_ptr(out, &ok);
         if (!ok) { Py_DECREF(out); goto python; }
     } else {
-        if (SLOT(out, Py_IS_TYPE(out, info_type) ? off_i_readonly : off_readonly)
-            != Py_False)
-            goto python;
-        po = open_ptr(out, &ok);
-        if (!ok) goto python;
+        if (!torch) {   /* PyTorch never exports a tensor read-only */
+            if (SLOT(out, Py_IS_TYPE(out, info_type) ? off_i_readonly : off_readonly)
+                != Py_False)
+                goto python;
+            po = open_ptr(out, &ok);
+            if (!ok) goto python;
+        }
         if (p->alias && p->o_lo != p->o_hi
             && (overlaps(pa, p->a_lo, p->a_hi, po, p) || overlaps(pb, p->b_lo, p->b_hi, po, p)))
             goto python;
@@ -480,6 +570,7 @@ static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS, "set the types and callables (once)"},
     {"make_plan", make_plan, METH_VARARGS, "a plan capsule from its fields"},
     {"plan_info", plan_info, METH_O, "the routes a plan holds"},
+    {"watch_torch", watch_torch, METH_VARARGS, "read PyTorch tensors (torch.Tensor, strided)"},
     {"matmul", (PyCFunction)(void (*)(void))fast_matmul, METH_FASTCALL,
      "matmul(a, b, out, alpha, beta, handle) -> out or None"},
     {"gemm", (PyCFunction)(void (*)(void))fast_gemm, METH_FASTCALL,
@@ -520,8 +611,6 @@ def _configure(module) -> None:
     from cupric.runtime.intake import ArrayInfo
     module.configure(DeviceBuffer, Allocation, Handle, _tls, empty, lib.check, lt.check,
                      ArrayInfo)
-
-
 
 
 #: The extension, loaded through the one cached loader (`cupric.runtime.native.Extension`).
@@ -582,6 +671,34 @@ def remember(h, key, fn, *, swap: bool, alias: bool, op1: int, op2: int, m: int,
     shape, dtype = (None, None) if result is None else result
     h._fast_plans[key] = module.make_plan(tuple(fields[f] for f in FIELDS), keep, shape,
                                           dtype)
+
+
+def file_torch(h, a, b, out, tensors) -> None:
+    """File the plan of a call on PyTorch tensors (read by the intake layer into
+    `a`, `b`, `out`: ArrayInfo, out None when allocating) under the key the extension
+    reads from the tensors themselves, ``("torch", dtype, shape, stride())`` per operand,
+    so that the next such call skips the intake layer. `tensors` are the caller's
+    (a, b, out) arguments."""
+    module = EXTENSION.module
+    if module is None or len(h._fast_plans) >= PLAN_LIMIT:
+        return
+    key = (a.dtype, a.shape, a.strides, b.dtype, b.shape, b.strides) + (
+        (None, None, None) if out is None else (out.dtype, out.shape, out.strides))
+    plan = h._fast_plans.get(key)
+    if plan is None:
+        return
+    ta, tb, to = tensors
+    if to is not None and to.__class__ is not ta.__class__:
+        return
+    import sys
+    torch = sys.modules.get("torch")
+    if torch is None or ta.__class__ is not torch.Tensor or tb.__class__ is not torch.Tensor:
+        return
+    module.watch_torch(torch.Tensor, torch.strided)
+    parts = ("torch",)
+    for t in (ta, tb, to):
+        parts += (None, None, None) if t is None else (t.dtype, t.shape, t.stride())
+    h._fast_plans[parts] = plan
 
 
 def _lt_route(h, op1, op2, m, n, k, ld1, ld2, ldc, ptrs):

@@ -17,6 +17,7 @@ __all__ = [
     "PREFIX", "REAL_PREFIX", "SCALAR_DTYPE", "TRANS", "UPLO", "DIAG", "SIDE",
     "routine_name", "prefix_of", "same_prefix", "device_array", "vector", "matrix",
     "trans_code", "uplo_code", "diag_code", "side_code", "op_shape", "INT32_MAX",
+    "says_bfloat16",
 ]
 
 INT32_MAX = 2**31 - 1
@@ -257,3 +258,47 @@ def check_int32(routine: str, **values: int) -> None:
         if v > INT32_MAX:
             raise OverflowError(f"{routine}: {name} = {v} exceeds 2**31 - 1, which this "
                                 f"cuBLAS routine cannot take")
+
+
+def says_bfloat16(obj, stream=None) -> bool:
+    """Whether a 2-byte array whose interface says only ``"<V2"`` holds bfloat16: its
+    own dtype is ml_dtypes' bfloat16 (CuPy with ml_dtypes), or its DLPack export says
+    so (type code kDLBfloat, 16 bits). The DLPack capsule is read, not consumed: dropped
+    unconsumed, it hands the tensor back to its producer itself."""
+    if getattr(getattr(obj, "dtype", None), "name", None) == "bfloat16":
+        return True
+    export = getattr(obj, "__dlpack__", None)
+    if export is None:
+        return False
+    from cupric.runtime import dlpack
+    consumer = stream if isinstance(stream, int) and stream > 1 else 1
+    try:
+        try:
+            capsule = export(stream=consumer, max_version=dlpack.VERSION)
+        except TypeError:  # producers older than DLPack 1.0
+            capsule = export(stream=consumer)
+    except (BufferError, TypeError, ValueError, RuntimeError):
+        return False  # no export of this array: the dtype error stands
+    dtype = _capsule_dtype(capsule)
+    return dtype == (dlpack.CODE_BFLOAT, 16, 1)
+
+
+def _capsule_dtype(capsule):
+    """(code, bits, lanes) of an unconsumed DLPack capsule's tensor, or None."""
+    import ctypes
+
+    from cupric.runtime import dlpack
+    api = ctypes.pythonapi
+    get_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(
+        ("PyCapsule_GetName", api))
+    get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+        ("PyCapsule_GetPointer", api))
+    if type(capsule).__name__ != "PyCapsule":
+        return None
+    name = get_name(capsule)
+    layout = {b"dltensor_versioned": dlpack.DLManagedTensorVersioned,
+              b"dltensor": dlpack.DLManagedTensor}.get(name)
+    if layout is None:
+        return None
+    dtype = layout.from_address(get_pointer(capsule, name)).dl_tensor.dtype
+    return int(dtype.code), int(dtype.bits), int(dtype.lanes)

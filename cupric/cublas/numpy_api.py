@@ -57,7 +57,8 @@ def _operand(obj, name, stream, multi=True):
     the handle's stream ordered after the producer's. Both answer the same attributes.
 
     A PyTorch bfloat16/fp8 tensor arrives as a raw 2- or 1-byte buffer: its element type
-    ("bf16", ...) comes from the tensor's dtype name.
+    ("bf16", ...) comes from the tensor's dtype name; a CuPy bfloat16 array (``"<V2"``)
+    is bfloat16 by its ml_dtypes dtype or its DLPack export (`_validate.says_bfloat16`).
     """
     if obj.__class__ is DeviceBuffer:
         if obj._alloc._closed:
@@ -74,9 +75,13 @@ def _operand(obj, name, stream, multi=True):
         torch = sys.modules["torch"]
         return intake.array_info(obj.view(getattr(torch, foreign[1])), stream,
                                  name=name, with_device=multi), foreign[0]
-    foreign = _FOREIGN.get(info.torch_dtype) if info.dtype.kind == "V" else None
+    if info.dtype.kind != "V":
+        return info, None
+    foreign = _FOREIGN.get(info.torch_dtype)
     if foreign is not None and info.itemsize == (2 if foreign[0] == "bf16" else 1):
         return info, foreign[0]
+    if info.itemsize == 2 and V.says_bfloat16(obj, stream):  # CuPy's bfloat16, DLPack's
+        return info, "bf16"
     return info, None
 
 
@@ -234,8 +239,11 @@ def matmul(a, b, out=None, alpha=_ONE, beta=_ZERO, *, precision=None, handle=Non
     if (precision is None and a_type is None and b_type is None and _c_matmul is not None
             and (out is None or out_read[1] is None)):
         # Other kinds of arrays, read once by the intake layer: the compiled replay too.
-        done = _c_matmul(ab, bb, None if out is None else out_read[0], alpha, beta, h)
+        o_info = None if out is None else out_read[0]
+        done = _c_matmul(ab, bb, o_info, alpha, beta, h)
         if done is not None:
+            if getattr(ab, "kind", None) == "torch":  # the next call reads them in C
+                _fastgemm.file_torch(h, ab, bb, o_info, (a, b, out))
             return done if out is None else out
     if out is not None:
         if (precision is None and a_type is None and out_read[1] is None

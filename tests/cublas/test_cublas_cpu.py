@@ -639,3 +639,76 @@ def test_foreign_bfloat16_operands_take_the_bf16_route(h, monkeypatch, rng):
               handle=h)
     (args,) = calls
     assert args[8] == args[11] == args[15] == 14 and args[17] == 68  # 16BF, 32F compute
+
+
+class _CupyLikeBF16(FakeDeviceArray):
+    """What CuPy hands over for a bfloat16 array: its interface says ``"<V2"``; its own
+    dtype is ml_dtypes' bfloat16 (`named`), or only its DLPack export says bfloat16."""
+
+    def __init__(self, array, named: bool):
+        super().__init__(array)
+        self.named = named
+
+    @property
+    def dtype(self):
+        ml_dtypes = pytest.importorskip("ml_dtypes")
+        return np.dtype(ml_dtypes.bfloat16) if self.named else np.dtype("V2")
+
+    @property
+    def __cuda_array_interface__(self):
+        cai = dict(super().__cuda_array_interface__)
+        cai["typestr"] = "<V2"
+        return cai
+
+    code = 4  # kDLBfloat
+
+    def __dlpack__(self, stream=None, max_version=None):
+        return _dlpack_capsule(self.code, 16)
+
+
+_CAPSULE_NAME = __import__("ctypes").create_string_buffer(b"dltensor")
+_KEEP: list = []
+
+
+def _dlpack_capsule(code: int, bits: int):
+    """A legacy DLPack capsule whose tensor says only its dtype (never consumed here)."""
+    import ctypes
+
+    from cupric.runtime import dlpack
+    managed = dlpack.DLManagedTensor()
+    managed.dl_tensor.dtype.code, managed.dl_tensor.dtype.bits = code, bits
+    managed.dl_tensor.dtype.lanes = 1
+    _KEEP.append(managed)
+    new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p,
+                            ctypes.c_void_p)(("PyCapsule_New", ctypes.pythonapi))
+    return new(ctypes.addressof(managed), ctypes.addressof(_CAPSULE_NAME), None)
+
+
+class _VoidArray(_CupyLikeBF16):
+    """A 2-byte void array whose DLPack export says int16: not bfloat16."""
+
+    code = 0  # kDLInt
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["ml_dtypes", "dlpack"])
+def test_cupy_bfloat16_operands_take_the_bf16_route(h, monkeypatch, rng, named):
+    from cupric.cublas import numpy_api
+    pytest.importorskip("ml_dtypes")
+    a = rng.integers(-3, 4, (4, 8)).astype(np.float32)
+    b = rng.integers(-3, 4, (8, 4)).astype(np.float32)
+    bits = lambda x: (x.view(np.uint32) >> 16).astype(np.uint16)  # noqa: E731 (exact ints)
+    buf, kind = numpy_api._operand(_CupyLikeBF16(bits(a), named), "a", 0)
+    assert kind == "bf16" and buf.itemsize == 2
+    calls = []
+    emu_fn = lambda *args: calls.append(args) or 0  # noqa: E731
+    from _cublas_fake import install_table
+    table = type("T", (dict,), {"get": lambda self, n, d=None: emu_fn})()
+    install_table(monkeypatch, table)
+    out = np.zeros((4, 4), np.uint16)
+    cb.matmul(_CupyLikeBF16(bits(a), named), _CupyLikeBF16(bits(b), named),
+              out=_CupyLikeBF16(out, named), handle=h)
+    (args,) = calls
+    assert args[8] == args[11] == args[15] == 14 and args[17] == 68  # 16BF, 32F compute
+    # A 2-byte void array that DLPack calls int16 is still refused.
+    with pytest.raises(TypeError, match="not supported"):
+        cb.matmul(_VoidArray(bits(a), False), _VoidArray(bits(b), False), handle=h)

@@ -294,3 +294,79 @@ def test_other_array_kinds_replay_through_the_compiled_path(h, emulator, monkeyp
     np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="read-only"):
         cb.matmul(fa, fb, out=FakeDeviceArray(out, readonly=True), handle=h)
+
+
+class _FakeTorch:
+    """A stand-in `torch` module: its `Tensor` answers what the intake layer's PyTorch
+    adapter and the compiled path read (``dtype``, ``shape``, ``stride()``,
+    ``data_ptr()``, ``is_cuda``, ``requires_grad``, ``layout``) over host memory."""
+
+    def __init__(self):
+        import types
+        self.module = types.ModuleType("torch")
+        self.module.float32 = type("dtype", (), {"__repr__": lambda s: "torch.float32"})()
+        self.module.strided = object()
+        module = self.module
+
+        class Tensor:
+            __module__ = "torch"
+
+            def __init__(self, array, requires_grad=False):
+                self.array = array
+                self.dtype = module.float32
+                self.shape = array.shape
+                self.requires_grad = requires_grad
+                self.is_cuda = True
+                self.layout = module.strided
+
+            def stride(self):
+                return tuple(s // self.array.itemsize for s in self.array.strides)
+
+            def data_ptr(self):
+                return self.array.__array_interface__["data"][0]
+
+            def get_device(self):
+                return 0
+        module.Tensor = Tensor
+
+
+def test_torch_tensors_replay_in_c_without_the_intake_layer(h, emulator, monkeypatch, rng):
+    """PyTorch tensors: the first calls read them through the intake layer and file the
+    plan under the tensors' own key; later calls read them in C (the intake layer is
+    then never asked), out given or allocated; a tensor outside the adapter's common case
+    (requires_grad) falls back to the Python path and its error."""
+    import sys
+
+    from cupric.runtime import array_adapters, intake
+    fake = _FakeTorch()
+    monkeypatch.setitem(sys.modules, "torch", fake.module)
+    T = fake.module.Tensor
+    monkeypatch.setitem(array_adapters.ADAPTERS, T, array_adapters.adapter_for(T))
+    so = emulator[0]
+    a, b = _rand(rng, (6, 5)), _rand(rng, (5, 4))
+    out = np.zeros((6, 4), np.float32)
+    ta, tb, to = T(a), T(b), T(out)
+    for _ in range(2):  # the checked call, then the intake-read replay that files the key
+        assert cb.matmul(ta, tb, out=to, handle=h) is to
+    assert any(k[0] == "torch" for k in h._fast_plans if isinstance(k, tuple))
+
+    def no_intake(*args, **kwargs):
+        raise AssertionError("the intake layer was asked")
+    with monkeypatch.context() as m:
+        m.setattr(intake, "array_info", no_intake)
+        before = so.emu_calls()
+        out[...] = np.nan
+        assert cb.matmul(ta, tb, out=to, handle=h) is to
+        assert so.emu_calls() == before + 1
+        np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+        # other tensors of the same layout: the same plan
+        a2 = _rand(rng, (6, 5))
+        out[...] = np.nan
+        cb.matmul(T(a2), tb, out=to, alpha=2.0, handle=h)
+        np.testing.assert_allclose(out, 2 * (a2.astype(np.float64) @ b), rtol=1e-5,
+                                   atol=1e-5)
+    with pytest.raises(TypeError):
+        cb.matmul(T(a, requires_grad=True), tb, out=to, handle=h)
+    with pytest.raises(ValueError, match="overlaps"):
+        # the plan's layout, over a's memory: the C alias check refuses it
+        cb.matmul(ta, tb, out=T(a.reshape(-1)[:24].reshape(6, 4)), handle=h)

@@ -540,7 +540,10 @@ def test_plan_options():
     assert strict.rejects([G._NOTE_TENSOR_CORE], {"f16"}) is None     # half: no TF32
     assert strict.rejects([G._NOTE_NONDETERMINISTIC], {"f16"})
     assert strict.rejects([G._NOTE_REDUCED_PRECISION_REDUCTION], {"f16"})
-    assert dnn.PlanOptions().rejects([0, 1, 2, 4], {"f32"}) is None
+    assert dnn.PlanOptions(allow_down_convert=True).rejects([0, 1, 2, 4], {"f32"}) is None
+    # As PyTorch: engines that narrow their inputs first are left out by default.
+    assert "narrower" in dnn.PlanOptions().rejects([G._NOTE_DOWN_CONVERT_INPUTS], {"f16"})
+    assert dnn.PlanOptions().rejects([0, 2, 4], {"f32"}) is None
 
 
 class _FakePlan:
@@ -587,7 +590,7 @@ def test_plan_cache_and_autotune(fake_handle, monkeypatch):
     # Autotuning: the fastest wins, the others are closed, the result is cached apart.
     tuned = G.plan_for(fake_handle, _spec(), G.PlanOptions(autotune=True), [1])
     assert tuned.engine == 22 and tuned.time_ms == 1.0
-    assert [p.closed for p in plans[8]] == [True, False, True]
+    assert [p.closed for p in plans[G.PlanOptions().candidates]] == [True, False, True]
     assert G.plan_for(fake_handle, _spec(), G.PlanOptions(autotune=True), [1]) is tuned
     assert len(fake_handle.plans) == 2
     fake_handle.clear_plans()
@@ -952,3 +955,43 @@ def test_gelu_fallback_handles_bfloat16_bit_patterns_on_the_simulator(monkeypatc
     got = (out.astype(np.uint32) << 16).view(np.float32)
     ref = 0.5 * value * (1 + np.array([math.erf(v / math.sqrt(2)) for v in value]))
     np.testing.assert_allclose(got, ref, rtol=2 ** -7, atol=2 ** -7)
+
+
+def test_autotune_times_single_calls_until_stable(monkeypatch):
+    """A candidate is timed as one execution between two events, after a warm-up, until
+    a run is no longer 5 % faster than the best (at least three runs); the best counts."""
+    from cupric.runtime import device as device_mod
+    samples = iter([5.0, 4.0, 3.9, 1.0])
+    log = []
+
+    class Event:
+        def record(self, stream):
+            log.append("record")
+
+        def synchronize(self):
+            log.append("sync")
+
+        def elapsed_time(self, other):
+            return next(samples)
+
+        def close(self):
+            pass
+
+    class Device:
+        def __init__(self, ordinal):
+            pass
+
+        def create_event(self, timing):
+            return Event()
+
+    class Plan:
+        def execute(self, handle, pointers):
+            log.append("execute")
+
+    monkeypatch.setattr(device_mod, "Device", Device)
+    handle = type("H", (), {"device": 0, "stream": None})()
+    assert G._time(handle, Plan(), [1]) == 3.9
+    assert log.count("execute") == 4  # the warm-up and three timed runs
+    # each timed run alone between its events, the stream idle before it
+    assert log[:3] == ["execute", "record", "sync"]
+    assert log[3:7] == ["record", "execute", "record", "sync"]
