@@ -14,6 +14,9 @@ import importlib
 
 from .._lazy import attach
 
+# The public surface, defined in `cupric.optix.api` (which reads this list as its
+# __all__), grouped: context and options; programs and modules; shader binding table;
+# acceleration structures; denoiser and errors.
 _API = (
     "create_context", "DeviceContext", "ContextOptions", "DEVICE_PROPERTIES",
     "ModuleCompileOptions", "PipelineCompileOptions", "PipelineLinkOptions",

@@ -25,22 +25,7 @@ from .program import (CompiledPrograms, Program, any_hit, closest_hit, compile_p
 from .sbt import (SBT_RECORD_ALIGNMENT, SBT_RECORD_HEADER_SIZE, ShaderBindingTable,
                   create_sbt, make_records, record_dtype)
 
-__all__ = [
-    # context and options
-    "create_context", "DeviceContext", "ContextOptions", "DEVICE_PROPERTIES",
-    "ModuleCompileOptions", "PipelineCompileOptions", "PipelineLinkOptions",
-    "AccelBuildOptions", "DenoiserOptions",
-    # programs and modules
-    "program", "raygen", "miss", "closest_hit", "any_hit", "intersection", "exception",
-    "direct_callable", "continuation_callable", "Program", "CompiledPrograms", "compile_ptx",
-    "Module", "ProgramGroup", "Pipeline", "launch",
-    # shader binding table
-    "record_dtype", "make_records", "create_sbt", "ShaderBindingTable",
-    "SBT_RECORD_HEADER_SIZE", "SBT_RECORD_ALIGNMENT",
-    # acceleration structures
-    "TriangleInput", "CustomPrimitiveInput", "SphereInput", "CurveInput", "InstanceInput",
-    "AccelStructure", "INSTANCE_DTYPE", "IDENTITY_TRANSFORM", "make_instances",
-    "GEOMETRY_FLAGS", "CURVE_TYPES",
-    # denoiser, errors
-    "Denoiser", "DenoiserUnavailableError", "OptixError", "OptixCompileError",
-]
+from . import _API
+
+# The names are listed once, in the package (which exports them lazily from here).
+__all__ = list(_API)
