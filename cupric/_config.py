@@ -25,7 +25,7 @@ from typing import Callable
 __all__ = ["Setting", "SETTINGS", "setting", "simulator_requested", "markdown_table",
            "SIMULATOR", "SIMULATOR_ENGINE", "SIMULATOR_TIMEOUT", "SIMULATOR_MAX_THREADS",
            "CACHE_DIR", "BINDINGS_DIR", "BUILD_LAUNCHER", "BUILD_SYNC", "LAUNCH_BACKEND",
-           "FAST_ALLOC",
+           "FAST_ALLOC", "ALLOC_CACHE",
            "KERNEL_FASTCALL",
            "CUBLAS_FASTPATH", "CUDNN_FASTPATH", "CUDNN_ENGINE_CACHE", "CPP", "STORE",
            "STORE_PATH"]
@@ -157,6 +157,11 @@ FAST_ALLOC = Setting(
     "CUPRIC_FAST_ALLOC", "switch", "on",
     "0 keeps device allocations on the Python path instead of the compiled allocator.",
     "first use", _on_unless_zero)
+ALLOC_CACHE = Setting(
+    "CUPRIC_ALLOC_CACHE", "int (bytes)", "no limit",
+    "The most bytes of freed stream-ordered device memory the allocation cache keeps for "
+    "reuse on the stream it was freed on (`cupric.runtime.memory.release_cached`); 0 "
+    "turns the cache off.", "first use", _int)
 CUBLAS_FASTPATH = Setting(
     "CUPRIC_CUBLAS_FASTPATH", "switch", "on",
     "0 turns off the compiled GEMM replay of `cupric.cublas` (every call goes through "
@@ -188,7 +193,7 @@ STORE_PATH = Setting(
 SETTINGS: dict[str, Setting] = {s.name: s for s in (
     SIMULATOR, SIMULATOR_ENGINE, SIMULATOR_TIMEOUT, SIMULATOR_MAX_THREADS, CACHE_DIR,
     BINDINGS_DIR, BUILD_LAUNCHER, BUILD_SYNC, LAUNCH_BACKEND, KERNEL_FASTCALL, FAST_ALLOC,
-    CUBLAS_FASTPATH, CUDNN_FASTPATH, CUDNN_ENGINE_CACHE, CPP, STORE, STORE_PATH)}
+    ALLOC_CACHE, CUBLAS_FASTPATH, CUDNN_FASTPATH, CUDNN_ENGINE_CACHE, CPP, STORE, STORE_PATH)}
 
 
 def setting(name: str) -> Setting:

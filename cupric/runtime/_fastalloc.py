@@ -47,7 +47,7 @@ NEED_PYTHON = -2   # a case the C path leaves to cuda.bindings
 # The libcuda entry points `configure` takes, in its argument order (the ABI versions
 # the CUDA headers map the plain names to).
 SYMBOLS = ("cuCtxGetCurrent", "cuCtxGetDevice", "cuMemAlloc_v2", "cuMemAllocAsync",
-           "cuMemAllocFromPoolAsync", "cuMemFree_v2", "cuMemFreeAsync")
+           "cuMemAllocFromPoolAsync", "cuMemFree_v2", "cuMemFreeAsync", "cuStreamIsCapturing")
 
 SOURCE = r"""
 #define PY_SSIZE_T_CLEAN
@@ -61,9 +61,25 @@ typedef int (*mem_alloc_async_fn)(unsigned long long *, size_t, void *);
 typedef int (*mem_alloc_pool_fn)(unsigned long long *, size_t, void *, void *);
 typedef int (*mem_free_fn)(unsigned long long);
 typedef int (*mem_free_async_fn)(unsigned long long, void *);
+typedef int (*stream_is_capturing_fn)(void *, int *);
 
 #define NO_CONTEXT (-1)
 #define NEED_PYTHON (-2)
+#define OUT_OF_MEMORY 2      /* CUDA_ERROR_OUT_OF_MEMORY */
+#define PER_THREAD_STREAM 2  /* CU_STREAM_PER_THREAD: another stream in each thread */
+#define LARGEST_CLASS (((size_t)1) << 62)
+
+/* Blocks of one size class freed on one stream of one context, ready to be handed out
+   again on that stream. */
+typedef struct {
+    void *ctx;
+    uintptr_t stream;
+    size_t size;
+    int device;
+    int used;                 /* the table slot holds a bin */
+    Py_ssize_t n, cap;
+    unsigned long long *ptrs; /* malloc'd: never a Python allocation, so never a GC pass */
+} Bin;
 
 typedef struct {
     ctx_get_current_fn ctx_get_current;
@@ -73,13 +89,24 @@ typedef struct {
     mem_alloc_pool_fn mem_alloc_pool;
     mem_free_fn mem_free;
     mem_free_async_fn mem_free_async;
+    stream_is_capturing_fn stream_is_capturing;
+    /* The cache: an open-addressing table of bins keyed by (context, stream, size). */
+    Bin *bins;
+    Py_ssize_t nbins, used_bins;   /* nbins: 0 or a power of two */
+    int enabled;
+    unsigned long long limit;      /* most bytes kept; 0: no limit */
+    unsigned long long cached_bytes, cached_blocks, hits, misses;
 } Entry;
 
 static const char CAPSULE[] = "cupric.runtime.fastalloc";
 
 static void entry_free(PyObject *capsule) {
-    void *e = PyCapsule_GetPointer(capsule, CAPSULE);
+    Entry *e = (Entry *)PyCapsule_GetPointer(capsule, CAPSULE);
     if (e == NULL) { PyErr_Clear(); return; }
+    /* Cached blocks still held are the driver's to reclaim with the context: the Python
+       side releases them at exit (memory.release_cached), never from here. */
+    for (Py_ssize_t i = 0; i < e->nbins; i++) free(e->bins[i].ptrs);
+    free(e->bins);
     PyMem_Free(e);
 }
 
@@ -172,18 +199,278 @@ static PyObject *py_free(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return PyLong_FromLong(err);
 }
 
+
+/* ---- the cache ------------------------------------------------------------------------ */
+
+/* Requests share a block when they round up to the same class: 512 bytes at least, then
+   eight classes per power of two (at most 1/8 of a block unused). */
+static size_t size_class(size_t n) {
+    if (n <= 512) return 512;
+    int top = 63 - __builtin_clzll((unsigned long long)(n - 1));
+    size_t step = (size_t)1 << (top - 3 > 9 ? top - 3 : 9);
+    return (n + step - 1) & ~(step - 1);
+}
+
+static size_t bin_hash(void *ctx, uintptr_t stream, size_t size) {
+    uint64_t h = (uint64_t)(uintptr_t)ctx * 0x9E3779B97F4A7C15ULL;
+    h ^= (uint64_t)stream * 0xC2B2AE3D27D4EB4FULL;
+    h ^= (uint64_t)size * 0x165667B19E3779F9ULL;
+    return (size_t)(h ^ (h >> 31));
+}
+
+static Bin *lookup(Entry *e, void *ctx, uintptr_t stream, size_t size) {
+    if (e->nbins == 0) return NULL;
+    size_t mask = (size_t)e->nbins - 1, i = bin_hash(ctx, stream, size) & mask;
+    while (e->bins[i].used) {
+        Bin *b = &e->bins[i];
+        if (b->ctx == ctx && b->stream == stream && b->size == size) return b;
+        i = (i + 1) & mask;
+    }
+    return NULL;
+}
+
+/* Double the table (or make its first 64 slots); 0 on success. Bins move, their
+   blocks stay. */
+static int grow(Entry *e) {
+    Py_ssize_t n = e->nbins ? e->nbins * 2 : 64;
+    Bin *bins = (Bin *)calloc((size_t)n, sizeof(Bin));
+    if (bins == NULL) return -1;
+    for (Py_ssize_t j = 0; j < e->nbins; j++) {
+        Bin *old = &e->bins[j];
+        if (!old->used) continue;
+        size_t i = bin_hash(old->ctx, old->stream, old->size) & (size_t)(n - 1);
+        while (bins[i].used) i = (i + 1) & (size_t)(n - 1);
+        bins[i] = *old;
+    }
+    free(e->bins);
+    e->bins = bins;
+    e->nbins = n;
+    return 0;
+}
+
+static Bin *lookup_or_add(Entry *e, void *ctx, uintptr_t stream, size_t size, int device) {
+    Bin *b = lookup(e, ctx, stream, size);
+    if (b != NULL) return b;
+    if ((e->used_bins + 1) * 2 > e->nbins && grow(e) != 0) return NULL;
+    size_t mask = (size_t)e->nbins - 1, i = bin_hash(ctx, stream, size) & mask;
+    while (e->bins[i].used) i = (i + 1) & mask;
+    b = &e->bins[i];
+    b->ctx = ctx; b->stream = stream; b->size = size; b->device = device; b->used = 1;
+    b->n = 0; b->cap = 0; b->ptrs = NULL;
+    e->used_bins++;
+    return b;
+}
+
+static PyObject *result4(int err, unsigned long long ptr, int device, void *ctx) {
+    return Py_BuildValue("(iKiK)", err, ptr, device, (unsigned long long)(uintptr_t)ctx);
+}
+
+/* cached_alloc(nbytes, stream) -> (err, ptr, device, ctx)
+
+   A block freed on `stream` in the current context and of the request's class, taken
+   from the cache with no driver call but the capture query; else a new block of the
+   class size from cuMemAllocAsync. `ctx` (nonzero) says the block is the cache's: give
+   it back with put(). While `stream` is capturing (or cannot say), and on the
+   per-thread stream, the cache is bypassed: exactly `nbytes` are allocated (a node of
+   the graph being captured) and `ctx` is 0, for a plain free(). */
+static PyObject *py_cached_alloc(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Entry *e = (Entry *)PyCapsule_GetPointer(self, CAPSULE);
+    if (e == NULL) return NULL;
+    if (nargs != 2) { PyErr_SetString(PyExc_TypeError, "cached_alloc(nbytes, stream)"); return NULL; }
+    size_t nbytes;
+    uintptr_t stream;
+    if (!as_size(args[0], &nbytes) || !as_handle(args[1], &stream) || nbytes == 0)
+        return result4(NEED_PYTHON, 0, -1, NULL);
+    void *ctx = NULL;
+    if (e->ctx_get_current(&ctx) != 0) return result4(NEED_PYTHON, 0, -1, NULL);
+    if (ctx == NULL) return result4(NO_CONTEXT, 0, -1, NULL);
+    int cache = e->enabled && stream != PER_THREAD_STREAM && nbytes <= LARGEST_CLASS;
+    if (cache) {
+        int status = 0;
+        if (e->stream_is_capturing((void *)stream, &status) != 0 || status != 0) cache = 0;
+    }
+    size_t size = cache ? size_class(nbytes) : nbytes;
+    if (cache) {
+        Bin *b = lookup(e, ctx, stream, size);
+        if (b != NULL && b->n > 0) {
+            unsigned long long ptr = b->ptrs[--b->n];
+            int device = b->device;
+            e->cached_bytes -= size;
+            e->cached_blocks--;
+            e->hits++;
+            return result4(0, ptr, device, ctx);   /* `b` is not used past this point */
+        }
+        e->misses++;
+    }
+    int device = -1;
+    if (e->ctx_get_device(&device) != 0 || device < 0) return result4(NEED_PYTHON, 0, -1, NULL);
+    unsigned long long ptr = 0;
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    err = e->mem_alloc_async(&ptr, size, (void *)stream);
+    if (err == OUT_OF_MEMORY && size > nbytes) {
+        /* The rounding may be what does not fit: the exact size, outside the cache. */
+        err = e->mem_alloc_async(&ptr, nbytes, (void *)stream);
+        cache = 0;
+    }
+    Py_END_ALLOW_THREADS
+    if (err != 0) return result4(err, 0, device, NULL);
+    return result4(0, ptr, device, cache ? ctx : NULL);
+}
+
+/* put(ptr, nbytes, stream, ctx, device) -> 1 when the cache took the block, else 0 (the
+   cache is off or full, or `ctx` is 0): then free it as usual. Never calls the driver,
+   so the garbage collector's frees may call it. */
+static PyObject *py_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Entry *e = (Entry *)PyCapsule_GetPointer(self, CAPSULE);
+    if (e == NULL) return NULL;
+    if (nargs != 5) { PyErr_SetString(PyExc_TypeError, "put(ptr, nbytes, stream, ctx, device)"); return NULL; }
+    uintptr_t ptr, stream, ctx;
+    size_t nbytes;
+    if (!as_handle(args[0], &ptr) || !as_size(args[1], &nbytes) || !as_handle(args[2], &stream)
+        || !as_handle(args[3], &ctx) || !PyLong_CheckExact(args[4]))
+        Py_RETURN_FALSE;
+    long device = PyLong_AsLong(args[4]);
+    if (device == -1 && PyErr_Occurred()) { PyErr_Clear(); Py_RETURN_FALSE; }
+    if (!e->enabled || ctx == 0 || ptr == 0 || nbytes == 0 || nbytes > LARGEST_CLASS
+        || stream == PER_THREAD_STREAM)
+        Py_RETURN_FALSE;
+    size_t size = size_class(nbytes);
+    if (e->limit && e->cached_bytes + size > e->limit) Py_RETURN_FALSE;
+    Bin *b = lookup_or_add(e, (void *)ctx, stream, size, (int)device);
+    if (b == NULL) Py_RETURN_FALSE;
+    if (b->n == b->cap) {
+        Py_ssize_t cap = b->cap ? b->cap * 2 : 8;
+        unsigned long long *ptrs = (unsigned long long *)realloc(b->ptrs, (size_t)cap * sizeof(*ptrs));
+        if (ptrs == NULL) Py_RETURN_FALSE;
+        b->ptrs = ptrs;
+        b->cap = cap;
+    }
+    b->ptrs[b->n++] = (unsigned long long)ptr;
+    e->cached_bytes += size;
+    e->cached_blocks++;
+    Py_RETURN_TRUE;
+}
+
+/* Empty the bins of `device` (-1: every device) and, with `by_stream`, of `stream`; with
+   `out`, write (ptr, stream, device, size) there for each block (room for every cached
+   block). Returns how many blocks were taken. */
+static Py_ssize_t empty_bins(Entry *e, long device, int by_stream, uintptr_t stream,
+                             unsigned long long *out) {
+    Py_ssize_t k = 0;
+    for (Py_ssize_t i = 0; i < e->nbins; i++) {
+        Bin *b = &e->bins[i];
+        if (!b->used || b->n == 0) continue;
+        if (device >= 0 && b->device != device) continue;
+        if (by_stream && b->stream != stream) continue;
+        for (Py_ssize_t j = 0; j < b->n; j++, k++) {
+            if (out == NULL) continue;
+            out[4 * k] = b->ptrs[j];
+            out[4 * k + 1] = (unsigned long long)b->stream;
+            out[4 * k + 2] = (unsigned long long)(long long)b->device;
+            out[4 * k + 3] = (unsigned long long)b->size;
+        }
+        e->cached_bytes -= (unsigned long long)b->n * b->size;
+        e->cached_blocks -= (unsigned long long)b->n;
+        b->n = 0;
+    }
+    return k;
+}
+
+/* take(device, stream) -> [(ptr, stream, device, size), ...]: the cached blocks of
+   `device` (-1: every device) and of `stream` (None: every stream), removed from the
+   cache for the caller to free. */
+static PyObject *py_take(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Entry *e = (Entry *)PyCapsule_GetPointer(self, CAPSULE);
+    if (e == NULL) return NULL;
+    if (nargs != 2) { PyErr_SetString(PyExc_TypeError, "take(device, stream)"); return NULL; }
+    long device = PyLong_AsLong(args[0]);
+    if (device == -1 && PyErr_Occurred()) return NULL;
+    uintptr_t stream = 0;
+    int by_stream = args[1] != Py_None;
+    if (by_stream && !as_handle(args[1], &stream)) {
+        PyErr_SetString(PyExc_TypeError, "take: the stream is None or an int handle");
+        return NULL;
+    }
+    /* First out of the bins into C memory, then into Python objects: making those may
+       run a garbage collection whose frees put() blocks back meanwhile. */
+    unsigned long long *out = NULL;
+    Py_ssize_t k = 0;
+    if (e->cached_blocks) {
+        out = (unsigned long long *)malloc((size_t)e->cached_blocks * 4 * sizeof(*out));
+        if (out == NULL) return PyErr_NoMemory();
+        k = empty_bins(e, device, by_stream, stream, out);
+    }
+    PyObject *list = PyList_New(k);
+    for (Py_ssize_t j = 0; list != NULL && j < k; j++) {
+        PyObject *item = Py_BuildValue("(KKiK)", out[4 * j], out[4 * j + 1],
+                                       (int)(long long)out[4 * j + 2], out[4 * j + 3]);
+        if (item == NULL) { Py_CLEAR(list); break; }
+        PyList_SET_ITEM(list, j, item);
+    }
+    free(out);
+    return list;
+}
+
+/* forget(device) -> how many blocks were dropped: the device's context is gone (reset
+   or lost), and its memory with it; nothing is freed. */
+static PyObject *py_forget(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Entry *e = (Entry *)PyCapsule_GetPointer(self, CAPSULE);
+    if (e == NULL) return NULL;
+    if (nargs != 1) { PyErr_SetString(PyExc_TypeError, "forget(device)"); return NULL; }
+    long device = PyLong_AsLong(args[0]);
+    if (device == -1 && PyErr_Occurred()) return NULL;
+    return PyLong_FromSsize_t(empty_bins(e, device, 0, 0, NULL));
+}
+
+/* cache(enabled or None, limit or None) -> (enabled, limit, cached_bytes, cached_blocks,
+   hits, misses); the arguments that are not None set the switch and the limit first. */
+static PyObject *py_cache(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Entry *e = (Entry *)PyCapsule_GetPointer(self, CAPSULE);
+    if (e == NULL) return NULL;
+    if (nargs != 2) { PyErr_SetString(PyExc_TypeError, "cache(enabled, limit)"); return NULL; }
+    if (args[0] != Py_None) {
+        int on = PyObject_IsTrue(args[0]);
+        if (on < 0) return NULL;
+        e->enabled = on;
+    }
+    if (args[1] != Py_None) {
+        unsigned long long limit = PyLong_AsUnsignedLongLong(args[1]);
+        if (limit == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+        e->limit = limit;
+    }
+    return Py_BuildValue("(iKKKKK)", e->enabled, e->limit, e->cached_bytes, e->cached_blocks,
+                         e->hits, e->misses);
+}
+
 static PyMethodDef device_def = {"device", (PyCFunction)(void (*)(void))py_device,
                                  METH_FASTCALL, "device() -> ordinal, NO_CONTEXT or NEED_PYTHON"};
 static PyMethodDef alloc_def = {"alloc", (PyCFunction)(void (*)(void))py_alloc,
                                 METH_FASTCALL, "alloc(nbytes, stream, pool) -> (err, ptr, device)"};
 static PyMethodDef free_def = {"free", (PyCFunction)(void (*)(void))py_free,
                                METH_FASTCALL, "free(ptr, stream, device) -> err"};
+static PyMethodDef cached_alloc_def = {"cached_alloc", (PyCFunction)(void (*)(void))py_cached_alloc,
+                                       METH_FASTCALL, "cached_alloc(nbytes, stream) -> (err, ptr, device, ctx)"};
+static PyMethodDef put_def = {"put", (PyCFunction)(void (*)(void))py_put, METH_FASTCALL,
+                              "put(ptr, nbytes, stream, ctx, device) -> bool"};
+static PyMethodDef take_def = {"take", (PyCFunction)(void (*)(void))py_take, METH_FASTCALL,
+                               "take(device, stream) -> [(ptr, stream, device, size)]"};
+static PyMethodDef forget_def = {"forget", (PyCFunction)(void (*)(void))py_forget, METH_FASTCALL,
+                                 "forget(device) -> blocks dropped"};
+static PyMethodDef cache_def = {"cache", (PyCFunction)(void (*)(void))py_cache, METH_FASTCALL,
+                                "cache(enabled, limit) -> (enabled, limit, bytes, blocks, hits, misses)"};
 
-/* make(*addresses in SYMBOLS order) -> (device, alloc, free), bound to those addresses */
+#define NFUNCS 8
+static PyMethodDef *const FUNCS[NFUNCS] = {&device_def, &alloc_def, &free_def, &cached_alloc_def,
+                                           &put_def, &take_def, &forget_def, &cache_def};
+#define NSYMBOLS 8
+
+/* make(*addresses in SYMBOLS order) -> the functions of FUNCS, bound to those addresses
+   and to one cache (on, with no limit, until cache() says otherwise) */
 static PyObject *py_make(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    uintptr_t a[7];
-    if (nargs != 7) { PyErr_SetString(PyExc_TypeError, "make takes 7 addresses"); return NULL; }
-    for (int i = 0; i < 7; i++) {
+    uintptr_t a[NSYMBOLS];
+    if (nargs != NSYMBOLS) { PyErr_Format(PyExc_TypeError, "make takes %d addresses", NSYMBOLS); return NULL; }
+    for (int i = 0; i < NSYMBOLS; i++) {
         if (!as_handle(args[i], &a[i]) || a[i] == 0) {
             PyErr_SetString(PyExc_ValueError, "make: every address must be a nonzero int");
             return NULL;
@@ -198,24 +485,23 @@ static PyObject *py_make(PyObject *module, PyObject *const *args, Py_ssize_t nar
     e->mem_alloc_pool = (mem_alloc_pool_fn)a[4];
     e->mem_free = (mem_free_fn)a[5];
     e->mem_free_async = (mem_free_async_fn)a[6];
+    e->stream_is_capturing = (stream_is_capturing_fn)a[7];
+    e->enabled = 1;
     PyObject *capsule = PyCapsule_New(e, CAPSULE, entry_free);
     if (capsule == NULL) { PyMem_Free(e); return NULL; }
-    PyObject *d = PyCFunction_NewEx(&device_def, capsule, NULL);
-    PyObject *al = PyCFunction_NewEx(&alloc_def, capsule, NULL);
-    PyObject *fr = PyCFunction_NewEx(&free_def, capsule, NULL);
-    Py_DECREF(capsule);
-    if (d == NULL || al == NULL || fr == NULL) {
-        Py_XDECREF(d); Py_XDECREF(al); Py_XDECREF(fr);
-        return NULL;
+    PyObject *r = PyTuple_New(NFUNCS);
+    for (int i = 0; r != NULL && i < NFUNCS; i++) {
+        PyObject *f = PyCFunction_NewEx(FUNCS[i], capsule, NULL);
+        if (f == NULL) { Py_CLEAR(r); break; }
+        PyTuple_SET_ITEM(r, i, f);
     }
-    PyObject *r = PyTuple_Pack(3, d, al, fr);
-    Py_DECREF(d); Py_DECREF(al); Py_DECREF(fr);
+    Py_DECREF(capsule);
     return r;
 }
 
 static PyMethodDef methods[] = {
     {"make", (PyCFunction)(void (*)(void))py_make, METH_FASTCALL,
-     "make(*addresses) -> (device, alloc, free) bound to the libcuda entry points given"},
+     "make(*addresses) -> (device, alloc, free, cached_alloc, put, take, forget, cache)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -255,12 +541,14 @@ def pending() -> bool:
 
 
 class Entry:
-    """The extension's three functions bound to one set of libcuda entry points."""
+    """The extension's functions bound to one set of libcuda entry points, and one cache
+    of freed blocks (see the module docstring)."""
 
-    __slots__ = ("device", "alloc", "free")
+    __slots__ = ("device", "alloc", "free", "cached_alloc", "put", "take", "forget", "cache")
 
     def __init__(self, module, addresses) -> None:
-        self.device, self.alloc, self.free = module.make(*addresses)
+        (self.device, self.alloc, self.free, self.cached_alloc, self.put, self.take,
+         self.forget, self.cache) = module.make(*addresses)
 
 
 def native() -> Entry | None:
@@ -283,10 +571,13 @@ def native() -> Entry | None:
     with _lock:
         if _native is None:
             try:
-                _native = Entry(module, libcuda_addresses())
+                entry = Entry(module, libcuda_addresses())
             except Exception as exc:  # a libcuda without these entry points: recorded
                 EXTENSION.error = f"{type(exc).__name__}: {exc}"[:500]
                 return None
+            limit = _config.ALLOC_CACHE.get()
+            entry.cache(limit != 0, limit or 0)  # unset: on with no limit; 0: off
+            _native = entry
     return _native
 
 

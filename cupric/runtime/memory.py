@@ -11,6 +11,8 @@ forms on a stream), and fills through `cuMemsetD8/16/32`.
 
 from __future__ import annotations
 
+import atexit
+import dataclasses
 import functools
 import operator
 import threading
@@ -26,7 +28,7 @@ from .stream import as_stream_handle as _as_stream_handle
 
 __all__ = [
     "DeviceBuffer", "DeviceBox", "empty", "zeros", "empty_like", "zeros_like", "to_device",
-    "device_box", "memory_info",
+    "device_box", "memory_info", "release_cached", "cache_stats", "CacheStats",
 ]
 
 # How an allocation was made decides how it is freed.
@@ -476,8 +478,25 @@ class _Allocation(_lifetime.TrackedResource):
             return
         release, handle, args, _label = entry
         if stream is not None and self.kind == ASYNC:
-            args = (stream, self.device)
+            if release is _free_cached and not getattr(stream, "closed", False):
+                args = (stream, stream_handle(stream)) + args[2:]  # cached on `stream`
+            else:
+                release, args = _free_async, (stream, self.device)
         release(handle, *args)
+
+    # As TrackedResource.__del__ (see there why the table's pop is a default), except
+    # that a block of the allocation cache goes back into it at once: that is no driver
+    # call, so it is safe inside a garbage collection, and spares the deferred queue.
+    def __del__(self, _pop=_live.pop) -> None:
+        entry = _pop(id(self), None)
+        if entry is None:
+            return
+        if entry[0] is _free_cached and _put(entry[1], entry[2]):
+            return
+        if _lifetime._exiting:
+            _lifetime._release_quietly_at_exit(*entry)
+        else:
+            _lifetime._pending.append(entry)
 
 
 _LABEL = "device allocation (%s, %d bytes)"
@@ -555,6 +574,23 @@ def _free_async(ptr, stream, device: int = -1) -> None:
             check(driver().cuMemFreeAsync(ptr, h))
 
 
+def _put(ptr, args) -> bool:
+    # A cached block back into the cache, keyed by the stream it is freed on; False when
+    # the cache is off or full, at exit, or the stream is gone (then it is freed as any).
+    stream, h, nbytes, ctx, device = args
+    fast = _fast
+    return (fast is not None and fast is not _UNSET and not _lifetime._exiting
+            and (stream.__class__ is int or not getattr(stream, "closed", False))
+            and fast.put(ptr, nbytes, h, ctx, device))
+
+
+def _free_cached(ptr, stream, h, nbytes, ctx, device) -> None:
+    """The release of a block of the allocation cache: back into the cache for the next
+    allocation of its size class on `stream` (handle `h`), or else freed in stream order."""
+    if not _put(ptr, (stream, h, nbytes, ctx, device)):
+        _free_async(ptr, stream, device)
+
+
 def _release_borrow(handle, release) -> None:
     release()
 
@@ -564,9 +600,12 @@ def _forget_frees(ordinal: int) -> None:
     was reset or lost: that memory is gone with it, and a new allocation may get the same
     address. The buffers stay (closing one does nothing); using one is undefined."""
     def of_device(release, handle, args) -> bool:
-        return (release is _free_sync or release is _free_async) and \
-            (not args or args[-1] in (ordinal, -1))
+        return (release is _free_sync or release is _free_async
+                or release is _free_cached) and (not args or args[-1] in (ordinal, -1))
     _lifetime.forget(of_device)
+    fast = _fast
+    if fast is not None and fast is not _UNSET:
+        fast.forget(ordinal)  # cached blocks of the device: gone with its context
 
 
 class _GoneStream:
@@ -587,16 +626,22 @@ def _forget_stream(handle) -> None:
     h = int(handle)
 
     def on_it(release, ptr, args) -> bool:
-        return release is _free_async and type(args[0]) is int and args[0] == h
+        return ((release is _free_async or release is _free_cached)
+                and type(args[0]) is int and args[0] == h)
 
     for key, entry in list(_live.items()):  # one atomic copy under the GIL
         if on_it(entry[0], entry[1], entry[2]):
             # Taken and put back: a close() racing with this finds no entry and frees
             # nothing, and the exit hook frees it then (never twice).
             if _live.pop(key, None) is not None:
-                _live[key] = (entry[0], entry[1], (_GONE_STREAM, entry[2][1]), entry[3])
+                _live[key] = (entry[0], entry[1], (_GONE_STREAM,) + entry[2][1:], entry[3])
     for release, ptr, args, label in _lifetime.forget(on_it, live=False):
-        _lifetime._pending.append((release, ptr, (_GONE_STREAM, args[1]), label))
+        _lifetime._pending.append((release, ptr, (_GONE_STREAM,) + args[1:], label))
+    fast = _fast
+    if fast is not None and fast is not _UNSET:
+        # Blocks cached for the stream: freed on it while it still exists.
+        for ptr, stream, device, _size in fast.take(-1, h):
+            _free_async(ptr, stream, device)
 
 
 def _register_reset_hook() -> None:
@@ -639,6 +684,8 @@ def _allocate(nbytes: int, stream=None, pool=None) -> _Allocation:
     if fast is not None and nbytes:
         if _lifetime._pending:  # frees queued by dead buffers go first (as check() does)
             _lifetime.drain()
+        if stream is not None and pool is None:
+            return _allocate_cached(fast, nbytes, stream)
         h = stream if stream is None or type(stream) is int else stream_handle(stream)
         err, ptr, device = fast.alloc(nbytes, h, pool_ptr)
         if err == _NO_CONTEXT:  # make device 0's primary context current, as below
@@ -667,6 +714,41 @@ def _allocate(nbytes: int, stream=None, pool=None) -> _Allocation:
 
 
 _NO_CONTEXT = -1  # _fastalloc.NO_CONTEXT (not imported: that module loads on first use)
+_OUT_OF_MEMORY = 2  # CUDA_ERROR_OUT_OF_MEMORY
+
+
+def _allocate_cached(fast, nbytes: int, stream) -> _Allocation:
+    """A stream-ordered allocation through the cache of freed blocks (`cached_alloc` of
+    `_fastalloc`: a block freed on the same stream, else a new one of its size class)."""
+    h = stream if type(stream) is int else stream_handle(stream)
+    err, ptr, device, ctx = fast.cached_alloc(nbytes, h)
+    if err == _NO_CONTEXT:  # make device 0's primary context current, as the Runtime API
+        _device_of_context()
+        err, ptr, device, ctx = fast.cached_alloc(nbytes, h)
+    if err == _OUT_OF_MEMORY and not _lifetime._captures[0] and fast.cache(None, None)[3]:
+        # Blocks cached for other streams (or sizes) hold memory the pool could use:
+        # hand them back to it, wait for the device so the pool may reuse them, retry.
+        release_cached()
+        err, ptr, device, ctx = fast.cached_alloc(nbytes, h)
+    if err == 0:
+        # _new_allocation, inlined: this is the hot path of every allocation.
+        alloc = object.__new__(_Allocation)
+        alloc.ptr = alloc._handle = ptr
+        alloc.nbytes = nbytes
+        alloc.device = device
+        alloc.owner = None
+        alloc._closed = False
+        alloc._finalizer = True  # owns the memory (TrackedResource._track)
+        alloc.kind = ASYNC
+        if ctx:  # the cache's block: freed back into it
+            _live[id(alloc)] = (_free_cached, ptr, (stream, h, nbytes, ctx, device),
+                                (_LABEL, ASYNC, nbytes))
+        else:    # allocated during a stream capture, or with the cache off
+            _live[id(alloc)] = (_free_async, ptr, (stream, device), (_LABEL, ASYNC, nbytes))
+        return alloc
+    if err > 0:
+        raise error_from_code(err, requested=nbytes)
+    return _allocate_bindings(nbytes, stream, None)
 
 
 def _allocate_bindings(nbytes: int, stream, pool) -> _Allocation:
@@ -684,6 +766,126 @@ def _allocate_bindings(nbytes: int, stream, pool) -> _Allocation:
         return _new_allocation(int(ptr), nbytes, SYNC, device, _free_sync, device)
     ptr = check(d.cuMemAllocAsync(nbytes, stream_handle(stream)), requested=nbytes)
     return _new_allocation(int(ptr), nbytes, ASYNC, device, _free_async, stream, device)
+
+
+# --------------------------------------------------------------------------------------
+# The allocation cache
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheStats:
+    """The allocation cache's state (`cache_stats`).
+
+    Attributes
+    ----------
+    enabled : bool
+        False with ``CUPRIC_ALLOC_CACHE=0`` (or where the compiled path is absent).
+    limit : int
+        The most bytes it keeps (0: no limit).
+    cached_bytes, cached_blocks : int
+        Freed blocks held for reuse now (in bytes of their size classes, and blocks).
+    hits, misses : int
+        Stream-ordered allocations served from it, and those that asked the driver, since
+        the process started.
+    """
+
+    enabled: bool
+    limit: int
+    cached_bytes: int
+    cached_blocks: int
+    hits: int
+    misses: int
+
+
+def cache_stats() -> CacheStats:
+    """How much freed device memory the allocation cache holds, and how often it served.
+
+    Stream-ordered allocations (``empty(..., stream=s)``, the outputs cupric's libraries
+    allocate) keep their blocks when freed, for the next allocation of the same size class
+    on the same stream; see `release_cached`.
+    """
+    fast = _fast
+    if fast is _UNSET:
+        try:
+            fast = _load_fast()
+        except NoDriverError:
+            fast = None
+    if fast is None:
+        return CacheStats(False, 0, 0, 0, 0, 0)
+    enabled, limit, nbytes, blocks, hits, misses = fast.cache(None, None)
+    return CacheStats(bool(enabled), limit, nbytes, blocks, hits, misses)
+
+
+def release_cached(synchronize: bool = True) -> int:
+    """Give every block the allocation cache holds back to the driver; returns their bytes.
+
+    A stream-ordered allocation freed by ``close()`` or by the garbage collector does not
+    go back to the driver: its block is kept, in size classes of at most 1/8 slack, for the
+    next allocation of that class on the stream it was freed on, which then costs no
+    driver call (about what PyTorch's caching allocator costs). A block is never handed
+    out on another stream, nor while that stream is being captured into a graph (the
+    capture gets its own graph allocation). The cache keeps what it is given up to
+    ``CUPRIC_ALLOC_CACHE`` bytes (no limit by default; 0 turns it off); an allocation the
+    device cannot satisfy releases it and tries again; a destroyed cupric `Stream` frees
+    its blocks first; a context reset drops its device's blocks.
+
+    Parameters
+    ----------
+    synchronize : bool, default True
+        Then wait for each device that got blocks back, so that its pool returns memory
+        above its release threshold to the device (`memory_info` then shows it free).
+        With False the blocks are freed in stream order (`cuMemFreeAsync` on the stream
+        each was cached for) and the call does not wait.
+
+    Raises
+    ------
+    RuntimeError
+        During a stream capture begun through cupric (the frees would join the graph).
+    CudaError
+        If the driver refuses a free (the other blocks are freed first).
+
+    Examples
+    --------
+    >>> cupric.runtime.memory.release_cached()                  # doctest: +SKIP
+    >>> cupric.runtime.memory.memory_info()   # the freed blocks count as free again
+    """
+    if _lifetime._captures[0]:
+        raise RuntimeError("release_cached() during a stream capture: the frees would be "
+                           "captured into the graph; call it after the capture ends")
+    fast = _fast
+    if fast is None or fast is _UNSET:
+        return 0
+    _lifetime.drain()  # dead buffers' blocks join the cache first
+    released, devices, failure = 0, set(), None
+    for ptr, stream, device, size in fast.take(-1, None):
+        try:
+            _free_async(ptr, stream, device)
+        except Exception as exc:  # the rest are still freed; the first error is raised
+            failure = failure or exc
+        released += size
+        devices.add(device)
+    if synchronize:
+        from .device import Device
+        for device in sorted(devices):
+            Device(device).synchronize()
+    if failure is not None:
+        raise failure
+    return released
+
+
+def _release_cache_at_exit() -> None:
+    # Runs before _lifetime's exit hook (registered after it): the cache closes, so the
+    # frees of buffers still alive go straight to the driver, and its blocks are freed.
+    fast = _fast
+    if fast is None or fast is _UNSET:
+        return
+    fast.cache(False, None)
+    for ptr, stream, device, size in fast.take(-1, None):
+        _lifetime._release_quietly_at_exit(_free_async, ptr, (stream, device),
+                                           (_LABEL, ASYNC, size))
+
+
+atexit.register(_release_cache_at_exit)
 
 
 def borrow(ptr: int, shape, strides, dtype, *, readonly=False, owner=None, release=None,

@@ -41,7 +41,8 @@ static __thread int current_device = -1;
 static int fail_next = 0;
 static uintptr_t last_stream = 12345, last_pool = 0;
 static int last_free_device = -9;
-static int calls[8];   /* alloc, alloc_async, alloc_pool, free, free_async, bad frees */
+static int calls[8];   /* alloc, alloc_async, alloc_pool, free, free_async, bad frees,
+                          capture queries */
 
 void fake_set_current(void *ctx, int device) { current = ctx; current_device = device; }
 void fake_fail_next(int code) { fail_next = code; }
@@ -92,6 +93,24 @@ int cuMemFreeAsync(unsigned long long p, void *s) {
     calls[4]++; last_stream = (uintptr_t)s; return give(p);
 }
 
+/* The stream being captured, and the error the query answers for it (a global-mode
+   capture makes the legacy stream's query fail); (0, 0): no capture. */
+static uintptr_t capturing = 0;
+static int capture_error = 0, capture_on = 0;
+void fake_set_capturing(uintptr_t s, int error) {
+    capturing = s; capture_error = error; capture_on = s != 0 || error != 0;
+}
+int cuStreamIsCapturing(void *s, int *status) {
+    calls[6]++;
+    if (capture_on && (uintptr_t)s == capturing) {
+        if (capture_error) return capture_error;
+        *status = 1;   /* CU_STREAM_CAPTURE_STATUS_ACTIVE */
+        return 0;
+    }
+    *status = 0;
+    return 0;
+}
+
 /* For the exit test: what is still live when the process unloads the library. */
 __attribute__((destructor)) static void report(void) {
     const char *path = getenv("FAKE_CUDA_REPORT");
@@ -124,6 +143,7 @@ def fake_lib(tmp_path_factory):
     lib.fake_last_stream.restype = ctypes.c_uint64
     lib.fake_last_pool.restype = ctypes.c_uint64
     lib.fake_set_current.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    lib.fake_set_capturing.argtypes = [ctypes.c_uint64, ctypes.c_int]
     lib.path = str(path)
     return lib
 
@@ -138,14 +158,17 @@ def entry(fake_lib):
 
 @pytest.fixture
 def fast(monkeypatch, fake_lib, entry):
-    """The memory module on the compiled path over the fake libcuda."""
+    """The memory module on the compiled path over the fake libcuda, its allocation
+    cache off (every free reaches the driver; `cached` below turns it on)."""
     gc.collect()
     _lifetime.drain()
+    entry.cache(False, None)
     monkeypatch.setattr(m, "_fast", entry)
     start, bad = fake_lib.fake_live(), fake_lib.fake_calls(5)
     yield fake_lib
     gc.collect()
     _lifetime.drain()
+    m.release_cached(synchronize=False)
     assert fake_lib.fake_live() == start, "the test leaked fake device memory"
     assert fake_lib.fake_calls(5) == bad, "a pointer was freed twice (or never allocated)"
 
@@ -218,7 +241,7 @@ def test_make_checks_addresses():
     with pytest.raises(TypeError):
         module.make(1, 2, 3)
     with pytest.raises(ValueError):
-        module.make(*([1] * 6), 0)
+        module.make(*([1] * (len(_fastalloc.SYMBOLS) - 1)), 0)
 
 
 # -- the memory module on the compiled path ---------------------------------------------------
@@ -414,13 +437,13 @@ def test_interpreter_exit_frees_live_buffers_once(fake_lib, tmp_path):
         kept = [m.empty(100, np.uint8, stream=0x5000) for _ in range(10)]
         sync = m.empty(100, np.uint8)
         closed = m.empty(100, np.uint8, stream=0x5000)
-        closed.close()
+        closed.close()    # into the allocation cache, still held from the driver
         cycle = [m.empty(100, np.uint8, stream=0x5000)]
         cycle.append(cycle)
         del cycle         # garbage, never collected before exit
         dead = m.empty(100, np.uint8, stream=0x5000)
-        del dead          # queued, not drained (the next allocation would drain it)
-        assert lib.fake_live() == 13
+        del dead          # back into the cache at once
+        assert lib.fake_live() == 13 and m.cache_stats().cached_blocks == 1  # cycle reused
     """)
     env = dict(os.environ, FAKE_CUDA_REPORT=str(report),
                PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
