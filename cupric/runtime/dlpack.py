@@ -131,6 +131,17 @@ _STATIC_NAMES = {name: ctypes.create_string_buffer(name) for name in
                  (_NAME_LEGACY, _NAME_VERSIONED, _NAME_USED_LEGACY, _NAME_USED_VERSIONED)}
 
 
+def _wait_for_async_producer(obj) -> None:
+    """JAX arrays: wait until the array's data exist. JAX exposes no stream its work runs
+    on (``__cuda_array_interface__`` names none), and reading a JAX array right after a
+    ``device_put`` read zeros in our GPU lane. A ready array (the common case) costs one
+    ``is_ready()`` call; other producers are not touched."""
+    if type(obj).__module__.startswith(("jax", "jaxlib")):
+        is_ready = getattr(obj, "is_ready", None)
+        if is_ready is None or not is_ready():
+            obj.block_until_ready()
+
+
 def _is_capsule(obj) -> bool:
     return type(obj).__name__ == "PyCapsule"
 
@@ -481,6 +492,7 @@ def from_dlpack(obj, stream=None):
             raise TypeError(f"{type(obj).__name__} does not implement __dlpack__")
         handle = stream_handle(stream)
         consumer = handle if handle != 0 else 1
+        _wait_for_async_producer(obj)
         try:
             capsule = obj.__dlpack__(stream=consumer, max_version=VERSION)
         except TypeError:

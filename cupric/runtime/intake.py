@@ -360,7 +360,9 @@ def array_parts(obj, stream=None, with_device: bool = True):
         # Custom adapters may not know the read-only flag: the interface says it.
     interface = protocol_of(obj)
     if interface is not None:
+        from .dlpack import _wait_for_async_producer
         from .interop import _parse
+        _wait_for_async_producer(obj)  # JAX: no stream to order after
         ptr, shape, strides, dtype, readonly, producer = _parse(interface)
         return ptr, shape, strides, dtype, readonly, producer, -1, CAI, obj
     from .dlpack import from_dlpack
