@@ -9,7 +9,7 @@ Importing cupric never touches the GPU and loads submodules only when first used
 
 from __future__ import annotations
 
-import importlib
+from ._lazy import attach
 
 __version__ = "0.1.0"
 
@@ -33,16 +33,4 @@ _LAZY = {
 __all__ = ["__version__", *_LAZY]
 
 
-def __getattr__(name: str):
-    try:
-        module_name, attr = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'cupric' has no attribute {name!r}") from None
-    module = importlib.import_module(module_name)
-    value = module if attr is None else getattr(module, attr)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = attach(__name__, globals(), _LAZY)

@@ -10,7 +10,7 @@ decorator; `cupric.compiler.kernel` is the module that defines it.)
 
 from __future__ import annotations
 
-import importlib
+from .._lazy import attach
 
 _LAZY = {
     "device_function": ("cupric.compiler.kernel", "device_function"),
@@ -28,15 +28,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str):
-    try:
-        module_name, attr = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'cupric.compiler' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module_name), attr)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = attach(__name__, globals(), _LAZY)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import importlib
 
+from .._lazy import attach
+
 _LAZY = {
     "Communicator": ("cupric.nccl.communicator", "Communicator"),
     **{name: ("cupric.nccl.options", name) for name in ("CommOptions", "UniqueId")},
@@ -46,17 +48,4 @@ def version() -> tuple[int, int, int]:
     return code // 10000, code // 100 % 100, code % 100
 
 
-def __getattr__(name: str):
-    if name == "lib":
-        return importlib.import_module("cupric.nccl.lib")
-    try:
-        module_name, attr = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'cupric.nccl' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module_name), attr)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY) | {"lib"})
+__getattr__, __dir__ = attach(__name__, globals(), {**_LAZY, "lib": ("cupric.nccl.lib", None)})

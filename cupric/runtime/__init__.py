@@ -18,7 +18,7 @@ Examples
 
 from __future__ import annotations
 
-import importlib
+from .._lazy import attach
 
 # name -> (module, attribute). Resolved on first access and cached in the package globals.
 _LAZY = {
@@ -78,16 +78,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str):
-    try:
-        module_name, attr = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'cupric.runtime' has no attribute {name!r}") from None
-    module = importlib.import_module(module_name)
-    value = getattr(module, attr)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = attach(__name__, globals(), _LAZY)
