@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib
 
+from .._lazy import attach
+
 __all__ = ["lib", "is_available"]
 
 
@@ -17,7 +19,4 @@ def is_available() -> bool:
     return importlib.import_module("cupric.curand.lib").is_available()
 
 
-def __getattr__(name: str):
-    if name == "lib":
-        return importlib.import_module("cupric.curand.lib")
-    raise AttributeError(f"module 'cupric.curand' has no attribute {name!r}")
+__getattr__, __dir__ = attach(__name__, globals(), {"lib": ("cupric.curand.lib", None)})

@@ -8,7 +8,7 @@ Nothing here touches the GPU or imports MPI or PyTorch until `init()` runs.
 
 from __future__ import annotations
 
-import importlib
+from .._lazy import attach
 
 _LAZY = {
     **{name: ("cupric.distributed.context", name) for name in (
@@ -21,17 +21,4 @@ _LAZY = {
 
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name: str):
-    try:
-        module_name, attr = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'cupric.distributed' has no attribute "
-                             f"{name!r}") from None
-    value = getattr(importlib.import_module(module_name), attr)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = attach(__name__, globals(), _LAZY)

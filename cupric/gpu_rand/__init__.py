@@ -8,7 +8,7 @@ resolve to their submodules on first use.
 
 from __future__ import annotations
 
-import importlib
+from .._lazy import attach
 
 _NAMES = ("Xoroshiro128Plus Xoroshiro128PlusPlus Xoroshiro128StarStar Xoroshiro64Star "
           "Xoroshiro64StarStar Xoshiro128Plus Xoshiro128PlusPlus Xoshiro128StarStar "
@@ -31,18 +31,7 @@ _SUBMODULES = ("algorithms", "backends", "bulk", "device", "device_rng", "distri
 
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name: str):
-    if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")
-    try:
-        module = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))
+__getattr__, __dir__ = attach(__name__, globals(), {
+    **{name: (f"{__name__}.{module}", name) for name, module in _LAZY.items()},
+    **{name: (f"{__name__}.{name}", None) for name in _SUBMODULES},
+})
