@@ -216,7 +216,7 @@ def remember_graph(h, head, arrays, outs, tensors, plan, uid_slots, *, allocated
         The caller's input and output arguments (outputs None where allocated).
     tensors : sequence of V.Tensor or None
         The checked tensors of `arrays` then `outs`, in that order.
-    plan : graph.Plan
+    plan : plans.Plan
         The plan that ran (its workspace is the handle's current one).
     uid_slots : dict uid -> index into `tensors`
     allocated : sequence of bool, optional

@@ -292,7 +292,8 @@ def _gelu_spec(mode_name: str, tensors, roles, op: str):
 
 
 def _run_graph(h, spec, pointers) -> bool:
-    from .graph import NoEngineError, execute
+    from .engine_choice import execute
+    from .graph import NoEngineError
     key = spec.key()
     if key in _unsupported:
         return False

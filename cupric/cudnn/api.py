@@ -19,8 +19,10 @@ from .conv import (Conv, conv, conv2d, conv_backward_bias, conv_backward_data,
                    conv_output_shape)
 from .descriptors import backend_tensor_of, tensor_descriptor_of
 from .dropout import Dropout, dropout
-from .graph import GraphSpec, NoEngineError, Plan, PlanOptions, matmul
+from .graph import GraphSpec, NoEngineError
+from .graph_matmul import matmul
 from .handle import Handle, default_handle
+from .plans import Plan, PlanOptions
 from .pooling import (Pool, avg_pool2d, max_pool2d, pool_backward, pool_forward,
                       pool_output_shape)
 from .softmax import log_softmax, softmax, softmax_backward, softmax_forward

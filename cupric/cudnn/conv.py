@@ -14,8 +14,10 @@ import dataclasses
 
 from . import _replay
 from . import _validate as V
-from .graph import ConvParams, GraphSpec, NoEngineError, PlanOptions, execute
-from .graph import _activation_mode
+from .engine_choice import execute
+from .graph import ConvParams, GraphSpec, NoEngineError
+from .graph_matmul import _activation_mode
+from .plans import PlanOptions
 
 __all__ = ["Conv", "conv", "conv2d", "conv_forward", "conv_backward_data",
            "conv_backward_filter", "conv_backward_bias", "conv_bias_activation",

@@ -4,7 +4,7 @@ A ``cudnnHandle_t`` holds cuDNN's state on one device (made in the device's prim
 context, the one PyTorch and CuPy use) and the stream its work is queued on
 (``cudnnSetStream``). cupric's handle also owns the workspace that convolution plans
 need, allocated in stream order from the device's memory pool and grown on demand, and
-the per-shape cache of execution plans (`cupric.cudnn.graph`).
+the per-shape cache of execution plans (`cupric.cudnn.engine_choice`).
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ class Handle(StreamBoundHandle):
 
     @property
     def plans(self) -> dict:
-        """The handle's plan cache (key -> `graph.Plan`); see `graph.PlanCache`."""
+        """The handle's plan cache (key -> `plans.Plan`); see `engine_choice.plan_for`."""
         return self._owned.plans
 
     @property

@@ -3,7 +3,7 @@ backend-API calls that need a GPU to succeed.
 
 Descriptors are records of their attributes; finalizing an execution plan succeeds or
 refuses by engine; heuristics return scripted engine lists. It lets the engine-choice,
-plan-caching and execution logic of cupric.cudnn.graph run on the CPU lane through its
+plan-caching and execution logic of cupric.cudnn.engine_choice run on the CPU lane through its
 real code paths. Everything else (enum values, the ffi, status names) is the real
 generated module's.
 """

@@ -17,6 +17,8 @@ import pytest
 from cupric.cudnn import _validate as V
 from cupric.cudnn import api as dnn
 from cupric.cudnn import graph as G
+from cupric.cudnn import engine_choice as C
+from cupric.cudnn import plans as P
 from cupric.cudnn import handle as handle_mod
 from cupric.runtime.errors import ClosedError
 
@@ -50,7 +52,7 @@ def captured(monkeypatch):
         calls.append((spec, dict(pointers), options))
 
     monkeypatch.setattr(conv_mod, "execute", fake_execute)
-    monkeypatch.setattr(G, "execute", fake_execute)
+    monkeypatch.setattr(C, "execute", fake_execute)
     return calls
 
 
@@ -581,17 +583,17 @@ def test_plan_cache_and_autotune(fake_handle, monkeypatch):
         plans.setdefault(limit, []).extend(made)
         return made, []
 
-    monkeypatch.setattr(G, "_candidate_plans", candidates)
-    monkeypatch.setattr(G, "_time", lambda h, p, ptrs: {11: 3.0, 22: 1.0, 33: 2.0}[p.engine])
+    monkeypatch.setattr(C, "_candidate_plans", candidates)
+    monkeypatch.setattr(C, "_time", lambda h, p, ptrs: {11: 3.0, 22: 1.0, 33: 2.0}[p.engine])
     # Heuristics only: the first plan, built once and cached.
-    first = G.plan_for(fake_handle, _spec(), G.PlanOptions(), [1])
-    again = G.plan_for(fake_handle, _spec(), G.PlanOptions(), [1])
+    first = C.plan_for(fake_handle, _spec(), P.PlanOptions(), [1])
+    again = C.plan_for(fake_handle, _spec(), P.PlanOptions(), [1])
     assert first is again and first.engine == 11 and len(built) == 1
     # Autotuning: the fastest wins, the others are closed, the result is cached apart.
-    tuned = G.plan_for(fake_handle, _spec(), G.PlanOptions(autotune=True), [1])
+    tuned = C.plan_for(fake_handle, _spec(), P.PlanOptions(autotune=True), [1])
     assert tuned.engine == 22 and tuned.time_ms == 1.0
-    assert [p.closed for p in plans[G.PlanOptions().candidates]] == [True, False, True]
-    assert G.plan_for(fake_handle, _spec(), G.PlanOptions(autotune=True), [1]) is tuned
+    assert [p.closed for p in plans[P.PlanOptions().candidates]] == [True, False, True]
+    assert C.plan_for(fake_handle, _spec(), P.PlanOptions(autotune=True), [1]) is tuned
     assert len(fake_handle.plans) == 2
     fake_handle.clear_plans()
     assert first.closed and tuned.closed and not fake_handle.plans
@@ -600,10 +602,10 @@ def test_plan_cache_and_autotune(fake_handle, monkeypatch):
 def test_no_engine_error(fake_handle, monkeypatch):
     graph = _FakeGraph()
     monkeypatch.setattr(G.GraphSpec, "build", lambda self, h: graph)
-    monkeypatch.setattr(G, "_candidate_plans",
+    monkeypatch.setattr(C, "_candidate_plans",
                         lambda *a: ([], [(5, "CUDNN_STATUS_NOT_SUPPORTED_LAYOUT")]))
     with pytest.raises(G.NoEngineError, match="engine 5: CUDNN_STATUS_NOT_SUPPORTED_LAYOUT"):
-        G.plan_for(fake_handle, _spec(), None, [1])
+        C.plan_for(fake_handle, _spec(), None, [1])
     assert graph.closed and not fake_handle.plans
 
 
@@ -614,17 +616,17 @@ def test_execute_orders_pointers(fake_handle, monkeypatch):
         def execute(self, handle, pointers):
             seen.append(pointers)
 
-    monkeypatch.setattr(G, "plan_for", lambda h, spec, options, ptrs: Recorder())
+    monkeypatch.setattr(C, "plan_for", lambda h, spec, options, ptrs: Recorder())
     spec = G.GraphSpec("order")
     a = spec.tensor((1, 2, 3), (6, 3, 1), "f32")
     v = spec.tensor((1, 2, 3), (6, 3, 1), "f32", virtual=True)
     b = spec.tensor((1, 2, 3), (6, 3, 1), "f32")
     spec.pointwise("relu_fwd", x=a, y=v)
     spec.pointwise("tanh_fwd", x=v, y=b)
-    G.execute(fake_handle, spec, {b: 0x200, a: 0x100})
+    C.execute(fake_handle, spec, {b: 0x200, a: 0x100})
     assert seen == [[0x100, 0x200]]
     with pytest.raises(ValueError, match="no device pointer for tensor uid 3"):
-        G.execute(fake_handle, spec, {a: 0x100})
+        C.execute(fake_handle, spec, {a: 0x100})
 
 
 # --------------------------------------------------------------------------------------
@@ -699,14 +701,14 @@ def test_graph_refused_is_no_engine(fake_handle, monkeypatch):
 
     monkeypatch.setattr(G.GraphSpec, "build", refuse)
     with pytest.raises(G.NoEngineError, match="graph refused: CUDNN_STATUS_NOT_SUPPORTED"):
-        G.plan_for(fake_handle, _spec(), None, [1])
+        C.plan_for(fake_handle, _spec(), None, [1])
 
     def bad(self, h):
         raise lib.CudnnError(2000, "CUDNN_STATUS_BAD_PARAM", "bad")
 
     monkeypatch.setattr(G.GraphSpec, "build", bad)
     with pytest.raises(lib.CudnnError):          # a real error is not hidden as "no engine"
-        G.plan_for(fake_handle, _spec(), None, [1])
+        C.plan_for(fake_handle, _spec(), None, [1])
 
 
 def test_conv1d_runs_as_2d(fake_handle, captured):
@@ -914,7 +916,7 @@ def test_float32_matmul_without_tf32_is_refused_before_cuDNN(fake_handle, monkey
         raise AssertionError("the graph must not be built")
 
     monkeypatch.setattr(G.GraphSpec, "build", no_build)
-    exact = G.PlanOptions(allow_tf32=False)
+    exact = P.PlanOptions(allow_tf32=False)
     with pytest.raises(G.NoEngineError, match="float32 matmul with allow_tf32=False.*TF32"):
         dnn.matmul(FakeDeviceArray((4, 5)), FakeDeviceArray((5, 6)), options=exact,
                    handle=fake_handle)
@@ -924,16 +926,16 @@ def test_float32_matmul_without_tf32_is_refused_before_cuDNN(fake_handle, monkey
     b = spec.tensor((1, 5, 6), (30, 6, 1), "f32")
     c = spec.tensor((1, 4, 6), (24, 6, 1), "f32")
     spec.matmul(a, b, c)
-    assert "TF32" in G.ieee_matmul_refusal(spec, exact)
-    assert G.ieee_matmul_refusal(spec, G.PlanOptions()) is None      # TF32 allowed
+    assert "TF32" in C.ieee_matmul_refusal(spec, exact)
+    assert C.ieee_matmul_refusal(spec, P.PlanOptions()) is None      # TF32 allowed
     half = G.GraphSpec("mm16")
     ua, ub, uc = (half.tensor(d, st, "f16") for d, st in (((1, 4, 5), (20, 5, 1)),
                                                            ((1, 5, 6), (30, 6, 1)),
                                                            ((1, 4, 6), (24, 6, 1))))
     half.matmul(ua, ub, uc)
-    assert G.ieee_matmul_refusal(half, exact) is None
+    assert C.ieee_matmul_refusal(half, exact) is None
     # Convolutions are filtered by their engines' notes, not refused.
-    assert G.ieee_matmul_refusal(_spec(), exact) is None
+    assert C.ieee_matmul_refusal(_spec(), exact) is None
 
 
 def test_gelu_fallback_handles_bfloat16_bit_patterns_on_the_simulator(monkeypatch):
@@ -990,7 +992,7 @@ def test_autotune_times_single_calls_until_stable(monkeypatch):
 
     monkeypatch.setattr(device_mod, "Device", Device)
     handle = type("H", (), {"device": 0, "stream": None})()
-    assert G._time(handle, Plan(), [1]) == 3.9
+    assert C._time(handle, Plan(), [1]) == 3.9
     assert log.count("execute") == 4  # the warm-up and three timed runs
     # each timed run alone between its events, the stream idle before it
     assert log[:3] == ["execute", "record", "sync"]

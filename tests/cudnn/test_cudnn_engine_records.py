@@ -1,4 +1,4 @@
-"""Engine choices remembered on disk (cupric.cudnn.graph): the configuration the
+"""Engine choices remembered on disk (cupric.cudnn.engine_records): the configuration the
 heuristics chose is written to the checked cache and finalized directly by the next
 plan of the same graph, options, device and cuDNN version; refused, corrupt, foreign or
 stale records fall back to the heuristics. CPU lane: the backend calls that need a GPU
@@ -15,6 +15,9 @@ import pytest
 
 from cupric import _cache
 from cupric.cudnn import graph as G
+from cupric.cudnn import engine_choice as C
+from cupric.cudnn import plans as P
+from cupric.cudnn import engine_records as R
 from cupric.cudnn import handle as handle_mod
 from cupric.runtime import _lifetime
 
@@ -96,11 +99,11 @@ def fake(monkeypatch, tmp_path):
     settle()
     monkeypatch.setenv("CUPRIC_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("CUPRIC_CUDNN_ENGINE_CACHE", raising=False)
-    monkeypatch.setattr(G, "_device_tag", lambda ordinal: f"Fake GPU {ordinal}/sm_90")
+    monkeypatch.setattr(R, "_device_tag", lambda ordinal: f"Fake GPU {ordinal}/sm_90")
     backend = KnobBackend(libmod.lib, libmod.ffi)
     monkeypatch.setattr(libmod, "lib", backend)
     monkeypatch.setattr(handle_mod.Handle, "workspace", lambda self, n: 0xABC000 if n else 0)
-    monkeypatch.setattr(G, "engine_stats", dict.fromkeys(G.engine_stats, 0))
+    monkeypatch.setattr(R, "engine_stats", dict.fromkeys(R.engine_stats, 0))
     yield backend
     settle()
     assert backend.live() == 0, "a descriptor outlived its owners"
@@ -123,7 +126,7 @@ def plan_in_new_process(fake, spec, options=None):
     """A plan made as a new process would make it: a fresh handle (no plans in memory)."""
     h = new_handle()
     try:
-        plan = G.plan_for(h, spec, options)
+        plan = C.plan_for(h, spec, options)
         return plan.engine, fake.plan_knobs[plan.descriptor._ptr]
     finally:
         h.close()
@@ -139,36 +142,36 @@ def test_second_process_finalizes_the_recorded_configuration(fake, tmp_path):
     fake.refused = {5}
     fake.knobs = {7: [(3, 1), (11, 64)], 9: [(2, 0)]}
     assert plan_in_new_process(fake, conv_spec()) == (7, [(3, 1), (11, 64)])
-    assert G.engine_stats == {"heuristics": 1, "reused": 0, "recorded": 1, "refused": 0}
+    assert R.engine_stats == {"heuristics": 1, "reused": 0, "recorded": 1, "refused": 0}
     assert len(record_files(tmp_path)) == 2        # the record and its blob
     heur_before = fake.created("ENGINEHEUR")
     # The next "process": no heuristics query, the same engine with the same knobs.
     assert plan_in_new_process(fake, conv_spec()) == (7, [(3, 1), (11, 64)])
     assert fake.created("ENGINEHEUR") == heur_before
-    assert G.engine_stats["heuristics"] == 1 and G.engine_stats["reused"] == 1
-    assert G.engine_stats["recorded"] == 1         # a reused choice is not written again
+    assert R.engine_stats["heuristics"] == 1 and R.engine_stats["reused"] == 1
+    assert R.engine_stats["recorded"] == 1         # a reused choice is not written again
     # Another shape is another record.
     assert plan_in_new_process(fake, conv_spec(batch=4))[0] == 7
-    assert G.engine_stats["heuristics"] == 2 and len(record_files(tmp_path)) == 4
+    assert R.engine_stats["heuristics"] == 2 and len(record_files(tmp_path)) == 4
 
 
 def test_autotuned_choice_is_reused_without_timing(fake, monkeypatch):
     fake.heuristics = {A: [1, 2, 3]}
     fake.knobs = {2: [(4, 8)]}
     timed = []
-    monkeypatch.setattr(G, "_time", lambda handle, plan, pointers: (
+    monkeypatch.setattr(C, "_time", lambda handle, plan, pointers: (
         timed.append(plan.engine), {1: 5.0, 2: 1.0, 3: 9.0}[plan.engine])[1])
-    options = G.PlanOptions(autotune=True)
+    options = P.PlanOptions(autotune=True)
     spec = conv_spec()
     h = new_handle()
     try:
-        assert G.plan_for(h, spec, options, [1, 2, 3]).engine == 2
+        assert C.plan_for(h, spec, options, [1, 2, 3]).engine == 2
     finally:
         h.close()
     assert sorted(timed) == [1, 2, 3]
     h = new_handle()
     try:
-        plan = G.plan_for(h, conv_spec(), options, [1, 2, 3])
+        plan = C.plan_for(h, conv_spec(), options, [1, 2, 3])
         assert plan.engine == 2 and fake.plan_knobs[plan.descriptor._ptr] == [(4, 8)]
     finally:
         h.close()
@@ -183,40 +186,40 @@ def test_refused_record_falls_back_to_the_heuristics(fake):
     assert plan_in_new_process(fake, conv_spec())[0] == 5
     fake.refused = {5}                              # a library update, say
     assert plan_in_new_process(fake, conv_spec()) == (7, [(1, 3)])
-    assert G.engine_stats["refused"] == 1 and G.engine_stats["heuristics"] == 2
+    assert R.engine_stats["refused"] == 1 and R.engine_stats["heuristics"] == 2
     # ...and the new choice replaced the record.
     assert plan_in_new_process(fake, conv_spec()) == (7, [(1, 3)])
-    assert G.engine_stats["reused"] == 1 and G.engine_stats["heuristics"] == 2
+    assert R.engine_stats["reused"] == 1 and R.engine_stats["heuristics"] == 2
 
 
 def test_corrupt_foreign_and_stale_records_are_ignored(fake, tmp_path):
     fake.heuristics = {A: [5]}
     plan_in_new_process(fake, conv_spec())
     folder = tmp_path / "cache" / "cudnn-engines"
-    name, text = G.engine_record_key(conv_spec(), G.DEFAULT_OPTIONS, "Fake GPU 0/sm_90",
-                                     G._library_version())
-    assert G.read_engine_record(name, text) == (5, ())
+    name, text = R.engine_record_key(conv_spec(), P.DEFAULT_OPTIONS, "Fake GPU 0/sm_90",
+                                     R._library_version())
+    assert R.read_engine_record(name, text) == (5, ())
     meta = json.loads((folder / f"{name}.json").read_text())
     blob = folder / meta["file"]
     # Altered bytes: the SHA-256 no longer matches.
     good = blob.read_bytes()
     blob.write_bytes(good.replace(b'"engine": 5', b'"engine": 6'))
-    assert G.read_engine_record(name, text) is None
+    assert R.read_engine_record(name, text) is None
     assert plan_in_new_process(fake, conv_spec())[0] == 5
-    assert G.engine_stats["heuristics"] == 2
+    assert R.engine_stats["heuristics"] == 2
     # Writable by others: refused with a warning, rebuilt by the heuristics.
     os.chmod(blob, 0o666)
     with pytest.warns(RuntimeWarning, match="not a private file"):
-        assert G.read_engine_record(name, text) is None
+        assert R.read_engine_record(name, text) is None
     os.chmod(blob, 0o600)
     # A record under this name for another graph (a stale format, a digest clash).
-    assert G.write_engine_record(name, text + " (another graph)", 9, [])
-    assert G.read_engine_record(name, text) is None
+    assert R.write_engine_record(name, text + " (another graph)", 9, [])
+    assert R.read_engine_record(name, text) is None
     assert plan_in_new_process(fake, conv_spec())[0] == 5
     # Malformed content with a valid digest.
     _cache.store_blob(folder, name, b'{"format": 1, "graph": %s, "engine": "5", "knobs": []}'
                       % json.dumps(text).encode(), ".json")
-    assert G.read_engine_record(name, text) is None
+    assert R.read_engine_record(name, text) is None
 
 
 def test_a_graph_no_engine_accepts_is_refused_at_once_next_time(fake, tmp_path):
@@ -224,14 +227,14 @@ def test_a_graph_no_engine_accepts_is_refused_at_once_next_time(fake, tmp_path):
     fake.refused = {5, 7}                           # NOT_SUPPORTED: lasts with the key
     with pytest.raises(G.NoEngineError):
         plan_in_new_process(fake, conv_spec())
-    assert G.engine_stats["recorded"] == 1
+    assert R.engine_stats["recorded"] == 1
     graphs, heuristics = fake.created("OPERATIONGRAPH"), fake.created("ENGINEHEUR")
     with pytest.raises(G.NoEngineError, match="engine 5: CUDNN_STATUS_NOT_SUPPORTED") as info:
         plan_in_new_process(fake, conv_spec())
     assert "earlier process" in str(info.value.tried[-1][1])
     # Neither the graph nor the heuristics were built again.
     assert (fake.created("OPERATIONGRAPH"), fake.created("ENGINEHEUR")) == (graphs, heuristics)
-    assert G.engine_stats["reused"] == 1
+    assert R.engine_stats["reused"] == 1
 
 
 def test_a_refusal_that_may_be_the_machines_state_is_asked_again(fake):
@@ -242,22 +245,22 @@ def test_a_refusal_that_may_be_the_machines_state_is_asked_again(fake):
         with pytest.raises(G.NoEngineError, match="INTERNAL"):
             plan_in_new_process(fake, conv_spec())
     # Both processes asked both modes of the default options (A, then fallback).
-    assert G.engine_stats["recorded"] == 0 and G.engine_stats["heuristics"] == 4
+    assert R.engine_stats["recorded"] == 0 and R.engine_stats["heuristics"] == 4
     fake.internal = set()                           # fixed: the engine is found
     assert plan_in_new_process(fake, conv_spec())[0] == 7
 
 
 def test_key_follows_the_library_version_device_options_and_graph():
-    spec, options = conv_spec(), G.PlanOptions()
-    base = G.engine_record_key(spec, options, "NVIDIA H100/sm_90", 92801)
-    assert base == G.engine_record_key(conv_spec(), G.PlanOptions(), "NVIDIA H100/sm_90",
+    spec, options = conv_spec(), P.PlanOptions()
+    base = R.engine_record_key(spec, options, "NVIDIA H100/sm_90", 92801)
+    assert base == R.engine_record_key(conv_spec(), P.PlanOptions(), "NVIDIA H100/sm_90",
                                        92801)
-    others = [G.engine_record_key(spec, options, "NVIDIA H100/sm_90", 92900),
-              G.engine_record_key(spec, options, "NVIDIA H200/sm_90", 92801),
-              G.engine_record_key(spec, G.PlanOptions(deterministic=True),
+    others = [R.engine_record_key(spec, options, "NVIDIA H100/sm_90", 92900),
+              R.engine_record_key(spec, options, "NVIDIA H200/sm_90", 92801),
+              R.engine_record_key(spec, P.PlanOptions(deterministic=True),
                                   "NVIDIA H100/sm_90", 92801),
-              G.engine_record_key(conv_spec("f16"), options, "NVIDIA H100/sm_90", 92801),
-              G.engine_record_key(conv_spec(batch=3), options, "NVIDIA H100/sm_90", 92801)]
+              R.engine_record_key(conv_spec("f16"), options, "NVIDIA H100/sm_90", 92801),
+              R.engine_record_key(conv_spec(batch=3), options, "NVIDIA H100/sm_90", 92801)]
     names = {base[0]} | {name for name, _ in others}
     assert len(names) == 6
     assert all(name.startswith("e") and len(name) == 41 for name in names)
@@ -268,7 +271,7 @@ def test_records_turned_off(fake, tmp_path, monkeypatch):
     fake.heuristics = {A: [5]}
     plan_in_new_process(fake, conv_spec())
     plan_in_new_process(fake, conv_spec())
-    assert G.engine_stats["heuristics"] == 2 and record_files(tmp_path) == []
+    assert R.engine_stats["heuristics"] == 2 and record_files(tmp_path) == []
 
 
 def test_no_record_without_a_device_name(fake, tmp_path, monkeypatch):
@@ -276,7 +279,7 @@ def test_no_record_without_a_device_name(fake, tmp_path, monkeypatch):
 
     def no_driver(ordinal):
         raise NoDriverError("no driver here")
-    monkeypatch.setattr(G, "_device_tag", no_driver)
+    monkeypatch.setattr(R, "_device_tag", no_driver)
     fake.heuristics = {A: [5]}
     assert plan_in_new_process(fake, conv_spec())[0] == 5
     assert record_files(tmp_path) == []
@@ -293,6 +296,6 @@ def test_unwritable_cache_still_plans(fake, tmp_path, monkeypatch):
         fake.heuristics = {A: [5]}
         with pytest.warns(RuntimeWarning, match="cannot write the cache"):
             assert plan_in_new_process(fake, conv_spec())[0] == 5
-        assert G.engine_stats["recorded"] == 0
+        assert R.engine_stats["recorded"] == 0
     finally:
         os.chmod(root / "cudnn-engines", 0o700)

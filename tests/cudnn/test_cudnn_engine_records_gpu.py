@@ -26,6 +26,7 @@ import numpy as np
 from cupric import runtime as rt
 from cupric.cudnn import api as dnn
 from cupric.cudnn import graph as G
+from cupric.cudnn import engine_records as R
 rng = np.random.default_rng(int(sys.argv[1]))
 x = rng.standard_normal((4, 8, 12, 12)).astype(np.float32)
 w = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
@@ -39,7 +40,7 @@ dw = dnn.conv_backward_filter(X, DY, w.shape, padding=1, options=opts).to_numpy(
 fused = dnn.conv_bias_activation(X, W, B, "relu", padding=1, options=opts).to_numpy()
 rt.synchronize()
 np.savez(sys.argv[2], y=y, dx=dx, dw=dw, fused=fused)
-print(json.dumps(G.engine_stats))
+print(json.dumps(R.engine_stats))
 """
 
 
