@@ -42,7 +42,10 @@ SOURCE = r"""
 
 #define MAXA 64
 #define MAXP (3 * MAXA)        /* parameters: a 1-D array passes three */
-#define MAX_BYTES 32768        /* the largest kernel parameter space CUDA allows */
+/* The parameter bytes a launcher packs on its own stack; kernels with more go through the
+   prepared launch (which takes up to CUDA's 32 KiB). A small frame keeps the hot path's
+   stack (and what the driver call evicts of it) to a few cache lines. */
+#define DIRECT_BYTES 512
 
 typedef int (*cupric_launch_fn)(uintptr_t, unsigned int, unsigned int, unsigned int,
                                 unsigned int, unsigned int, unsigned int, unsigned int,
@@ -91,6 +94,21 @@ static PyObject *configure(PyObject *module, PyObject *args) {
 
 /* -- the launch table of one signature and argument classes -------------------------- */
 
+/* What a launcher knows of one argument and of one kernel parameter (kept together, so a
+   launch reads a few cache lines). */
+typedef struct {
+    PyObject *cls;           /* the exact class */
+    PyObject *dtype;         /* the dtype object an array must carry (identity) */
+    long long itemsize;
+    int kind;                /* K_SCALAR ... K_TORCH */
+    char written;            /* an array the kernel writes (overlap checked) */
+} Arg;
+
+typedef struct {
+    int off, size;
+    char code;               /* struct format code, 's' for a struct by value */
+} Param;
+
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -105,14 +123,9 @@ typedef struct {
     cupric_launch_fn call;   /* cuLaunchKernel, or NULL: every launch goes to `launch` */
     uintptr_t func;          /* the CUfunction */
     Py_ssize_t nparams;
-    char pcode[MAXP];        /* each parameter's format code, offset and size */
-    Py_ssize_t poff[MAXP], psize[MAXP];
     Py_ssize_t nargs;
-    int kind[MAXA];
-    PyObject *cls[MAXA];
-    PyObject *dtype[MAXA];
-    long long itemsize[MAXA];
-    char written[MAXA];
+    Param param[MAXP];       /* each parameter's format code, offset and size */
+    Arg arg[MAXA];           /* each argument's kind, class, dtype, item size */
 } Table;
 
 static PyTypeObject TableType;
@@ -120,14 +133,14 @@ static PyTypeObject TableType;
 static int table_traverse(Table *t, visitproc visit, void *arg) {
     Py_VISIT(t->dict); Py_VISIT(t->dispatch); Py_VISIT(t->launch); Py_VISIT(t->fallback);
     Py_VISIT(t->order); Py_VISIT(t->readers); Py_VISIT(t->strided); Py_VISIT(t->failed);
-    for (Py_ssize_t i = 0; i < t->nargs; i++) { Py_VISIT(t->cls[i]); Py_VISIT(t->dtype[i]); }
+    for (Py_ssize_t i = 0; i < t->nargs; i++) { Py_VISIT(t->arg[i].cls); Py_VISIT(t->arg[i].dtype); }
     return 0;
 }
 
 static int table_clear(Table *t) {
     Py_CLEAR(t->dict); Py_CLEAR(t->dispatch); Py_CLEAR(t->launch); Py_CLEAR(t->fallback);
     Py_CLEAR(t->order); Py_CLEAR(t->readers); Py_CLEAR(t->strided); Py_CLEAR(t->failed);
-    for (Py_ssize_t i = 0; i < t->nargs; i++) { Py_CLEAR(t->cls[i]); Py_CLEAR(t->dtype[i]); }
+    for (Py_ssize_t i = 0; i < t->nargs; i++) { Py_CLEAR(t->arg[i].cls); Py_CLEAR(t->arg[i].dtype); }
     return 0;
 }
 
@@ -199,12 +212,12 @@ static PyObject *table_run(Table *t, PyObject *const *cfg, PyObject *const *args
     Py_ssize_t k = 5;
     if (n != t->nargs) goto slow;
     for (Py_ssize_t i = 0; i < n; i++)
-        if ((PyObject *)Py_TYPE(args[i]) != t->cls[i]) goto slow;
+        if ((PyObject *)Py_TYPE(args[i]) != t->arg[i].cls) goto slow;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *v = args[i], *p, *len;
         long long x;
         unsigned long long u;
-        switch (t->kind[i]) {
+        switch (t->arg[i].kind) {
         case K_SCALAR:
             stack[k++] = v;
             continue;
@@ -212,9 +225,9 @@ static PyObject *table_run(Table *t, PyObject *const *cfg, PyObject *const *args
             PyObject *alloc = SLOT(v, off_alloc), *strides = SLOT(v, off_strides),
                      *shape = SLOT(v, off_shape);
             if (!as_ll(SLOT(v, off_ndim), &x) || x != 1) goto slow;
-            if (SLOT(v, off_dtype) != t->dtype[i]) goto slow;
+            if (SLOT(v, off_dtype) != t->arg[i].dtype) goto slow;
             if (strides == NULL || !PyTuple_Check(strides) || PyTuple_GET_SIZE(strides) < 1
-                || !as_ll(PyTuple_GET_ITEM(strides, 0), &x) || x != t->itemsize[i])
+                || !as_ll(PyTuple_GET_ITEM(strides, 0), &x) || x != t->arg[i].itemsize)
                 goto slow;
             /* Liveness: the allocation record every view shares. */
             if (alloc == NULL || alloc == Py_None) goto slow;
@@ -232,8 +245,8 @@ static PyObject *table_run(Table *t, PyObject *const *cfg, PyObject *const *args
         }
         case K_CUPY:
         case K_CUPY_FIELDS: {
-            if (!attr_is(v, s_dtype, t->dtype[i])) goto slow;
-            if (t->kind[i] == K_CUPY_FIELDS) {
+            if (!attr_is(v, s_dtype, t->arg[i].dtype)) goto slow;
+            if (t->arg[i].kind == K_CUPY_FIELDS) {
                 if (attr_truth(v, s_c_contiguous) != 1) goto slow;
                 PyObject *nd = PyObject_GetAttr(v, s_ndim);
                 int ok = as_ll(nd, &x) && x == 1;
@@ -251,7 +264,7 @@ static PyObject *table_run(Table *t, PyObject *const *cfg, PyObject *const *args
                 if (strides == NULL) { PyErr_Clear(); goto slow; }
                 owned[nowned++] = strides;
                 if (!PyTuple_Check(strides) || PyTuple_GET_SIZE(strides) < 1
-                    || !as_ll(PyTuple_GET_ITEM(strides, 0), &x) || x != t->itemsize[i])
+                    || !as_ll(PyTuple_GET_ITEM(strides, 0), &x) || x != t->arg[i].itemsize)
                     goto slow;
                 len = PyTuple_GET_ITEM(shape, 0);
             }
@@ -267,7 +280,7 @@ static PyObject *table_run(Table *t, PyObject *const *cfg, PyObject *const *args
             break;
         }
         case K_TORCH: {
-            if (!attr_is(v, s_dtype, t->dtype[i])) goto slow;
+            if (!attr_is(v, s_dtype, t->arg[i].dtype)) goto slow;
             if (attr_truth(v, s_is_cuda) != 1 || attr_truth(v, s_requires_grad) != 0) goto slow;
             if (!attr_is(v, s_layout, t->strided)) goto slow;
             PyObject *nd = PyObject_GetAttr(v, s_ndim);
@@ -297,11 +310,11 @@ static PyObject *table_run(Table *t, PyObject *const *cfg, PyObject *const *args
     }
     if (bits & 15) goto slow;   /* the aligned variant only */
     for (int w = 0; w < narr; w++) {
-        if (!t->written[at[w]]) continue;
+        if (!t->arg[at[w]].written) continue;
         for (int o = 0; o < narr; o++) {
             if (o == w) continue;
-            unsigned long long wend = ptrs[w] + (unsigned long long)lens[w] * t->itemsize[at[w]];
-            unsigned long long oend = ptrs[o] + (unsigned long long)lens[o] * t->itemsize[at[o]];
+            unsigned long long wend = ptrs[w] + (unsigned long long)lens[w] * t->arg[at[w]].itemsize;
+            unsigned long long oend = ptrs[o] + (unsigned long long)lens[o] * t->arg[at[o]].itemsize;
             if (lens[w] && lens[o] && ptrs[w] < oend && ptrs[o] < wend) goto slow;
         }
     }
@@ -357,15 +370,15 @@ static PyObject *table_run(Table *t, PyObject *const *cfg, PyObject *const *args
         /* Pack and launch here; a value or configuration C does not take goes to the
            prepared launch below, a failed launch to `failed` (the typed errors). */
         unsigned int grid[3], block[3];
-        char buf[MAX_BYTES] __attribute__((aligned(16)));
+        char buf[DIRECT_BYTES] __attribute__((aligned(16)));
         void *argv[MAXP];
         long long shared = -1;
         int ok = get_dim3(cfg[0], grid) && get_dim3(cfg[1], block)
             && PyLong_CheckExact(cfg[3]) && as_ll(cfg[3], &shared)
             && shared >= 0 && shared <= UINT_MAX;
         for (Py_ssize_t j = 0; ok && j < t->nparams; j++) {
-            ok = pack_value(t->pcode[j], t->psize[j], stack[5 + j], buf + t->poff[j]);
-            argv[j] = buf + t->poff[j];
+            ok = pack_value(t->param[j].code, t->param[j].size, stack[5 + j], buf + t->param[j].off);
+            argv[j] = buf + t->param[j].off;
         }
         if (ok) {
             int err;
@@ -448,25 +461,28 @@ static int take_layout(Table *t, PyObject *layout, Py_ssize_t n) {
                           &PyTuple_Type, &offsets, &PyTuple_Type, &sizes))
         return -1;
     Py_ssize_t expect = 0;
-    for (Py_ssize_t i = 0; i < n; i++) expect += t->kind[i] == K_SCALAR ? 1 : 3;
+    for (Py_ssize_t i = 0; i < n; i++) expect += t->arg[i].kind == K_SCALAR ? 1 : 3;
     if (ncodes != expect || ncodes > MAXP || PyTuple_GET_SIZE(offsets) != ncodes
         || PyTuple_GET_SIZE(sizes) != ncodes) {
         PyErr_SetString(PyExc_ValueError, "make: the layout does not fit the arguments");
         return -1;
     }
     for (Py_ssize_t j = 0; j < ncodes; j++) {
-        t->pcode[j] = codes[j];
-        t->poff[j] = PyLong_AsSsize_t(PyTuple_GET_ITEM(offsets, j));
-        t->psize[j] = PyLong_AsSsize_t(PyTuple_GET_ITEM(sizes, j));
+        Py_ssize_t off = PyLong_AsSsize_t(PyTuple_GET_ITEM(offsets, j));
+        Py_ssize_t size = PyLong_AsSsize_t(PyTuple_GET_ITEM(sizes, j));
         if (PyErr_Occurred()) return -1;
-        if (t->poff[j] < 0 || t->psize[j] < 0 || t->poff[j] + t->psize[j] > MAX_BYTES) {
-            PyErr_SetString(PyExc_ValueError, "make: parameters exceed the parameter space");
+        if (off < 0 || size < 0) {
+            PyErr_SetString(PyExc_ValueError, "make: a negative offset or size");
             return -1;
         }
+        if (off + size > DIRECT_BYTES) return 0;   /* too big to pack here: `launch` packs */
+        t->param[j].code = codes[j];
+        t->param[j].off = (int)off;
+        t->param[j].size = (int)size;
     }
     /* An array passes its pointer, length and unit stride as three 64-bit values. */
-    for (Py_ssize_t i = 0, j = 0; i < n; j += t->kind[i] == K_SCALAR ? 1 : 3, i++) {
-        if (t->kind[i] != K_SCALAR && (codes[j] != 'Q' || codes[j + 1] != 'q'
+    for (Py_ssize_t i = 0, j = 0; i < n; j += t->arg[i].kind == K_SCALAR ? 1 : 3, i++) {
+        if (t->arg[i].kind != K_SCALAR && (codes[j] != 'Q' || codes[j + 1] != 'q'
                                        || codes[j + 2] != 'q')) {
             PyErr_SetString(PyExc_ValueError, "make: an array's parameters are not 64-bit");
             return -1;
@@ -537,12 +553,12 @@ static PyObject *make(PyObject *module, PyObject *args) {
             PyErr_SetString(PyExc_TypeError, "make: a buffer argument must be a DeviceBuffer");
             goto bad;
         }
-        t->kind[i] = (int)kind;
-        t->itemsize[i] = size;
-        t->written[i] = (char)w;
-        Py_INCREF(cls); t->cls[i] = cls;
-        t->dtype[i] = PyTuple_GET_ITEM(dtypes, i);
-        Py_INCREF(t->dtype[i]);
+        t->arg[i].kind = (int)kind;
+        t->arg[i].itemsize = size;
+        t->arg[i].written = (char)w;
+        Py_INCREF(cls); t->arg[i].cls = cls;
+        t->arg[i].dtype = PyTuple_GET_ITEM(dtypes, i);
+        Py_INCREF(t->arg[i].dtype);
         t->nargs = i + 1;
     }
     if (layout != Py_None && (!PyCallable_Check(failed) || take_layout(t, layout, n) < 0)) {

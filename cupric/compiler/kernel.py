@@ -13,10 +13,16 @@ import os
 import threading
 import weakref
 
-import numpy as np
-
 from cupric.compiler import launcher as _launcher
+# Argument reading, specializations and the `kern[grid, block]` binding live in their own
+# modules; the names imported here also keep working from this one.
+from cupric.compiler.arguments import (_ARRAY_CLASSES, _INTAKE_ERRORS,  # noqa: F401
+                                       _NUMPY_SCALARS, _OWN_BUFFERS, _WrongDevice,
+                                       _arg_parts, _disjoint, _geometry)
 from cupric.compiler.errors import CompileError
+from cupric.compiler.launcher import _config, _Launcher, _Simulate  # noqa: F401
+from cupric.compiler.specialization import (Specialization,  # noqa: F401
+                                            _readonly_types, param_types)
 from cupric.runtime import intake as _intake
 
 __all__ = ["kernel", "device_function", "Kernel", "DeviceFunction", "Specialization",
@@ -160,296 +166,6 @@ def _register_reset_hook() -> None:
     on_reset(_forget_device)
 
 
-# -- argument handling on the launch path -----------------------------------------------------
-
-def _layout(shape, strides, itemsize) -> str:
-    from cupric.types import _layout_of
-    return _layout_of(strides, shape, itemsize)
-
-
-def _array_values(ptr, shape, strides, itemsize, dtype, flat: list, extents: list,
-                  index: int):
-    """Append the ABI values of a device array given by its parts (pointer, shapes,
-    strides in elements; strides given in bytes); return its cache-key part."""
-    geometry = _GEOMETRY.get((shape, strides, itemsize))
-    if geometry is None:
-        geometry = _geometry(shape, strides, itemsize, index)
-    steps, low, high, layout = geometry
-    flat.append(ptr)
-    flat.extend(shape)
-    flat.extend(steps)
-    if high:  # not empty: the bytes it spans, for the alias and alignment checks
-        extents.append((ptr + low, ptr + high, index, ptr))
-    return (dtype, len(shape), layout)
-
-
-#: (shape, byte strides, itemsize) -> (strides in elements, first byte and end of the span
-#: relative to the pointer (0, 0 when empty), layout).
-_GEOMETRY: dict = {}
-
-
-def _geometry(shape, strides, itemsize, index: int):
-    steps = []
-    low = high = 0
-    empty = False
-    for n, s in zip(shape, strides):
-        q, r = divmod(s, itemsize)
-        if r:
-            _intake.check_strides(strides, itemsize, index=index)  # raises StrideError
-        steps.append(q)
-        if n == 0:
-            empty = True
-        elif s >= 0:
-            high += (n - 1) * s
-        else:
-            low += (n - 1) * s
-    span = (0, 0) if empty else (low, high + itemsize)
-    geometry = (tuple(steps), *span, _layout(shape, strides, itemsize))
-    if len(_GEOMETRY) > 4096:
-        _GEOMETRY.clear()
-    _GEOMETRY[(shape, strides, itemsize)] = geometry
-    return geometry
-
-
-def _note_producer(producer: int, pending, stream) -> None:
-    if producer == 1 and (stream is None or stream.__class__ is int and stream < 2):
-        return  # the legacy default stream on both sides: ordered already
-    if pending is None:
-        _intake.order_after(stream, (producer,))
-    elif producer not in pending:
-        pending.append(producer)
-
-
-class _WrongDevice(Exception):
-    """Internal: argument `index` lives on device `found` (turned into a
-    `DeviceMismatchError` naming the kernel and the parameter by `Kernel._launch`)."""
-
-
-def _arg_parts(value, flat: list, extents: list, index: int, device: int = -1,
-               pending=None, stream=None):
-    """Append the flattened ABI values of one argument; return its specialization key.
-
-    Arrays are read through `cupric.runtime.intake` (closed buffers raise
-    `ClosedError`). `device` >= 0 asks for the device check against that launch device
-    (machines with several GPUs); producers' streams go to `pending` (the launch orders
-    its stream after them once every argument passed), or with no `pending` list are
-    ordered now on `stream`."""
-    cls = value.__class__
-    if cls is float or cls is int or cls is bool:
-        flat.append(value)
-        return cls
-    if cls not in _ARRAY_CLASSES:
-        if isinstance(value, np.generic):
-            flat.append(value)
-            return (np.void, value.dtype) if isinstance(value, np.void) else cls
-        if isinstance(value, tuple):
-            return (tuple,) + tuple(_arg_parts(v, flat, extents, index, device, pending,
-                                               stream) for v in value)
-        if isinstance(value, np.ndarray):
-            raise TypeError(f"argument {index} is a host NumPy array; copy it to the "
-                            "device first (cupric.runtime.to_device(a)) or run on the "
-                            "simulator (kern.simulate[grid, block](...))")
-    try:
-        ptr, shape, strides, dtype, _readonly, producer, own, kind, owner = \
-            _intake.array_parts(value, stream, device >= 0)
-    except (TypeError, ValueError) as exc:
-        if exc.__class__ in _INTAKE_ERRORS:
-            raise exc.__class__(f"argument {index}: {exc}") from None
-        if isinstance(exc, TypeError):
-            raise TypeError(f"argument {index}: {exc}") from None
-        raise
-    if device >= 0:
-        if kind is _intake.BUFFER or kind is _intake.DLPACK:
-            found = _intake.buffer_device(owner, device)
-        else:
-            found = _intake.device_problem(ptr, own, device)
-        if found is not None:
-            raise _WrongDevice(index, found)
-    if producer is not None:
-        _note_producer(producer, pending, stream)
-    return _array_values(ptr, shape, strides, dtype.itemsize, dtype, flat, extents, index)
-
-
-#: The intake layer's typed errors: re-raised as themselves, with the argument named.
-_INTAKE_ERRORS = frozenset({_intake.ClosedError, _intake.HostMemoryError,
-                            _intake.NotAnArrayError, _intake.StrideError})
-#: Buffer classes (DeviceBuffer, its subclasses and look-alikes), shared with the intake
-#: layer; `_OWN_BUFFERS` are the DeviceBuffer ones (they carry the liveness record).
-_ARRAY_CLASSES: set = _intake.BUFFER_CLASSES
-_OWN_BUFFERS: set = _intake.OWN_BUFFERS
-#: NumPy scalar classes that pack as themselves (structured np.void goes the slow way).
-_NUMPY_SCALARS = frozenset({np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8,
-                            np.uint16, np.uint32, np.uint64, np.float16, np.float32,
-                            np.float64})
-
-
-def _disjoint(extents, written: frozenset) -> bool:
-    """True when no written array overlaps any other array argument."""
-    for lo, hi, i, _ in extents:
-        if i not in written:
-            continue
-        for lo2, hi2, j, _ in extents:
-            if j == i and lo2 == lo and hi2 == hi:
-                continue
-            if lo < hi2 and lo2 < hi:
-                return False
-    return True
-
-
-# -- specializations ---------------------------------------------------------------------------
-
-class Specialization:
-    """One compiled variant of a kernel: concrete parameter types, whether array
-    arguments are known not to alias, its NVVM IR, PTX/cubin and launch handle.
-
-    With `noalias`, the arrays the kernel never writes are typed read-only (loaded
-    through the non-coherent cache) and every array pointer is `noalias`; with
-    `aligned`, array pointers are known 16-byte aligned.
-    """
-
-    def __init__(self, kern: Kernel, arg_types: tuple, noalias: bool,
-                 aligned: bool = False) -> None:
-        self.kernel = kern
-        self.arg_types = arg_types
-        self.noalias = noalias
-        self.aligned = aligned
-        self._typed = None
-        self._ir = None
-        self._artifact = None
-        self._prepared = None        # the launch handle on the first device it was loaded
-        self._on_device: dict = {}   # device ordinal -> launch handle (several GPUs)
-        self._lock = threading.Lock()
-
-    @property
-    def typed(self):
-        """The typed IR (`TypedFunction`)."""
-        if self._typed is None:
-            from cupric.compiler.specialize import type_kernel
-            types = self.arg_types
-            if self.noalias:
-                types = _readonly_types(types, self.kernel.writes(types))
-            self._typed = type_kernel(self.kernel.py_func, types)
-        return self._typed
-
-    @property
-    def ir(self) -> str:
-        """NVVM IR text."""
-        if self._ir is None:
-            from cupric.compiler.codegen.module import lower_kernel
-            k = self.kernel
-            self._ir = lower_kernel(self.typed, k.symbol, noalias=self.noalias,
-                                    aligned=self.aligned,
-                                    debug=k.options.debug, lineinfo=k.options.lineinfo,
-                                    fast_math=k.fast_math, c_division=k.c_division,
-                                    bounds_check=k.bounds_check)
-        return self._ir
-
-    def cache_key(self, options) -> str:
-        """Key of the compiled code: the kernel's code fingerprint, the parameter types,
-        the variant and the resolved options (no typing needed, so a new process finds
-        cached code without compiling anything)."""
-        from cupric.compiler.cache import make_key
-        from cupric.device.const import policy_of
-        k = self.kernel
-        return make_key("cupric.frontend", k.fingerprint, repr(self.arg_types), self.noalias,
-                        self.aligned,
-                        k.fast_math, k.c_division, k.bounds_check, options.cache_key(),
-                        policy_of(k.py_func).cache_key())
-
-    def artifact(self, arch=None):
-        """Compiled PTX/cubin (`cupric.compiler.backend.Artifact`) for `arch` (default:
-        the kernel's arch, else the current device's, else sm_90)."""
-        from cupric.compiler import backend
-        options = self.kernel.options.resolve(arch)
-        if self._artifact is not None and self._artifact.arch == options.arch:
-            return self._artifact
-        key = self.cache_key(options)
-        # A registered kernel bundle (shipped, compiled code) comes before the cache.
-        from cupric.compiler import bundle
-        artifact = bundle.lookup(self, options) or backend.lookup(key, options=options)
-        if artifact is None:
-            nvvm_ready = _start_toolchain_load()
-            try:
-                ir = self.ir
-            except CompileError as exc:
-                raise exc.with_traceback(None) from None
-            finally:
-                nvvm_ready.wait()
-            from cupric.compiler.errors import ToolchainNotFoundError
-            try:
-                artifact = backend.build(ir, options=options, key=key)
-            except ToolchainNotFoundError as exc:
-                raise bundle.missing_error(self, options, exc) from None
-        self._artifact = artifact
-        return artifact
-
-    def prepared(self, device: int | None = None):
-        """The runtime launch handle on the current device (loading the module there on
-        first use). `device`, when given, is the current device's ordinal (the launch
-        path knows it on machines with several GPUs): each device gets its own module."""
-        if device is None:
-            if self._prepared is not None:
-                return self._prepared
-        else:
-            known = self._on_device.get(device)
-            if known is not None:
-                return known
-        with self._lock:
-            if device is None and self._prepared is not None:
-                return self._prepared
-            if device is not None and device in self._on_device:
-                return self._on_device[device]
-            from cupric.compiler.target import current_arch
-            from cupric.runtime import Module
-            device_arch = current_arch()
-            artifact = self.artifact(None)
-            kind, image = artifact.image(device_arch)
-            module = Module.from_data(image)
-            from cupric.compiler.device_errors import install
-            install(module, image)  # bounds-check and assert failures report through it
-            function = module.get_function(self.kernel.symbol)
-            # A kernel that can reach grid_sync launches cooperatively: the driver
-            # then guarantees (or refuses) that all its blocks are resident at once.
-            from cupric.simulator._scan import needs
-            cooperative = "grid" in needs(self.kernel.py_func)
-            prepared = function.prepare(param_types(self.arg_types),
-                                        cooperative=cooperative)
-            ordinal = module.device.ordinal
-            if self._prepared is None:
-                self._prepared = prepared
-            self._on_device.setdefault(ordinal, prepared)
-            return self._on_device[ordinal] if device is not None else prepared
-
-
-def _start_toolchain_load() -> threading.Event:
-    """Start loading libNVVM and nvJitLink for a cold compile (see
-    `toolchain.start_loading`: threads load them while this thread types and lowers the
-    kernel); the event is set once libNVVM is loaded (or failed to load). Libraries that
-    fail to load are reported by `backend.build` itself, with the package to install."""
-    from cupric.compiler import toolchain
-    return toolchain.start_loading()
-
-
-def param_types(arg_types) -> list:
-    """The runtime's flattened parameter type names for kernel parameters (Kernel ABI)."""
-    from cupric.compiler.typing.ktypes import StructType, TupleType
-    from cupric.types import ArrayType, ScalarType
-    out: list = []
-    for t in arg_types:
-        if isinstance(t, ScalarType):
-            out.append(t.name)
-        elif isinstance(t, ArrayType):
-            out.append("ptr")
-            out.extend(["i64"] * (2 * t.ndim))
-        elif isinstance(t, TupleType):
-            out.extend(param_types(t.elements))
-        elif isinstance(t, StructType):
-            out.append(("bytes", t.size, t.align))
-        else:
-            raise TypeError(f"{t!r} cannot be a kernel parameter")
-    return out
-
-
 _SIM_NOTICE = [False]
 
 
@@ -463,32 +179,6 @@ def _simulator_reason() -> str | None:
     if not driver_available():
         return "no CUDA driver on this machine"
     return None
-
-
-class _Launcher:
-    """`kern[grid, block, stream, shared_bytes]`: a launch configuration bound to a kernel."""
-
-    __slots__ = ("kernel", "grid", "block", "stream", "shared_bytes", "simulate")
-
-    def __init__(self, kern, grid, block, stream=None, shared_bytes=0, simulate=False):
-        # kern[grid, block] builds one of these per launch: plain stores only.
-        self.kernel = kern
-        self.grid = grid
-        self.block = block
-        self.stream = stream
-        self.shared_bytes = shared_bytes
-        self.simulate = simulate
-
-    def __call__(self, *args):
-        fast = self.kernel._fast
-        if fast is not None and not self.simulate:
-            dispatch = fast.dispatch  # several kinds: the launcher of this call's kind
-            if dispatch is not None and len(args) > dispatch[0]:
-                fast = dispatch[1].get(args[dispatch[0]].__class__, fast)
-            return fast(self.grid, self.block, self.stream, self.shared_bytes, args)
-        if self.simulate:
-            return self.kernel._simulate(self.grid, self.block, self.shared_bytes, args)
-        return self.kernel._launch(self.grid, self.block, self.stream, self.shared_bytes, args)
 
 
 def _first_bind(kern, *config):
@@ -508,23 +198,6 @@ def _first_bind(kern, *config):
 #: launcher in C), or `_Launcher` on the simulator, with the extension switched off or
 #: not buildable; the first subscript of the process decides.
 _BIND = [_first_bind]
-
-
-def _config(kern, config, simulate=False):
-    if not isinstance(config, tuple) or not 2 <= len(config) <= 4:
-        raise TypeError(f"launch {kern.__name__} as {kern.__name__}[grid, block](...) or "
-                        f"{kern.__name__}[grid, block, stream, shared_bytes](...)")
-    return _Launcher(kern, *config, simulate=simulate)
-
-
-class _Simulate:
-    __slots__ = ("kernel",)
-
-    def __init__(self, kern) -> None:
-        self.kernel = kern
-
-    def __getitem__(self, config):
-        return _config(self.kernel, config, simulate=True)
 
 
 class Kernel:
@@ -966,18 +639,6 @@ class Kernel:
             return spec.artifact(arch).ptx
         except CompileError as exc:
             raise exc.with_traceback(None) from None
-
-
-def _readonly_types(arg_types, written) -> tuple:
-    """`arg_types` with every array parameter not in `written` marked read-only (loaded
-    through the non-coherent cache)."""
-    from cupric.types import ArrayType
-    out = []
-    for i, t in enumerate(arg_types):
-        if isinstance(t, ArrayType) and i not in written:
-            t = ArrayType(t.dtype, t.ndim, t.layout, readonly=True)
-        out.append(t)
-    return tuple(out)
 
 
 @functools.cache

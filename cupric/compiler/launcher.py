@@ -254,3 +254,48 @@ def order_cupy(stream, current: int) -> None:
     handle, 0 for CuPy's null stream, which its interface names 1)."""
     from cupric.runtime.intake import order_after
     order_after(stream, (current or 1,))
+
+
+# -- kern[grid, block]: the launch configuration bound to a kernel ------------------------------
+
+class _Launcher:
+    """`kern[grid, block, stream, shared_bytes]`: a launch configuration bound to a kernel."""
+
+    __slots__ = ("kernel", "grid", "block", "stream", "shared_bytes", "simulate")
+
+    def __init__(self, kern, grid, block, stream=None, shared_bytes=0, simulate=False):
+        # kern[grid, block] builds one of these per launch: plain stores only.
+        self.kernel = kern
+        self.grid = grid
+        self.block = block
+        self.stream = stream
+        self.shared_bytes = shared_bytes
+        self.simulate = simulate
+
+    def __call__(self, *args):
+        fast = self.kernel._fast
+        if fast is not None and not self.simulate:
+            dispatch = fast.dispatch  # several kinds: the launcher of this call's kind
+            if dispatch is not None and len(args) > dispatch[0]:
+                fast = dispatch[1].get(args[dispatch[0]].__class__, fast)
+            return fast(self.grid, self.block, self.stream, self.shared_bytes, args)
+        if self.simulate:
+            return self.kernel._simulate(self.grid, self.block, self.shared_bytes, args)
+        return self.kernel._launch(self.grid, self.block, self.stream, self.shared_bytes, args)
+
+
+def _config(kern, config, simulate=False):
+    if not isinstance(config, tuple) or not 2 <= len(config) <= 4:
+        raise TypeError(f"launch {kern.__name__} as {kern.__name__}[grid, block](...) or "
+                        f"{kern.__name__}[grid, block, stream, shared_bytes](...)")
+    return _Launcher(kern, *config, simulate=simulate)
+
+
+class _Simulate:
+    __slots__ = ("kernel",)
+
+    def __init__(self, kern) -> None:
+        self.kernel = kern
+
+    def __getitem__(self, config):
+        return _config(self.kernel, config, simulate=True)
