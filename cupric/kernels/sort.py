@@ -19,7 +19,8 @@ from cupric.device import (FULL_MASK, atomic, bits, blockIdx, grid, gridsize, lo
 from cupric.kernels._common import SORTABLE, Call, vector_prefix
 from cupric.types import i32, i64, u32
 
-__all__ = ["bitonic_sort", "radix_sort", "CHUNK", "RADIX_BITS"]
+__all__ = ["bitonic_sort", "radix_sort", "tile_sort_kernel", "CHUNK", "RADIX_BITS",
+           "TILE_SORT_KEYS"]
 
 #: Keys a block sorts in shared memory (two per thread).
 CHUNK = 2048
@@ -40,7 +41,16 @@ _ALL_BITS = 0xFFFFFFFF
 
 # -- key transforms (on the bit patterns, as uint32) ----------------------------------------
 
-def _make_key_kernels(mode):
+def _key_functions(mode):
+    """(to_key, from_key): device functions between the bit patterns of `mode`'s dtype
+    and order keys (made once per mode)."""
+    pair = _KEY_FUNCTIONS.get(mode)
+    if pair is None:
+        pair = _KEY_FUNCTIONS[mode] = _make_key_functions(mode)
+    return pair
+
+
+def _make_key_functions(mode):
     @cupric.device_function
     def to_key(v: u32):
         if mode == 1:
@@ -64,6 +74,15 @@ def _make_key_kernels(mode):
                 return k & u32(0x7FFFFFFF)
             return ~k
         return k
+
+    return to_key, from_key
+
+
+_KEY_FUNCTIONS: dict = {}
+
+
+def _make_key_kernels(mode):
+    to_key, from_key = _key_functions(mode)
 
     @cupric.kernel
     def to_keys_kernel(src, keys, flip):
@@ -197,6 +216,61 @@ def radix_histogram_kernel(keys, counts, shift, tiles):
     counts[i64(t) * tiles + blockIdx.x] = hist[t]
 
 
+@cupric.device_function
+def _rank(key, shift, warp_counts, w, below):
+    """The rank of `key` among the keys of its digit that warp `w` ranked before it
+    (earlier rounds: the warp's digit counters; this round: lanes below with the same
+    digit, from `match_any`); the warp's counter of the digit then counts this round's
+    keys of it."""
+    d = (key >> shift) & u32(RADIX - 1)
+    peers = warp.match_any(FULL_MASK, d)
+    ahead = peers & below
+    rank = warp_counts[w, d] + u32(bits.popc(ahead))
+    syncwarp()
+    if ahead == u32(0):
+        warp_counts[w, d] += u32(bits.popc(peers))
+    syncwarp()
+    return rank
+
+
+@cupric.device_function
+def _digit_starts(warp_counts, slots, t, lane, w):
+    """Thread t owns digit t: turns warp_counts[q, t] (digit t's keys in warp q's run)
+    into where warp q's keys of it start among the tile's keys of it, and returns where
+    the tile's keys of digit t start in the tile (an exclusive scan over digits)."""
+    s = u32(0)
+    for q in range(RADIX_WARPS):
+        c = warp_counts[q, t]
+        warp_counts[q, t] = s
+        s += c
+    total = s
+    v = total
+    d: i32 = 1
+    while d < 32:
+        u = warp.shfl_up(FULL_MASK, v, d)
+        if lane >= d:
+            v += u
+        d <<= 1
+    if lane == 31:
+        slots[w] = v
+    syncthreads()
+    if w == 0:
+        sv = slots[lane] if lane < RADIX_WARPS else u32(0)
+        d = 1
+        while d < 32:
+            u = warp.shfl_up(FULL_MASK, sv, d)
+            if lane >= d:
+                sv += u
+            d <<= 1
+        if lane < RADIX_WARPS:
+            slots[lane] = sv
+    syncthreads()
+    start = v - total
+    if w > 0:
+        start += slots[w - 1]
+    return start
+
+
 @cupric.kernel
 def radix_scatter_kernel(src, dst, offsets, shift, tiles):
     """Move each key of a tile to its place for this digit, stably. Warp w ranks its own
@@ -227,48 +301,9 @@ def radix_scatter_kernel(src, dst, offsets, shift, tiles):
         # after every real key and only occupy the tail of the staged tile.
         key = src[g] if g < n else u32(_ALL_BITS)
         keys[r] = key
-        d = (key >> shift) & u32(RADIX - 1)
-        peers = warp.match_any(FULL_MASK, d)
-        ahead = peers & below
-        ranks[r] = warp_counts[w, d] + u32(bits.popc(ahead))
-        syncwarp()
-        if ahead == u32(0):
-            warp_counts[w, d] += u32(bits.popc(peers))
-        syncwarp()
+        ranks[r] = _rank(key, shift, warp_counts, w, below)
     syncthreads()
-    # Thread t owns digit t: each warp's run of it starts after the earlier warps' runs.
-    s = u32(0)
-    for q in range(RADIX_WARPS):
-        c = warp_counts[q, t]
-        warp_counts[q, t] = s
-        s += c
-    total = s
-    # Exclusive scan of the tile's digit counts: where each digit's run starts.
-    v = total
-    d: i32 = 1
-    while d < 32:
-        u = warp.shfl_up(FULL_MASK, v, d)
-        if lane >= d:
-            v += u
-        d <<= 1
-    if lane == 31:
-        slots[w] = v
-    syncthreads()
-    if w == 0:
-        sv = slots[lane] if lane < RADIX_WARPS else u32(0)
-        d = 1
-        while d < 32:
-            u = warp.shfl_up(FULL_MASK, sv, d)
-            if lane >= d:
-                sv += u
-            d <<= 1
-        if lane < RADIX_WARPS:
-            slots[lane] = sv
-    syncthreads()
-    start = v - total
-    if w > 0:
-        start += slots[w - 1]
-    starts[t] = start
+    starts[t] = _digit_starts(warp_counts, slots, t, lane, w)
     syncthreads()
     for r in range(RADIX_ITEMS):
         key = keys[r]
@@ -282,6 +317,78 @@ def radix_scatter_kernel(src, dst, offsets, shift, tiles):
             key = staged[j]
             dd = (key >> shift) & u32(RADIX - 1)
             dst[offsets[i64(dd) * tiles + blockIdx.x] + (j - starts[dd])] = key
+
+
+def _make_tile_sort(mode, items):
+    """A one-block radix sort of up to RADIX_BLOCK * `items` keys of `mode`'s dtype:
+    the keys stay in registers and shared memory through the four digit passes (each
+    pass is the scatter kernel's regrouping of one tile, which for a single tile is the
+    sorted order by that digit), so a small sort is one launch."""
+    to_key, from_key = _key_functions(mode)
+    tile = RADIX_BLOCK * items
+
+    @cupric.kernel
+    def radix_tile_sort_kernel(src, out, flip):
+        warp_counts = shared.array((RADIX_WARPS, RADIX), u32)
+        starts = shared.array(RADIX, u32)
+        slots = shared.array(RADIX_WARPS, u32)
+        staged = shared.array(tile, u32)
+        keys = local.array(items, u32)
+        ranks = local.array(items, u32)
+        t = threadIdx.x
+        lane = t & 31
+        w = t >> 5
+        n = len(src)
+        below = (u32(1) << u32(lane)) - u32(1)
+        first = w * (items * 32)
+        for r in range(items):
+            g = first + r * 32 + lane
+            # Past the end: the largest key, ranked after every real key (stable).
+            keys[r] = to_key(src[g]) ^ flip if g < n else u32(_ALL_BITS)
+        for p in range(32 // RADIX_BITS):
+            shift = u32(p * RADIX_BITS)
+            for q in range(RADIX_WARPS):
+                warp_counts[q, t] = u32(0)
+            syncthreads()
+            for r in range(items):
+                ranks[r] = _rank(keys[r], shift, warp_counts, w, below)
+            syncthreads()
+            starts[t] = _digit_starts(warp_counts, slots, t, lane, w)
+            syncthreads()
+            for r in range(items):
+                key = keys[r]
+                dk = (key >> shift) & u32(RADIX - 1)
+                staged[starts[dk] + warp_counts[w, dk] + ranks[r]] = key
+            syncthreads()
+            for r in range(items):
+                keys[r] = staged[first + r * 32 + lane]
+        for r in range(items):
+            g = first + r * 32 + lane
+            if g < n:
+                out[g] = from_key(keys[r] ^ flip)
+
+    return radix_tile_sort_kernel
+
+
+#: Keys per thread of the one-block sorts, smallest first (tiles of 2048, 4096 and 8192
+#: keys; the largest keeps its 32 KiB tile and counters under 48 KiB of shared memory).
+TILE_SORT_ITEMS = (8, 16, 32)
+#: The most keys `radix_sort` sorts in one launch of one block.
+TILE_SORT_KEYS = RADIX_BLOCK * TILE_SORT_ITEMS[-1]
+_TILE_SORTS: dict = {}
+
+
+def tile_sort_kernel(dtype, items: int):
+    """The one-block radix sort kernel for `dtype` (uint32, int32 or float32) and
+    `items` keys per thread (made once)."""
+    key = (_MODES[np.dtype(dtype)], int(items))
+    kern = _TILE_SORTS.get(key)
+    if kern is None:
+        with _LOCK:
+            kern = _TILE_SORTS.get(key)
+            if kern is None:
+                kern = _TILE_SORTS[key] = _make_tile_sort(*key)
+    return kern
 
 
 # -- host functions -----------------------------------------------------------------------------
@@ -298,10 +405,12 @@ def _prepare(op, x, out, stream):
 
 _U32 = np.dtype(np.uint32)
 #: Radix sorts of up to this many keys keep their scratch (two key arrays, the digit
-#: counts and offsets) in the device's workspace, reused from call to call; larger ones
-#: allocate it per call, where the allocation costs little beside the sort and the
-#: memory goes back to the pool afterwards.
-RADIX_WORKSPACE_KEYS = 1 << 22
+#: counts and offsets: about 8.5 bytes per key, 144 MiB at the limit) in the device's
+#: workspace, reused from call to call (four allocations and frees per call cost more
+#: host time than the sort's 14 launches); `cupric.kernels.release_workspaces` hands it
+#: back. Larger ones allocate it per call, where the allocation costs little beside the
+#: sort and the memory goes back to the pool afterwards.
+RADIX_WORKSPACE_KEYS = 1 << 24
 
 
 def bitonic_sort(x, out=None, *, descending=False, stream=None):
@@ -382,12 +491,15 @@ def radix_sort(x, out=None, *, descending=False, stream=None):
 
     Cost
     ----
-    Scratch of 2 key arrays and 2 x 256 counters per 2048-key tile; 4 passes of 3
+    Up to `TILE_SORT_KEYS` keys: one launch of one block, which keeps the keys in
+    registers and shared memory through the four digit passes (no scratch). More keys:
+    scratch of 2 key arrays and 2 x 256 counters per 2048-key tile; 4 passes of 3
     launches (histogram, scan, scatter) plus 2 key transforms: about 12 reads and 5
     writes of the keys, O(n) work (cupy.sort's one-sweep radix sort moves the keys fewer
     times; both measured in BENCHMARKS.md). Host cost: 14 launches; the
     scratch lives in the device's workspace up to `RADIX_WORKSPACE_KEYS` keys (reused
-    from call to call, no allocation), beyond that it is allocated per call.
+    from call to call, no allocation; `cupric.kernels.release_workspaces` frees it),
+    beyond that it is allocated per call.
 
     Examples
     --------
@@ -397,8 +509,14 @@ def radix_sort(x, out=None, *, descending=False, stream=None):
     n = src.size
     if n == 0:
         return result
+    flip = _FLIPS[bool(descending)]
+    if n <= TILE_SORT_KEYS:  # one block, one launch
+        for items in TILE_SORT_ITEMS:
+            if n <= RADIX_BLOCK * items:
+                break
+        call.launch(tile_sort_kernel(dtype, items), 1, RADIX_BLOCK, src, dst, flip)
+        return result
     to_keys, from_keys = key_kernels(dtype)
-    flip = np.uint32(_ALL_BITS if descending else 0)
     tiles = -(-n // RADIX_TILE)
     if call.simulator or n > RADIX_WORKSPACE_KEYS:
         keys = call.scratch((n,), np.uint32)
@@ -444,3 +562,4 @@ def _radix_passes(call, ws, src, dst, keys, spare, counts, offsets, to_keys, fro
 
 
 _SHIFTS = tuple(np.uint32(s) for s in range(0, 32, RADIX_BITS))
+_FLIPS = {False: np.uint32(0), True: np.uint32(_ALL_BITS)}

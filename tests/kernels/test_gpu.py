@@ -210,7 +210,7 @@ def test_gemm(rng, algorithm, dtype):
 
 @pytest.mark.parametrize("algorithm", ["bitonic_sort", "radix_sort"])
 @pytest.mark.parametrize("dtype", ["u4", "i4", "f4"])
-@pytest.mark.parametrize("n", [1, 2049, 1_000_003])
+@pytest.mark.parametrize("n", [1, 2049, 4097, 8192, 8193, 1_000_003])
 def test_sorts(rng, algorithm, dtype, n):
     require_lowering("sort")
     from cupric.kernels import sort

@@ -140,7 +140,7 @@ def _radix_scratch(gpu):
 
 def test_radix_sort_scratch_lives_in_the_workspace(gpu):
     from cupric.kernels import sort
-    keys, out = gpu.array(5000, "u4"), gpu.array(5000, "u4")
+    keys, out = gpu.array(10_000, "u4"), gpu.array(10_000, "u4")
     sort.radix_sort(keys, out)
     first = _radix_scratch(gpu)
     assert sorted(first) == ["radix.counts", "radix.keys", "radix.offsets", "radix.spare"]
@@ -151,14 +151,14 @@ def test_radix_sort_scratch_lives_in_the_workspace(gpu):
     assert len(gpu.launches) == 14
     assert _radix_scratch(gpu) == first
     # The last launch (back to the dtype) writes `out` from one of the scratch arrays.
-    assert gpu.launches[-1][4][3:6] == (out.data.ptr, 5000, 1)
+    assert gpu.launches[-1][4][3:6] == (out.data.ptr, 10_000, 1)
     assert gpu.launches[-1][4][0] in (first["radix.keys"].ptr, first["radix.spare"].ptr)
 
 
 def test_radix_sort_workspace_grows_and_shrinks_by_views(gpu):
     from cupric.kernels import sort
-    small, big = gpu.array(3000, "i4"), gpu.array(70_000, "f4")
-    sort.radix_sort(small, gpu.array(3000, "i4"), stream=5)
+    small, big = gpu.array(9000, "i4"), gpu.array(70_000, "f4")
+    sort.radix_sort(small, gpu.array(9000, "i4"), stream=5)
     old = _radix_scratch(gpu)
     gpu.allocations.clear()
     sort.radix_sort(big, gpu.array(70_000, "f4"), stream=5)
@@ -171,22 +171,22 @@ def test_radix_sort_workspace_grows_and_shrinks_by_views(gpu):
     assert {arr.ptr for arr in old.values()} <= closed
     gpu.allocations.clear()
     gpu.launches.clear()
-    sort.radix_sort(small, gpu.array(3000, "i4"), stream=5)
+    sort.radix_sort(small, gpu.array(9000, "i4"), stream=5)
     assert gpu.allocations == []
     to_keys = gpu.launches[0][4]
-    assert to_keys[3:5] == (grown["radix.keys"].ptr, 3000)  # a 3000-key view of it
+    assert to_keys[3:5] == (grown["radix.keys"].ptr, 9000)  # a 9000-key view of it
     histograms = [launch for launch in gpu.launches if launch[0] == "radix_histogram_kernel"]
-    assert all(launch[1] == 2 and launch[4][4] == 2 * 256 for launch in histograms)
+    assert all(launch[1] == 5 and launch[4][4] == 5 * 256 for launch in histograms)
 
 
 def test_radix_sort_past_the_limit_allocates_per_call(gpu, monkeypatch):
     from cupric.kernels import sort
-    monkeypatch.setattr(sort, "RADIX_WORKSPACE_KEYS", 4096)
-    keys = gpu.array(5000, "u4")
+    monkeypatch.setattr(sort, "RADIX_WORKSPACE_KEYS", 9000)
+    keys = gpu.array(9001, "u4")
     sort.radix_sort(keys, keys, stream=9)
     assert _radix_scratch(gpu) == {}
     scratch = [(shape, stream) for shape, dtype, stream in gpu.allocations[:4]]
-    assert scratch == [((5000,), 9), ((5000,), 9), ((768,), 9), ((768,), 9)]
+    assert scratch == [((9001,), 9), ((9001,), 9), ((1280,), 9), ((1280,), 9)]
     freed = {ptr for ptr, stream in gpu.closes if stream == 9}  # in stream order
     assert len(freed) == 4 and not freed & {a.ptr for a in _common._workspace(0).arrays.values()}
 

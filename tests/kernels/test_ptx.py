@@ -66,6 +66,8 @@ def _cases():
         ("sort", sort.bitonic_sort_shared_kernel, u4, 0, ("bar.sync",)),
         ("sort", sort.radix_scatter_kernel, f"{u4}, {u4}, {u4}, u32, i64", 2,
          ("match.any.sync", "popc")),
+        *(("sort", sort.tile_sort_kernel(np.float32, items), f"{u4}, {u4}, u32", 1,
+           ("match.any.sync", "popc", "bar.sync")) for items in sort.TILE_SORT_ITEMS),
         ("sort", sort.radix_histogram_kernel, f"{u4}, {u4}, u32, i64", 8,
          ("atom.shared.add|red.shared.add",)),
         ("histogram", histogram.histogram_kernel(np.float32),
@@ -74,7 +76,7 @@ def _cases():
     ]
 
 
-@pytest.mark.parametrize("index", range(18))
+@pytest.mark.parametrize("index", range(21))
 def test_kernel_ptx(index):
     module, kern, signature, nc_loads, needles = _cases()[index]
     require_lowering(module)
