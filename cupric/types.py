@@ -1,8 +1,8 @@
 """The types kernels are written in.
 
-Scalars (`bool_`, `i8`..`i64`, `u8`..`u64`, `f16`, `f32`, `f64`) are callable: `f32(x)` is a
-cast in compiled code, in the simulator and in plain Python alike, and integers wrap at their
-width. `Array[f32, 2]` (or `Array[f32, 2, "C"]`) annotates an array parameter of a kernel.
+Scalars (`bool_`, `i8`..`i64`, `u8`..`u64`, `f16`, `bf16`, `f32`, `f64`) are callable: `f32(x)`
+is a cast in compiled code, in the simulator and in plain Python alike, and integers wrap at
+their width. `Array[f32, 2]` (or `Array[f32, 2, "C"]`) annotates an array parameter of a kernel.
 
 This module is shared by the compiler (which lowers the types), the simulator (which runs
 them with NumPy scalars) and the runtime (which packs arguments); it imports only NumPy.
@@ -14,7 +14,7 @@ import numpy as np
 
 __all__ = [
     "Type", "ScalarType", "ArrayType", "Array", "bool_", "boolean",
-    "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f16", "f32", "f64",
+    "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f16", "bf16", "f32", "f64",
     "intp", "SCALARS", "scalar_from_dtype", "typeof",
 ]
 
@@ -111,10 +111,100 @@ f32 = ScalarType("f32", np.float32, "f")
 f64 = ScalarType("f64", np.float64, "f")
 intp = i64
 
+
+def bf16_round_bits(value, mode: str = "rn") -> int:
+    """The bfloat16 bit pattern (an int) of a real number `value` (Python or NumPy
+    scalar: float, int or float16/32/64) rounded once by `mode`: "rn" nearest even, "rz"
+    toward zero, "rd" down, "ru" up. NaN gives the quiet NaN of its sign and top bits.
+
+    A float64 is first rounded to float32 *to odd* (toward zero, the last bit set where
+    that was inexact), which keeps enough to round correctly to bfloat16 in any mode;
+    rounding float64 -> float32 -> bfloat16 to nearest twice would not (ml_dtypes'
+    float64 conversion does that).
+    """
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        value = int(value)
+        t = np.float32(value)
+        if abs(int(t)) > abs(value):  # toward zero, then the sticky bit
+            t = np.nextafter(t, np.float32(0))
+        inexact = int(t) != value
+    else:
+        x = float(value)
+        if x != x:
+            bits = int(np.float32(x).view(np.uint32))
+            return ((bits >> 16) | 0x40) & 0xFFFF
+        with np.errstate(over="ignore"):
+            t = np.float32(x)
+        if abs(float(t)) > abs(x):
+            t = np.nextafter(t, np.float32(0))
+        inexact = float(t) != x
+    bits = int(t.view(np.uint32)) | int(inexact)
+    top, low = bits >> 16, bits & 0xFFFF
+    negative = bool(top & 0x8000)
+    if mode == "rn":
+        up = low > 0x8000 or (low == 0x8000 and top & 1)
+    elif mode == "rz":
+        up = False
+    elif mode in ("rd", "ru"):
+        up = low != 0 and negative == (mode == "rd")
+    else:
+        raise ValueError(f"rounding must be 'rn', 'rz', 'rd' or 'ru', got {mode!r}")
+    return (top + int(up)) & 0xFFFF
+
+
+class _BFloat16Type(ScalarType):
+    """bfloat16: float32's sign and 8-bit exponent with 7 fraction bits.
+
+    NumPy has no bfloat16; arrays and scalars of it are ml_dtypes' `bfloat16` (what
+    PyTorch's bfloat16 tensors read as), imported at first use of `dtype`, so that
+    `import cupric` does not pay for it. Calling the type rounds to nearest even once,
+    also from float64 (see `bf16_round_bits`).
+    """
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        self.name = "bf16"
+        self.kind = "f"
+        self.bits = 16
+
+    @property
+    def dtype(self) -> np.dtype:
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise ImportError("bf16 values on the host (NumPy arrays and scalars, the "
+                              "simulator) need the ml_dtypes package: pip install "
+                              "ml-dtypes") from None
+        return np.dtype(ml_dtypes.bfloat16)
+
+    @property
+    def itemsize(self) -> int:
+        return 2
+
+    def __call__(self, value):
+        if isinstance(value, (bool, np.bool_)):
+            value = int(value)
+        return np.array(bf16_round_bits(value), np.uint16).view(self.dtype)[()]
+
+    def min_value(self):
+        return self(-3.3895313892515355e38)
+
+    def max_value(self):
+        return self(3.3895313892515355e38)
+
+
+bf16 = _BFloat16Type()
+
 SCALARS: dict[str, ScalarType] = {
-    t.name: t for t in (bool_, i8, i16, i32, i64, u8, u16, u32, u64, f16, f32, f64)
+    t.name: t for t in (bool_, i8, i16, i32, i64, u8, u16, u32, u64, f16, bf16, f32, f64)
 }
-_BY_DTYPE: dict[np.dtype, ScalarType] = {t.dtype: t for t in SCALARS.values()}
+_BY_DTYPE: dict[np.dtype, ScalarType] = {t.dtype: t for t in SCALARS.values() if t is not bf16}
+
+
+def is_bf16(t) -> bool:
+    """Whether `t` is the bfloat16 scalar type."""
+    return t is bf16
 
 
 def scalar_from_dtype(dtype) -> ScalarType:
@@ -129,7 +219,11 @@ def scalar_from_dtype(dtype) -> ScalarType:
     try:
         return _BY_DTYPE[dt.newbyteorder("=") if dt.byteorder == ">" else dt]
     except KeyError:
-        raise TypeError(f"dtype {dt} has no cupric scalar type; use one of "
+        if dt.name == "bfloat16":  # ml_dtypes' (kind 'V', so never in the table)
+            return bf16
+        hint = (" (a 2-byte void type: PyTorch's bfloat16 reads so without the "
+                "ml_dtypes package; pip install ml-dtypes)" if dt == np.dtype("V2") else "")
+        raise TypeError(f"dtype {dt} has no cupric scalar type{hint}; use one of "
                         f"{', '.join(SCALARS)}") from None
 
 

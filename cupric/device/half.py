@@ -34,7 +34,8 @@ half = Namespace(
         "half.f16_from_bits(bits) -> f16: the f16 value of an IEEE half bit pattern (u16)."),
     fma=Intrinsic(
         "half.fma",
-        "half.fma(a, b, c) -> f16: a*b+c in f16 with a single rounding (fma.rn.f16)."),
+        "half.fma(a, b, c) -> f16 or bf16: a*b+c with a single rounding, in bf16 where an "
+        "argument is bf16 (fma.rn.bf16, sm_80+), else in f16 (fma.rn.f16)."),
     to_f16=Intrinsic(
         "half.to_f16",
         "half.to_f16(x, rounding='rn') -> f16: x (f32) rounded to IEEE half by `rounding` "

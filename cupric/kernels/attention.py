@@ -22,15 +22,17 @@ import numpy as np
 
 import cupric
 from cupric.device import FULL_MASK, blockIdx, cp_async, gridDim, local, mma, shared
+from cupric.device import math as dmath
 from cupric.device import syncthreads, threadIdx, warp
 from cupric.kernels._common import Call
-from cupric.kernels.gemm_tc import allow_dynamic_shared, require_aligned
+from cupric.kernels.gemm_tc import allow_dynamic_shared, bf16_dtypes, require_aligned
 from cupric.types import f32, i32, u16, u32
 
 __all__ = ["attention", "kernel", "shared_bytes", "threads", "BLOCK_M", "BLOCK_MS",
            "BLOCK_N", "HEAD_DIMS"]
 
 BLOCK_M = 64  # default query rows per block (16 per warp)
+Q_REGS = False  # Q's fragments held in registers across key tiles (see `kernel`)
 BLOCK_MS = (64, 128)
 BLOCK_N = 64
 HEAD_DIMS = (64, 128)
@@ -47,7 +49,8 @@ def threads(block_m: int = BLOCK_M) -> int:
     return 2 * block_m  # a warp per 16 rows
 
 
-def _make_kernel(head_dim: int, causal: bool, block_m: int):
+def _make_kernel(head_dim: int, causal: bool, block_m: int, fused: bool,
+                 q_regs: bool):
     d_ = head_dim
     THREADS = threads(block_m)
     BLOCK_M = block_m
@@ -83,6 +86,7 @@ def _make_kernel(head_dim: int, causal: bool, block_m: int):
         sv = shared.dynamic(u16, 2 * (BLOCK_M * d_ + 2 * tile), 2 * tile)
         s = local.array((n_s, 4), f32)
         o = local.array((n_o, 4), f32)
+        qf = local.array((d_ // 16, 4), u32)
         tid = threadIdx.x
         lane = tid & 31
         r0 = (tid >> 5) * 16                      # this warp's first row in the block
@@ -121,9 +125,23 @@ def _make_kernel(head_dim: int, causal: bool, block_m: int):
             for j in range(n_s):
                 for r in range(4):
                     s[j, r] = f32(0.0)
+            if q_regs and jt == 0:  # Q's fragments stay in registers from here on
+                for kd in range(d_ // 16):
+                    a0, a1, a2, a3 = mma.ldmatrix(
+                        sq, offset(r0 + (lane & 15), kd * 2 + (lane >> 4)))
+                    qf[kd, 0] = a0
+                    qf[kd, 1] = a1
+                    qf[kd, 2] = a2
+                    qf[kd, 3] = a3
             for kd in range(d_ // 16):
-                a0, a1, a2, a3 = mma.ldmatrix(
-                    sq, offset(r0 + (lane & 15), kd * 2 + (lane >> 4)))
+                if q_regs:
+                    a0 = qf[kd, 0]
+                    a1 = qf[kd, 1]
+                    a2 = qf[kd, 2]
+                    a3 = qf[kd, 3]
+                else:
+                    a0, a1, a2, a3 = mma.ldmatrix(
+                        sq, offset(r0 + (lane & 15), kd * 2 + (lane >> 4)))
                 for nj in range(n_s // 2):
                     key = nj * 16 + ((lane >> 4) << 3) + (lane & 7)
                     b0, b1, b2, b3 = mma.ldmatrix(
@@ -143,7 +161,8 @@ def _make_kernel(head_dim: int, causal: bool, block_m: int):
                     s[2 * nj + 1, 1] = y1
                     s[2 * nj + 1, 2] = y2
                     s[2 * nj + 1, 3] = y3
-            # scale (in log2 units), mask keys past the end and, causal, past the row
+            # mask keys past the end and, causal, past the row; unfused: scale too (in
+            # log2 units)
             k0 = jt * BLOCK_N
             row0 = q0 + r0 + g
             edge = k0 + BLOCK_N > seq or (causal and k0 + BLOCK_N > q0 + r0)
@@ -151,22 +170,25 @@ def _make_kernel(head_dim: int, causal: bool, block_m: int):
             mx1 = f32(_NEG)
             for j in range(n_s):
                 for r in range(4):
-                    x = s[j, r] * scale_log2
+                    x = s[j, r] if fused else s[j, r] * scale_log2
                     if edge:
                         key = k0 + j * 8 + 2 * t + (r & 1)
                         row = row0 + 8 * (r >> 1)
                         if key >= seq or (causal and key > row):
                             x = -math.inf
                     s[j, r] = x
-                mx0 = max(mx0, max(s[j, 0], s[j, 1]))
-                mx1 = max(mx1, max(s[j, 2], s[j, 3]))
+                mx0 = dmath.fmax(mx0, dmath.fmax(s[j, 0], s[j, 1]))
+                mx1 = dmath.fmax(mx1, dmath.fmax(s[j, 2], s[j, 3]))
             # the row maximum over the 4 lanes that hold the row
-            mx0 = max(mx0, warp.shfl_xor(FULL_MASK, mx0, 1))
-            mx0 = max(mx0, warp.shfl_xor(FULL_MASK, mx0, 2))
-            mx1 = max(mx1, warp.shfl_xor(FULL_MASK, mx1, 1))
-            mx1 = max(mx1, warp.shfl_xor(FULL_MASK, mx1, 2))
-            new0 = max(m0, mx0)
-            new1 = max(m1, mx1)
+            mx0 = dmath.fmax(mx0, warp.shfl_xor(FULL_MASK, mx0, 1))
+            mx0 = dmath.fmax(mx0, warp.shfl_xor(FULL_MASK, mx0, 2))
+            mx1 = dmath.fmax(mx1, warp.shfl_xor(FULL_MASK, mx1, 1))
+            mx1 = dmath.fmax(mx1, warp.shfl_xor(FULL_MASK, mx1, 2))
+            if fused:  # a positive scale keeps the maximum where it is
+                mx0 = mx0 * scale_log2
+                mx1 = mx1 * scale_log2
+            new0 = dmath.fmax(m0, mx0)
+            new1 = dmath.fmax(m1, mx1)
             c0 = math.exp2(m0 - new0)
             c1 = math.exp2(m1 - new1)
             m0 = new0
@@ -174,10 +196,16 @@ def _make_kernel(head_dim: int, causal: bool, block_m: int):
             sum0 = f32(0.0)
             sum1 = f32(0.0)
             for j in range(n_s):
-                p0 = math.exp2(s[j, 0] - m0)
-                p1 = math.exp2(s[j, 1] - m0)
-                p2 = math.exp2(s[j, 2] - m1)
-                p3 = math.exp2(s[j, 3] - m1)
+                if fused:  # one fma and one ex2 per score
+                    p0 = math.exp2(s[j, 0] * scale_log2 - m0)
+                    p1 = math.exp2(s[j, 1] * scale_log2 - m0)
+                    p2 = math.exp2(s[j, 2] * scale_log2 - m1)
+                    p3 = math.exp2(s[j, 3] * scale_log2 - m1)
+                else:
+                    p0 = math.exp2(s[j, 0] - m0)
+                    p1 = math.exp2(s[j, 1] - m0)
+                    p2 = math.exp2(s[j, 2] - m1)
+                    p3 = math.exp2(s[j, 3] - m1)
                 s[j, 0] = p0
                 s[j, 1] = p1
                 s[j, 2] = p2
@@ -241,22 +269,27 @@ _KERNELS: dict = {}
 _LOCK = threading.Lock()
 
 
-def kernel(head_dim: int = 128, causal: bool = False, block_m: int = BLOCK_M):
+def kernel(head_dim: int = 128, causal: bool = False, block_m: int = BLOCK_M, *,
+           fused: bool = True, q_regs: bool | None = None):
     """The attention kernel for `head_dim` (64 or 128), causal or not, `block_m` (64 or
-    128) query rows per block, made once. Launch with grid (ceil(seq / block_m),
-    batch * heads), `threads(block_m)` threads and `shared_bytes(head_dim, block_m)` of
-    dynamic shared memory (`attention` does)."""
+    128) query rows per block, made once. `fused` computes the softmax's exponents as
+    one fma of the raw score (right for a positive scale only: `attention` asks for the
+    unfused kernel otherwise); `q_regs` keeps Q's fragments in registers instead of
+    reading them from shared memory for every key tile. Launch with grid
+    (ceil(seq / block_m), batch * heads), `threads(block_m)` threads and
+    `shared_bytes(head_dim, block_m)` of dynamic shared memory (`attention` does)."""
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"attention: head_dim must be one of {HEAD_DIMS}, got {head_dim}")
     if block_m not in BLOCK_MS:
         raise ValueError(f"attention: block_m must be one of {BLOCK_MS}, got {block_m}")
-    key = (head_dim, bool(causal), block_m)
+    q_regs = Q_REGS if q_regs is None else q_regs
+    key = (head_dim, bool(causal), block_m, bool(fused), bool(q_regs))
     kern = _KERNELS.get(key)
     if kern is None:
         with _LOCK:
             kern = _KERNELS.get(key)
             if kern is None:
-                kern = _KERNELS[key] = _make_kernel(head_dim, bool(causal), block_m)
+                kern = _KERNELS[key] = _make_kernel(*key)
     return kern
 
 
@@ -271,11 +304,12 @@ def attention(q, k, v, out=None, *, causal: bool = False, scale: float | None = 
     Parameters
     ----------
     q, k, v : device arrays (NumPy arrays on the simulator)
-        Shape (batch, heads, seq, head_dim), C-contiguous, bfloat16 bit patterns (uint16
-        or int16 views); head_dim 64 or 128; any seq.
+        Shape (batch, heads, seq, head_dim), C-contiguous, bfloat16 (PyTorch's, or
+        ml_dtypes' in NumPy) or its bit patterns (uint16 or int16 views); head_dim 64 or
+        128; any seq.
     out : device array, optional
-        The same shape and a 16-bit integer dtype (bfloat16 bits). Default: a new uint16
-        array.
+        The same shape, bfloat16 or a 16-bit integer dtype (bfloat16 bits). Default: a
+        new array of q's dtype.
     causal : bool
         Query row i attends to keys 0..i only.
     scale : float, optional
@@ -301,7 +335,7 @@ def attention(q, k, v, out=None, *, causal: bool = False, scale: float | None = 
     per (batch, head) (about half of it when causal) on the tensor cores, sm_80+.
     """
     call = Call("attention", stream)
-    dtypes = (np.dtype(np.uint16), np.dtype(np.int16))
+    dtypes = bf16_dtypes()
     arrays = [call.array(x, name, dtypes=dtypes, ndim=4) for x, name in
               ((q, "q"), (k, "k"), (v, "v"))]
     shape = tuple(int(s) for s in arrays[0].shape)
@@ -314,7 +348,7 @@ def attention(q, k, v, out=None, *, causal: bool = False, scale: float | None = 
     if batch * heads * seq * head_dim >= 2 ** 31:
         raise ValueError("attention: more than 2^31 - 1 elements")
     if out is None:
-        dst, result = call.output(None, "out", shape, np.uint16)
+        dst, result = call.output(None, "out", shape, arrays[0].dtype)
     else:
         dst = call.array(out, "out", dtypes=dtypes, ndim=4, writable=True)
         if tuple(int(s) for s in dst.shape) != shape:
@@ -327,7 +361,7 @@ def attention(q, k, v, out=None, *, causal: bool = False, scale: float | None = 
     flat = [call.flat(x, name, bits) for x, name in zip(arrays, ("q", "k", "v"))]
     flat_out = call.flat(dst, "out").view(np.uint32)
     require_aligned(call, {"q": flat[0], "k": flat[1], "v": flat[2], "out": flat_out})
-    kern = kernel(head_dim, causal, block_m)
+    kern = kernel(head_dim, causal, block_m, fused=scale > 0)
     nbytes = shared_bytes(head_dim, block_m)
     if not call.simulator:
         allow_dynamic_shared(kern, SIGNATURE, nbytes)

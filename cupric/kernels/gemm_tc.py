@@ -25,8 +25,8 @@ from cupric.device import blockIdx, cp_async, local, mma, shared, syncthreads, t
 from cupric.kernels._common import Call
 from cupric.types import f32, i32, u16, u32
 
-__all__ = ["matmul", "kernel", "allow_dynamic_shared", "require_aligned", "Config", "DEFAULT", "KINDS", "BM",
-           "BN", "BK", "STAGES", "THREADS"]
+__all__ = ["matmul", "kernel", "allow_dynamic_shared", "require_aligned", "bf16_dtypes",
+           "Config", "DEFAULT", "KINDS", "BM", "BN", "BK", "STAGES", "THREADS"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,16 @@ BM, BN, BK, STAGES, THREADS = (DEFAULT.bm, DEFAULT.bn, DEFAULT.bk, DEFAULT.stage
 
 #: NumPy dtypes of the operands: bfloat16 travels as its bit patterns (uint16).
 KINDS = {"bf16": np.dtype(np.uint16), "f16": np.dtype(np.float16)}
+
+
+def bf16_dtypes() -> tuple:
+    """The dtypes a bfloat16 operand may have: its bits (uint16, int16) or bfloat16 itself
+    (ml_dtypes', which PyTorch's bfloat16 tensors read as) where ml_dtypes is installed."""
+    try:
+        from cupric.types import bf16
+        return (np.dtype(np.uint16), np.dtype(np.int16), bf16.dtype)
+    except ImportError:
+        return (np.dtype(np.uint16), np.dtype(np.int16))
 
 
 def _make_kernel(kind: str, out_bf16: bool, cfg: Config):
@@ -147,6 +157,17 @@ def _make_kernel(kind: str, out_bf16: bool, cfg: Config):
             for ni in range(ni_n):
                 for r in range(4):
                     acc[mi, ni, r] = f32(0.0)
+        # Each thread's ldmatrix offsets within a stage, fixed for the whole loop: the
+        # swizzle of a row depends on row % 8 (or (row / 2) % 4) only, so the rows 16
+        # further down (the next m-tile; the next 16-deep step of B) are the same
+        # offset plus a constant.
+        a_off = local.array(bk_ // 16, i32)
+        b_off = local.array(ni_n // 2, i32)
+        for kk in range(bk_ // 16):
+            a_off[kk] = a_offset(wm + (lane & 15), kk * 2 + (lane >> 4))
+        for nj in range(ni_n // 2):
+            b_off[nj] = b_offset((lane & 7) + ((lane >> 3) & 1) * 8,
+                                 (wn + nj * 16) // 8 + (lane >> 4))
         tiles = (k + bk_ - 1) // bk_
         for pre in range(stages - 1):
             if pre < tiles:
@@ -166,17 +187,13 @@ def _make_kernel(kind: str, out_bf16: bool, cfg: Config):
             b_base = (kt % stages) * b_stage
             for kk in range(bk_ // 16):
                 for mi in range(mi_n):
-                    row = wm + mi * 16 + (lane & 15)
-                    x0, x1, x2, x3 = mma.ldmatrix(
-                        sa, a_base + a_offset(row, kk * 2 + (lane >> 4)))
+                    x0, x1, x2, x3 = mma.ldmatrix(sa, a_base + a_off[kk] + mi * 16 * bk_)
                     fa[mi, 0] = x0
                     fa[mi, 1] = x1
                     fa[mi, 2] = x2
                     fa[mi, 3] = x3
                 for nj in range(ni_n // 2):
-                    krow = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8
-                    nch = (wn + nj * 16) // 8 + (lane >> 4)
-                    y0, y1, y2, y3 = mma.ldmatrix(sb, b_base + b_offset(krow, nch),
+                    y0, y1, y2, y3 = mma.ldmatrix(sb, b_base + b_off[nj] + kk * 16 * bn_,
                                                   trans=True)
                     fb[2 * nj, 0] = y0
                     fb[2 * nj, 1] = y1
@@ -280,11 +297,12 @@ def matmul(a, b, out=None, *, kind: str = "bf16", config: Config = DEFAULT, stre
     ----------
     a : device array (NumPy array on the simulator), shape (m, k), C-contiguous
     b : device array, shape (k, n), C-contiguous
-        bfloat16 as uint16 (or int16) bit patterns for ``kind="bf16"``, float16 for
-        ``kind="f16"``. k and n must be multiples of 8; m is free.
+        bfloat16 (PyTorch's, or ml_dtypes' in NumPy) or its bit patterns as uint16 /
+        int16 for ``kind="bf16"``, float16 for ``kind="f16"``. k and n must be multiples
+        of 8; m is free.
     out : device array, optional
-        Shape (m, n): float32, or uint16 / int16 (bfloat16 bit patterns, rounded to
-        nearest even; n even). Default: a new float32 array.
+        Shape (m, n): float32, or bfloat16 / uint16 / int16 (rounded to nearest even; n
+        even). Default: a new float32 array.
     kind : {"bf16", "f16"}
     config : Config
         The tiling (the default suits large products).
@@ -311,7 +329,7 @@ def matmul(a, b, out=None, *, kind: str = "bf16", config: Config = DEFAULT, stre
     want = KINDS.get(kind)
     if want is None:
         raise ValueError(f"gemm_tc: kind must be 'bf16' or 'f16', got {kind!r}")
-    dtypes = (want, np.dtype(np.int16)) if kind == "bf16" else (want,)
+    dtypes = bf16_dtypes() if kind == "bf16" else (want,)
     am = call.array(a, "a", dtypes=dtypes, ndim=2)
     bm = call.array(b, "b", dtypes=dtypes, ndim=2)
     m, k = int(am.shape[0]), int(am.shape[1])
@@ -334,7 +352,7 @@ def matmul(a, b, out=None, *, kind: str = "bf16", config: Config = DEFAULT, stre
             raise ValueError(f"gemm_tc: out has shape {tuple(dst.shape)}; expected {(m, n)}")
         if dst.dtype == np.float32:
             out_kind = "f32"
-        elif dst.dtype in (np.dtype(np.uint16), np.dtype(np.int16)):
+        elif dst.dtype in bf16_dtypes():
             out_kind = "bf16"
         else:
             raise TypeError(f"gemm_tc: out has dtype {dst.dtype}; expected float32 or "

@@ -114,6 +114,17 @@ def _interface_dtype(typestr, descr):
         return None
 
 
+def _ml_bfloat16():
+    """ml_dtypes' bfloat16 dtype where that package is installed (kernels then type
+    PyTorch's bfloat16 tensors as `cupric.types.bf16`), else None."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    import numpy as np
+    return np.dtype(ml_dtypes.bfloat16)
+
+
 class _DtypeMap(dict):
     """Producer dtype object -> normalized NumPy dtype (False: leave to the interface)."""
 
@@ -220,6 +231,8 @@ class TorchAdapter(ArrayAdapter):
         self.dtypes = {}
         for torch_dtype, typestr in typestrs.items():
             dtype = _interface_dtype(typestr, None)
+            if dtype is not None and str(torch_dtype) == "torch.bfloat16":
+                dtype = _ml_bfloat16() or dtype  # the same "<V2" bytes, typed bf16 in kernels
             if dtype is not None:
                 self.dtypes[torch_dtype] = dtype
         self.strided = strided

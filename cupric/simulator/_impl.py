@@ -424,10 +424,10 @@ def _rmw(op: str, allowed, int_fn, float_fn):
         a = _target(op, arr, idx, allowed, scope, order)
         with s.launch.atomic_lock:
             old = a[idx]
-            if a.dtype.kind == "f":
+            if a.dtype.kind == "f" or a.dtype.name == "bfloat16":
                 if float_fn is None:
                     raise TypeError(f"atomic.{op} takes integer elements only")
-                a[idx] = float_fn(old, a.dtype.type(val))
+                a[idx] = float_fn(old, _t.scalar_from_dtype(a.dtype)(val))
             else:
                 a[idx] = _t.scalar_from_dtype(a.dtype)(int_fn(int(old), int(val)))
         return old
@@ -435,7 +435,7 @@ def _rmw(op: str, allowed, int_fn, float_fn):
     return atomic_op
 
 
-implements("atomic.add")(_rmw("add", _NUM | {"float16"}, lambda o, v: o + v,
+implements("atomic.add")(_rmw("add", _NUM | {"float16", "bfloat16"}, lambda o, v: o + v,
                               lambda o, v: o + v))
 implements("atomic.sub")(_rmw("sub", _NUM, lambda o, v: o - v, lambda o, v: o - v))
 implements("atomic.min")(_rmw("min", _NUM, min, lambda o, v: v if v < o else o))
@@ -536,7 +536,9 @@ def _atomic_add_f16x2(s, arr, idx, lo, hi, *, scope="device", order="relaxed"):
 def _atomic_add_bf16x2(s, arr, idx, lo, hi, *, scope="device", order="relaxed"):
     from ._impl_math import bf16_bits, bf16_value
 
-    a = _target("add_bf16x2", arr, idx, {"uint16"}, scope, order)
+    a = _target("add_bf16x2", arr, idx, {"uint16", "bfloat16"}, scope, order)
+    if a.dtype.name == "bfloat16":  # the same 16 bits
+        a = a.view(np.uint16)
     i = _pair_index("add_bf16x2", a, idx)
     if i + 1 >= a.shape[0]:
         site = _user_site()

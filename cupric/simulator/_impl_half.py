@@ -122,6 +122,14 @@ def _bf16_fma(s, a, b, c):
     return np.uint32(bits << 16).view(np.float32)
 
 
+def bf16_fma(a, b, c):
+    """a*b + c of three numbers taken as bf16 (each rounded to it first), rounded once:
+    the bf16 scalar `half.fma` gives where an argument is bf16."""
+    from cupric.types import bf16, bf16_round_bits
+    bits = _fma_bits(*(bf16_round_bits(v) for v in (a, b, c)), BF16)
+    return np.array(bits, np.uint16).view(bf16.dtype)[()]
+
+
 def _packed(fmt, combine):
     def impl(s, *words):
         ws = [int(w) & 0xFFFFFFFF for w in words]

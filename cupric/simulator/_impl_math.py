@@ -624,6 +624,9 @@ def _f16_from_bits(s, bits):
 
 @implements("half.fma")
 def _half_fma(s, a, b, c):
+    if any(type(v).__name__ == "bfloat16" for v in (a, b, c)):
+        from ._impl_half import bf16_fma
+        return bf16_fma(a, b, c)
     # f16 operands have 11-bit significands: the product is exact in f64 and the sum
     # of the narrow exponent range rounds once to f64 before the final f16 rounding.
     return np.float16(float(a) * float(b) + float(c))

@@ -20,9 +20,10 @@ def bf16_values(bits) -> np.ndarray:
     return (np.asarray(bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
-def reference(q, k, v, causal):
+def reference(q, k, v, causal, scale=None):
     qq, kk, vv = (bf16_values(x).astype(np.float64) for x in (q, k, v))
-    s = qq @ np.swapaxes(kk, -1, -2) / np.sqrt(q.shape[-1])
+    scale = 1 / np.sqrt(q.shape[-1]) if scale is None else scale
+    s = qq @ np.swapaxes(kk, -1, -2) * scale
     if causal:
         n = q.shape[-2]
         s = np.where(np.tril(np.ones((n, n), bool)), s, -np.inf)
@@ -46,6 +47,23 @@ def test_simulator_matches_reference(heads, seq, head_dim, causal, block_m, rng,
     # P is rounded to bf16 before P V, and O once more at the end: a few bf16 ulps of 1
     assert err.max() < 2e-2, err.max()
     assert np.mean(err) < 2e-3
+
+
+def test_variants_and_bfloat16_arrays(rng, simulator, monkeypatch):
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes' bfloat16 arrays")
+    q, k, v = (bf16_bits(rng.standard_normal((1, 1, 40, 64))) for _ in range(3))
+    base = att.attention(q, k, v, causal=True)
+    # bfloat16 arrays in: the same bits out, in an array of q's dtype
+    out = att.attention(*(x.view(ml_dtypes.bfloat16) for x in (q, k, v)), causal=True)
+    assert out.dtype == ml_dtypes.bfloat16 and np.array_equal(out.view(np.uint16), base)
+    # Q's fragments held in registers: the same products, the same bits
+    monkeypatch.setattr(att, "Q_REGS", not att.Q_REGS)
+    assert np.array_equal(att.attention(q, k, v, causal=True), base)
+    # a negative scale takes the unfused softmax (the maximum of the scaled scores)
+    scale = -0.3
+    err = np.abs(bf16_values(att.attention(q, k, v, causal=True, scale=scale))
+                 - reference(q, k, v, True, scale))
+    assert err.max() < 2e-2, err.max()
 
 
 def test_argument_errors(simulator):
@@ -79,7 +97,7 @@ def test_gpu_matches_torch_sdpa(shape, causal, block_m):
     q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, generator=gen)
                for _ in range(3))
     out = torch.full(shape, -1, device="cuda", dtype=torch.int16)
-    att.attention(q.view(torch.int16), k.view(torch.int16), v.view(torch.int16), out,
+    att.attention(q, k, v, out,  # bfloat16 tensors as they are, bits out
                   causal=causal, block_m=block_m)
     ours = out.view(torch.bfloat16).double()
     exact = torch.nn.functional.scaled_dot_product_attention(

@@ -53,6 +53,17 @@ def test_simulator_matches_numpy(kind, shape, rng, simulator):
     assert np.array_equal(packed, bf16_bits(out))  # the same sums, rounded to bf16
 
 
+def test_bfloat16_arrays(rng, simulator):
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes' bfloat16 arrays")
+    a, b, _ = operands("bf16", 24, 16, 32, rng)
+    a16, b16 = a.view(ml_dtypes.bfloat16), b.view(ml_dtypes.bfloat16)
+    want = gemm_tc.matmul(a, b)
+    assert np.array_equal(gemm_tc.matmul(a16, b16), want)
+    out = np.zeros((24, 16), ml_dtypes.bfloat16)
+    assert gemm_tc.matmul(a16, b16, out) is out
+    assert np.array_equal(out.view(np.uint16), bf16_bits(want))
+
+
 def test_empty_inner_dimension_gives_zeros(simulator):
     out = gemm_tc.matmul(np.zeros((5, 0), np.uint16), np.zeros((0, 8), np.uint16))
     assert out.shape == (5, 8) and not out.any()
@@ -105,7 +116,7 @@ def test_gpu_matches_cublas(kind, shape):
     b = torch.randn((k, n), device="cuda", dtype=dtype, generator=gen)
     view = torch.int16 if kind == "bf16" else torch.float16
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32)
-    gemm_tc.matmul(a.view(view), b.view(view), out, kind=kind)
+    gemm_tc.matmul(a, b, out, kind=kind)  # bfloat16 tensors as they are
     exact = a.double() @ b.double()
     torch.cuda.synchronize()
     scale = (a.abs().double() @ b.abs().double())

@@ -15,7 +15,7 @@ from cupric.compiler.ir.builder import Builder
 from cupric.compiler.ir.values import Value, const_float, const_int, undef, zero
 from cupric.compiler.typing.ktypes import (NONE, ObjectType, StructType, TupleType, VectorType,
                                            WeakType, materialize)
-from cupric.types import ArrayType, ScalarType, Type, bool_, f32, i64
+from cupric.types import ArrayType, ScalarType, Type, bool_, f32, i64, is_bf16
 
 __all__ = ["FunctionCodegen"]
 
@@ -153,6 +153,9 @@ class FunctionCodegen:
     def _from_abi(self, b: Builder, t: Type, vals: list[Value]) -> list[Value]:
         if isinstance(t, ScalarType) and t.kind == "b":
             return [b.icmp("ne", vals[0], const_int(ll.i8, 0))]
+        if is_bf16(t):
+            from cupric.compiler.lowering.half import bf16_from_bits_value
+            return [bf16_from_bits_value(self, vals[0])]
         if isinstance(t, TupleType):
             out = []
             for e in t.elements:
@@ -257,6 +260,9 @@ class FunctionCodegen:
             return
         if at.dtype.kind == "b":
             v = self.b.cast("zext", v, ll.i8)
+        elif is_bf16(at.dtype):  # held as f32, stored as its 16 bits
+            from cupric.compiler.lowering.half import bf16_store_value
+            v = bf16_store_value(self, v)
         self.b.store(v, ptr, align=at.dtype.itemsize)
 
     def load_element(self, at: ArrayType, ptr: Value) -> KValue:
@@ -267,6 +273,9 @@ class FunctionCodegen:
         v = self.b.load(ptr, align=at.dtype.itemsize, invariant=invariant)
         if at.dtype.kind == "b":
             v = self.b.icmp("ne", v, const_int(ll.i8, 0))
+        elif is_bf16(at.dtype):
+            from cupric.compiler.lowering.half import bf16_load_value
+            v = bf16_load_value(self, v)
         return KValue(at.dtype, [v])
 
     def augassign(self, s: ast.AugAssign) -> None:
@@ -430,6 +439,8 @@ class FunctionCodegen:
         if t.kind == "b":
             return KValue(t, [const_int(ll.i1, 1 if value else 0)])
         if t.kind == "f":
+            if is_bf16(t):  # rounded once, held as the f32 of the same value
+                return KValue(t, [const_float(lt, float(t(value)))])
             return KValue(t, [const_float(lt, float(value))])
         if isinstance(value, float):
             # A float constant used as an integer (e.g. i32(2.7)): truncate like the cast.
@@ -567,6 +578,9 @@ class FunctionCodegen:
         if isinstance(rt, VectorType):  # elementwise (cupric.compiler.lowering.vector)
             from cupric.compiler.lowering.vector import vector_arith
             return vector_arith(self, node, op, left, right, rt, lnode, rnode)
+        if is_bf16(rt):  # cupric.compiler.lowering.half: native bf16 instructions
+            from cupric.compiler.lowering.half import bf16_arith
+            return bf16_arith(self, node, op, left, right, rt, lnode, rnode)
         if kind is ast.Pow:
             return self.power(node, left, right, rt, lnode, rnode)
         a = self._weak_to(left, rt, lnode).value
@@ -786,7 +800,7 @@ class FunctionCodegen:
         a = self._weak_to(left, t, lnode).value
         c = self._weak_to(right, t, rnode).value
         if t.kind == "f":
-            if t.bits == 16:
+            if a.type == ll.half:
                 a, c = self.b.cast("fpext", a, ll.float), self.b.cast("fpext", c, ll.float)
             return self.b.fcmp(_FCMP[type(op)], a, c)
         table = _ICMP_SIGNED if t.kind == "i" else _ICMP_UNSIGNED
@@ -955,6 +969,9 @@ class FunctionCodegen:
             return KValue(to, kv.vals)
         if not isinstance(to, ScalarType) or not isinstance(src, (ScalarType, WeakType)):
             raise self.error(node, f"cannot convert {_d(src)} to {_d(to)}")
+        if is_bf16(to) or is_bf16(src):
+            from cupric.compiler.lowering.half import bf16_convert
+            return bf16_convert(self, kv, to, node)
         if isinstance(src, WeakType):
             src = src.default
         b = self.b

@@ -21,6 +21,8 @@ def scalar_lltype(t: ScalarType) -> ll.LLType:
     if t.kind == "b":
         return ll.i1
     if t.kind == "f":
+        if t.name == "bf16":  # held as the f32 of the same value (lowering/half.py)
+            return ll.float
         return {16: ll.half, 32: ll.float, 64: ll.double}[t.bits]
     return ll.IntType(t.bits)
 
@@ -30,6 +32,8 @@ def memory_lltype(t: ScalarType) -> ll.LLType:
     struct (the elements of shared and local arrays of structs)."""
     if isinstance(t, StructType):
         return struct_lltype(t)
+    if getattr(t, "name", None) == "bf16":  # its 16 bits
+        return ll.i16
     return ll.i8 if t.kind == "b" else scalar_lltype(t)
 
 

@@ -74,10 +74,10 @@ def _rmw_infer(op: str):
             return dt
         if dt.kind == "f" and op in _FLOAT_OPS and dt.bits in (32, 64):
             return dt
-        if dt == f16 and op == "add":
+        if (dt == f16 or dt.name == "bf16") and op == "add":
             return dt
         kinds = "i32, i64, u32, u64" + (", f32, f64" if op in _FLOAT_OPS else "") + (
-            ", f16" if op == "add" else "")
+            ", f16, bf16" if op == "add" else "")
         raise TypeError(f"{what} works on arrays of {kinds}, not {dt!r}")
     return infer
 
@@ -128,8 +128,9 @@ def _packed_infer(kind: str):
         _operand(call, 2, what)
         _operand(call, 3, what)
         want = f16 if kind == "f16" else u16
-        if at.dtype != want:
-            raise TypeError(f"{what} works on arrays of {want!r}, not {at.dtype!r}")
+        if at.dtype != want and not (kind == "bf16" and at.dtype.name == "bf16"):
+            raise TypeError(f"{what} works on arrays of {want!r}"
+                            f"{' or bf16' if kind == 'bf16' else ''}, not {at.dtype!r}")
         out = f16 if kind == "f16" else f32
         return TupleType([out, out])
     return infer
@@ -339,6 +340,9 @@ def _rmw_lower(op: str):
         t, ptr = _element(cg, call, args)
         scope, order = _keywords(call, f"atomic.{op}")
         val = cg.convert(args[2], t, call.node).value
+        if t.name == "bf16":  # atom.add.noftz.bf16 (sm_90), else a CAS loop
+            from cupric.compiler.lowering.half import bf16_atomic_add
+            return KValue(t, [bf16_atomic_add(cg, ptr, val, scope, order)])
         if cg.discarded is call.node and _red(cg, t, op, ptr, val, scope, order):
             return KValue(t, [undef(scalar_lltype(t))])
         if t == f16:

@@ -80,12 +80,21 @@ _rule("f16_from_bits", _integer, f16, lambda cg, call, args: KValue(f16, [cg.b.c
     "bitcast", _as(cg, args[0], u16, call.node), ll.half)]))
 
 
+def _fma_infer(call):
+    from cupric.types import bf16
+    _number(call, "half.fma", 3)
+    return bf16 if bf16 in call.arg_types else f16
+
+
 def _fma_lower(cg, call, args):
-    vals = [_as(cg, a, f16, call.node) for a in args]
-    return KValue(f16, [cg.mcg.call_external(cg.b, "llvm.fma.f16", ll.half, vals)])
+    t = call.result_type
+    vals = [_as(cg, a, t, call.node) for a in args]
+    if t == f16:
+        return KValue(f16, [cg.mcg.call_external(cg.b, "llvm.fma.f16", ll.half, vals)])
+    return KValue(t, [bf16_fma_value(cg, *vals)])
 
 
-_rule("fma", lambda call, what: _number(call, what, 3), f16, _fma_lower)
+register("half.fma", _fma_infer, _fma_lower)
 
 
 # -- rounding modes, bfloat16 fma, packed pairs --------------------------------------------
@@ -231,3 +240,213 @@ def _unpack_infer(result):
 
 register("half.unpack2_f16", _unpack_infer(f16), _unpack_lower("f16"))
 register("half.unpack2_bf16", _unpack_infer(f32), _unpack_lower("bf16"))
+
+
+# -- bf16 as a scalar type -------------------------------------------------------------------
+#
+# A bf16 value lives in a register as the f32 of the same value (its low 16 bits zero) and
+# in memory as its 16 bits: widening, comparisons, negation, min/max and the f32 math
+# library then need nothing of their own, and only the operations that make a new value
+# round. +, -, * and fma are the native instructions where the target has them (sm_90:
+# add/sub/mul.rn.bf16; sm_80: fma.rn.bf16, which with 1.0 or -0.0 is exactly the add or
+# the multiply); elsewhere, and for division, the f32 result rounded to nearest even,
+# which is the same number (f32 carries more than twice bfloat16's 8 bits, so the double
+# rounding is harmless). `__nvvm_reflect` keeps only the branch of the target.
+
+def bf16_bits16(cg, x: Value) -> Value:
+    """The i16 bits of a bf16 value held as f32 (its top half, exactly)."""
+    b = cg.b
+    return b.cast("trunc", b.binop("lshr", b.cast("bitcast", x, ll.i32),
+                                   const_int(ll.i32, 16)), ll.i16)
+
+
+def by_arch(cg, lltype, choices) -> Value:
+    """The value of the first `(min_arch, build)` in `choices` whose `min_arch` (e.g. 900)
+    the target reaches (the last one's should be 0): branches on `__CUDA_ARCH` that
+    libNVVM folds, so only the chosen instructions reach ptxas."""
+    from cupric.compiler.lowering.warp import cuda_arch
+    b = cg.b
+    if len(choices) == 1:
+        return choices[0][1]()
+    slot = cg.entry_builder.alloca(lltype, hint="arch.value")
+    done = cg.fn.append_block("arch.done")
+    arch = cuda_arch(cg)
+    for k, (least, build) in enumerate(choices):
+        last = k == len(choices) - 1
+        here = cg.fn.append_block("arch.case")
+        nxt = done if last else cg.fn.append_block("arch.next")
+        if last:
+            b.br(here)
+        else:
+            b.cbranch(b.icmp("sge", arch, const_int(ll.i32, least)), here, nxt)
+        b.position_at_end(here)
+        b.store(build(), slot)
+        b.br(done)
+        if not last:
+            b.position_at_end(nxt)
+    b.position_at_end(done)
+    return b.load(slot)
+
+
+def _asm16(cg, text: str, vals) -> Value:
+    n = len(vals)
+    return cg.b.inline_asm(ll.FunctionType(ll.i16, [ll.i16] * n), text,
+                           ",".join(["=h"] + ["h"] * n), vals, side_effects=False)
+
+
+def _f32_to_odd(cg, v: Value, src: ScalarType) -> Value:
+    """f32 `v` of src type f64 or a 32/64-bit integer, rounded toward zero with the last
+    bit set where that was inexact (rounding to odd): rounding it once more to bfloat16,
+    in any mode, gives the correctly rounded result of the original value."""
+    b = cg.b
+    suffix = {"f": "f64", "i": f"s{src.bits}", "u": f"u{src.bits}"}[src.kind]
+    t = b.inline_asm(ll.FunctionType(ll.float, [v.type]), f"cvt.rz.f32.{suffix} $0, $1;",
+                     "=f," + ("d" if src.kind == "f" else "r" if src.bits == 32 else "l"),
+                     [v], side_effects=False)
+    if src.kind == "f":
+        inexact = b.fcmp("une", b.cast("fpext", t, ll.double), v)
+    else:
+        back = b.cast("fptosi" if src.kind == "i" else "fptoui", t, v.type)
+        inexact = b.icmp("ne", back, v)
+    bits = b.binop("or", b.cast("bitcast", t, ll.i32), b.cast("zext", inexact, ll.i32))
+    return b.cast("bitcast", bits, ll.float)
+
+
+def bf16_round(cg, v: Value, src: ScalarType, mode: str = "rn") -> Value:
+    """The bf16 value (held as f32) of `v` of type `src` rounded once by `mode`."""
+    from cupric.types import is_bf16
+    b = cg.b
+    if is_bf16(src):
+        return v
+    if src.kind == "b":
+        return b.cast("uitofp", v, ll.float)
+    if src.kind == "f" and src.bits <= 32:
+        x = v if src.bits == 32 else b.cast("fpext", v, ll.float)
+        exact = False
+    elif src.kind in "iu" and src.bits <= 16:
+        return b.cast("sitofp" if src.kind == "i" else "uitofp", v, ll.float)  # exact
+    else:
+        x = _f32_to_odd(cg, v, src)
+        exact = True  # the sticky bit already stands for what was dropped
+    if mode == "rn":
+        if exact:
+            return bf16_from_bits_value(cg, bf16_bits_value(cg, x))
+        return bf16_from_bits_value(cg, by_arch(cg, ll.i16, [
+            (800, lambda: _asm16_f32(cg, x)),
+            (0, lambda: bf16_bits_value(cg, x))]))
+    return bf16_from_bits_value(cg, bf16_directed_bits(cg, x, mode))
+
+
+def _asm16_f32(cg, x: Value) -> Value:
+    return cg.b.inline_asm(ll.FunctionType(ll.i16, [ll.float]), "cvt.rn.bf16.f32 $0, $1;",
+                           "=h,f", [x], side_effects=False)
+
+
+def bf16_convert(cg, kv: KValue, to, node) -> KValue:
+    """C conversion to or from bf16 (`FunctionCodegen.convert` hands these over)."""
+    from cupric.types import bf16, f32, is_bf16
+    src = kv.type.default if isinstance(kv.type, WeakType) else kv.type
+    b = cg.b
+    if is_bf16(to):
+        if isinstance(kv.type, WeakType) and node in cg.typed.consts:
+            return cg.constant(cg.typed.consts[node], bf16, node)
+        return KValue(bf16, [bf16_round(cg, kv.value, src)])
+    # from bf16: the f32 of the same value converts exactly as f32 does
+    return cg.convert(KValue(f32, [kv.value]), to, node)
+
+
+def _bf16_native(cg, op: str, a: Value, c: Value) -> Value:
+    """a op c ("add", "sub", "mul") of two bf16 values, rounded once, as f32."""
+    x, y = bf16_bits16(cg, a), bf16_bits16(cg, c)
+    one, neg_one, neg_zero = (const_int(ll.i16, v) for v in (0x3F80, -0x4080, -0x8000))
+    fma80 = {"add": (x, one, y), "sub": (y, neg_one, x), "mul": (x, y, neg_zero)}[op]
+    b = cg.b
+    f32op = {"add": "fadd", "sub": "fsub", "mul": "fmul"}[op]
+    bits = by_arch(cg, ll.i16, [
+        (900, lambda: _asm16(cg, f"{op}.rn.bf16 $0, $1, $2;", [x, y])),
+        (800, lambda: _asm16(cg, "fma.rn.bf16 $0, $1, $2, $3;", list(fma80))),
+        (0, lambda: bf16_bits_value(cg, b.binop(f32op, a, c)))])
+    return bf16_from_bits_value(cg, bits)
+
+
+def bf16_fma_value(cg, a: Value, c: Value, d: Value) -> Value:
+    """a * c + d of three bf16 values with one rounding (fma.rn.bf16 on sm_80+; before,
+    the exact f64 sum rounded to odd in f32, then to nearest even)."""
+    b = cg.b
+    bits = by_arch(cg, ll.i16, [
+        (800, lambda: _asm16(cg, "fma.rn.bf16 $0, $1, $2, $3;",
+                             [bf16_bits16(cg, a), bf16_bits16(cg, c), bf16_bits16(cg, d)])),
+        (0, lambda: bf16_bits_value(cg, _f32_to_odd(cg, b.binop(
+            "fadd", b.binop("fmul", b.cast("fpext", a, ll.double),
+                            b.cast("fpext", c, ll.double)),
+            b.cast("fpext", d, ll.double)), _f64())))])
+    return bf16_from_bits_value(cg, bits)
+
+
+def _f64():
+    from cupric.types import f64
+    return f64
+
+
+def bf16_arith(cg, node, op, left: KValue, right: KValue, rt, lnode, rnode) -> KValue:
+    """`left op right` in bf16: native +, -, *; the rest in f32, rounded once."""
+    import ast
+
+    from cupric.types import f32
+    kind = type(op)
+    name = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul"}.get(kind)
+    if name is not None:
+        a = cg._weak_to(left, rt, lnode).value
+        c = cg._weak_to(right, rt, rnode).value
+        return KValue(rt, [_bf16_native(cg, name, a, c)])
+    if kind is ast.Pow and not (isinstance(right.type, WeakType)
+                                or getattr(right.type, "kind", "f") == "f"):
+        wide = cg.arith(node, op, cg._weak_to(left, rt, lnode), right, f32, lnode, rnode)
+    else:
+        wide = cg.arith(node, op, cg._weak_to(left, rt, lnode),
+                        cg._weak_to(right, rt, rnode), f32, lnode, rnode)
+    return KValue(rt, [bf16_round(cg, wide.value, f32)])
+
+
+def bf16_store_value(cg, v: Value) -> Value:
+    """The i16 a bf16 register value is stored as."""
+    return bf16_bits16(cg, v)
+
+
+def bf16_load_value(cg, bits16: Value) -> Value:
+    """The register value of stored bf16 bits."""
+    return bf16_from_bits_value(cg, bits16)
+
+
+def bf16_atomic_add(cg, ptr: Value, val: Value, scope: str, order: str) -> Value:
+    """`atomic.add` on a bf16 element (an i16 pointer): atom.add.noftz.bf16 on sm_90;
+    before, a CAS loop on the 32-bit word that holds the element, adding in f32 and
+    rounding to nearest even (the same number). The old value, as f32."""
+    from cupric.compiler.lowering.atomic import _cas_loop, _generic, _qualifiers
+    from cupric.types import u32
+    b = cg.b
+
+    def native():
+        gptr = _generic(cg, ptr)
+        text = f"atom{_qualifiers(scope, order)}.add.noftz.bf16 $0, [$1], $2;"
+        return b.inline_asm(ll.FunctionType(ll.i16, [gptr.type, ll.i16]), text,
+                            "=h,l,h,~{memory}", [gptr, bf16_bits16(cg, val)])
+
+    def cas():
+        space = ptr.type.addrspace
+        address = b.cast("ptrtoint", ptr, ll.i64)
+        word = b.cast("inttoptr", b.binop("and", address, const_int(ll.i64, -4)),
+                      ll.PointerType(ll.i32, space))
+        shift = b.cast("trunc", b.binop("shl", b.binop("and", address, const_int(
+            ll.i64, 2)), const_int(ll.i64, 3)), ll.i32)
+        keep = b.binop("xor", b.binop("shl", const_int(ll.i32, 0xFFFF), shift),
+                       const_int(ll.i32, -1))
+
+        def update(w):
+            old = bf16_from_bits_value(cg, b.cast("trunc", b.binop("lshr", w, shift), ll.i16))
+            new = b.cast("zext", bf16_bits_value(cg, b.binop("fadd", old, val)), ll.i32)
+            return b.binop("or", b.binop("and", w, keep), b.binop("shl", new, shift))
+        prev = _cas_loop(cg, u32, word, update, scope, order)
+        return b.cast("trunc", b.binop("lshr", prev, shift), ll.i16)
+
+    return bf16_from_bits_value(cg, by_arch(cg, ll.i16, [(900, native), (0, cas)]))

@@ -44,11 +44,24 @@ def promote(a: Type, b: Type) -> Type:
         return b
     if b.kind == "b":
         return a
+    if a.name == "bf16" or b.name == "bf16":
+        return _promote_bf16(a, b)
     if {a.kind, b.kind} == {"i", "u"} and 64 in (a.bits if a.kind == "u" else 0,
                                                   b.bits if b.kind == "u" else 0):
         raise PromotionError(f"{a!r} and {b!r} have no common integer type; cast one side "
                              "explicitly (e.g. i64(x) or u64(x))")
     return scalar_from_dtype(np.promote_types(a.dtype, b.dtype))
+
+
+def _promote_bf16(a: ScalarType, b: ScalarType) -> ScalarType:
+    """bf16 with another type (NumPy has no rule): as f16 would promote, except that
+    bf16 and f16 meet in f32 (neither holds the other), as in PyTorch."""
+    from cupric.types import bf16, f16, f32
+    other = b if a.name == "bf16" else a
+    if other == f16:
+        return f32
+    wide = scalar_from_dtype(np.promote_types(np.float16, other.dtype))
+    return bf16 if wide == f16 else wide
 
 
 def unify(a: Type | None, b: Type) -> Type:

@@ -44,6 +44,10 @@ def convert(value, to: ScalarType):
     """`value` (a NumPy or Python scalar) as type `to`, with C conversion rules: integers
     wrap, floats round to nearest, floats to integers truncate toward zero, anything to
     bool is its truth."""
+    if type(value).__name__ == "bfloat16":  # ml_dtypes' scalar: its exact f32
+        value = np.float32(value)
+    if to.name == "bf16":  # rounded once, from any source (cupric.types.bf16)
+        return to(value)
     dtype = to.dtype
     if to.kind == "b":
         return truth(value)
@@ -72,6 +76,8 @@ def converter(src, to: ScalarType):
     when unknown) to `to`; None when nothing needs doing."""
     if src == to:
         return None
+    if to.name == "bf16" or getattr(src, "name", None) == "bf16":
+        return lambda v: convert(v, to)
     dtype = to.dtype
     if isinstance(src, ScalarType) and src.kind in "iu" and to.kind in "iuf":
         return lambda v: v.astype(dtype) if type(v) is not int else convert(v, to)
