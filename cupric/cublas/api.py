@@ -15,7 +15,8 @@ from .level2 import gbmv, gemv, ger, gerc, geru, hemv, her, symv, syr, trmv, trs
 from .level3 import (dgmm, geam, gemm, gemm_batched, gemm_strided_batched, herk, symm,
                      syrk, trmm, trsm)
 from .ltmatmul import EPILOGUES, aux_layout, lt_matmul, plan_cache_info
-from .numpy_api import dot, linear, matmul, norm, outer, solve_triangular, vdot
+from .numpy_api import matmul
+from .numpy_linalg import dot, linear, norm, outer, solve_triangular, vdot
 
 __all__ = [
     # handles
