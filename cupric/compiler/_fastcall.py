@@ -107,7 +107,35 @@ typedef struct {
 typedef struct {
     int off, size;
     char code;               /* struct format code, 's' for a struct by value */
+    char raw;                /* a NumPy scalar whose value is copied as it is (raw_scalars) */
 } Param;
+
+/* NumPy scalar classes whose value sits right after the object header in the layout of
+   the parameter's format code ({class: code}), verified on a sample by raw_scalars(). */
+static PyObject *raw_codes;
+
+/* raw_scalars(((class, code, sample, bytes), ...)): take each class whose sample carries
+   `bytes` right after its object header. */
+static PyObject *raw_scalars(PyObject *module, PyObject *args) {
+    PyObject *entries;
+    if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &entries)) return NULL;
+    PyObject *codes = PyDict_New();
+    if (codes == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(entries); i++) {
+        PyObject *cls, *code, *sample;
+        const char *bytes;
+        Py_ssize_t n;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(entries, i), "O!UOy#", &PyType_Type, &cls,
+                              &code, &sample, &bytes, &n)) { Py_DECREF(codes); return NULL; }
+        if ((PyObject *)Py_TYPE(sample) != cls || n < 1 || n > 8
+            || Py_TYPE(sample)->tp_basicsize < (Py_ssize_t)sizeof(PyObject) + n
+            || memcmp((char *)sample + sizeof(PyObject), bytes, (size_t)n) != 0)
+            continue;   /* another layout: packed through its conversions */
+        if (PyDict_SetItem(codes, cls, code) < 0) { Py_DECREF(codes); return NULL; }
+    }
+    Py_XSETREF(raw_codes, codes);
+    return PyLong_FromSsize_t(PyDict_GET_SIZE(codes));
+}
 
 typedef struct {
     PyObject_HEAD
@@ -377,7 +405,12 @@ static PyObject *table_run(Table *t, PyObject *const *cfg, PyObject *const *args
             && PyLong_CheckExact(cfg[3]) && as_ll(cfg[3], &shared)
             && shared >= 0 && shared <= UINT_MAX;
         for (Py_ssize_t j = 0; ok && j < t->nparams; j++) {
-            ok = pack_value(t->param[j].code, t->param[j].size, stack[5 + j], buf + t->param[j].off);
+            if (t->param[j].raw)   /* the class was checked: its value, as it lies */
+                memcpy(buf + t->param[j].off, (char *)stack[5 + j] + sizeof(PyObject),
+                       (size_t)t->param[j].size);
+            else
+                ok = pack_value(t->param[j].code, t->param[j].size, stack[5 + j],
+                                buf + t->param[j].off);
             argv[j] = buf + t->param[j].off;
         }
         if (ok) {
@@ -479,9 +512,18 @@ static int take_layout(Table *t, PyObject *layout, Py_ssize_t n) {
         t->param[j].code = codes[j];
         t->param[j].off = (int)off;
         t->param[j].size = (int)size;
+        t->param[j].raw = 0;
     }
-    /* An array passes its pointer, length and unit stride as three 64-bit values. */
+    /* An array passes its pointer, length and unit stride as three 64-bit values; a
+       NumPy scalar of the parameter's own type is copied as it lies in the object. */
     for (Py_ssize_t i = 0, j = 0; i < n; j += t->arg[i].kind == K_SCALAR ? 1 : 3, i++) {
+        if (t->arg[i].kind == K_SCALAR && raw_codes != NULL) {
+            PyObject *code = PyDict_GetItemWithError(raw_codes, t->arg[i].cls);
+            if (code == NULL && PyErr_Occurred()) return -1;
+            if (code != NULL && PyUnicode_GET_LENGTH(code) == 1
+                && PyUnicode_READ_CHAR(code, 0) == (Py_UCS4)(unsigned char)codes[j])
+                t->param[j].raw = 1;
+        }
         if (t->arg[i].kind != K_SCALAR && (codes[j] != 'Q' || codes[j + 1] != 'q'
                                        || codes[j + 2] != 'q')) {
             PyErr_SetString(PyExc_ValueError, "make: an array's parameters are not 64-bit");
@@ -690,6 +732,8 @@ static PyObject *bind(PyObject *module, PyObject *const *args, Py_ssize_t n) {
 static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS, "configure(DeviceBuffer, _Allocation, Stream)"},
     {"make", make, METH_VARARGS, "a compiled launcher for one signature"},
+    {"raw_scalars", raw_scalars, METH_VARARGS,
+     "raw_scalars(((class, code, sample, bytes), ...)): NumPy scalars copied as they lie"},
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL,
      "bind(kernel, grid, block, stream=None, shared_bytes=0)"},
     {NULL, NULL, 0, NULL},
@@ -709,6 +753,27 @@ def _configure(module) -> None:
     from cupric.runtime.native import Allocation
     from cupric.runtime.stream import Stream
     module.configure(DeviceBuffer, Allocation, Stream)
+    module.raw_scalars(_numpy_samples())
+
+
+def _numpy_samples() -> tuple:
+    """(class, format code, sample, the sample's value packed as the parameter) for each
+    NumPy scalar class a kernel parameter takes as it is: the extension copies such a
+    value straight from the object where the sample shows it lies right after the object
+    header (NumPy's scalar layout), and converts it otherwise."""
+    import struct
+
+    import numpy as np
+    samples = ((np.int8, "b", -7), (np.int16, "h", -1234), (np.int32, "i", -123456),
+               (np.int64, "q", -(2**40) - 3), (np.uint8, "B", 201), (np.uint16, "H", 54321),
+               (np.uint32, "I", 3_000_000_001), (np.uint64, "Q", 2**63 + 5),
+               (np.float16, "e", -1.5), (np.float32, "f", 1.2345), (np.float64, "d", -2.5e-300),
+               (np.bool_, "?", True))
+    out = []
+    for cls, code, value in samples:
+        sample = cls(value)
+        out.append((cls, code, sample, struct.pack("<" + code, sample.item())))
+    return tuple(out)
 
 
 #: The extension, loaded through the one cached loader (`cupric.runtime.native.Extension`).

@@ -250,6 +250,29 @@ def test_every_scalar_type_packs_identically(driver, monkeypatch):
     assert runs["c"][1] == [None] * 3 and runs["c"][2][1:] == [True, True]
 
 
+def test_numpy_scalars_are_copied_as_they_lie_only_where_verified(driver, monkeypatch):
+    """The extension copies a NumPy scalar's value from the object only for classes whose
+    sample showed NumPy's layout; refused samples fall back to converting, same bytes."""
+    import struct
+    module = _fastcall.load()
+    assert module.raw_scalars(_fastcall._numpy_samples()) == 12
+    out = _buf(0x40000, (64,), np.float64)
+    values = (np.int8(-7), np.int16(-300), np.int32(-70000), np.int64(-(1 << 40)),
+              np.uint8(250), np.uint16(65000), np.uint32(4000000000),
+              np.uint64((1 << 64) - 1), np.float16(1.5), np.float32(0.1),
+              np.float64(1e300), np.bool_(True), out)
+    expected = tuple(np.asarray(v).tobytes() for v in values[:12])
+    try:
+        for samples in (_fastcall._numpy_samples(),
+                        ((np.float32, "f", np.float32(1.5), struct.pack("<f", 2.5)),)):
+            found = module.raw_scalars(samples)
+            assert found == (12 if len(samples) == 12 else 0)
+            launches = _run(_scalars, [(1, 64, values)] * 3, "c", monkeypatch, driver)[0]
+            assert [call[5][:12] for call in launches] == [expected] * 3
+    finally:
+        module.raw_scalars(_fastcall._numpy_samples())
+
+
 @pytest.mark.parametrize("shape,strides", [
     ((4, 8), None), ((8, 4), (4, 32)), ((4, 8), (64, 8)),
     ((2, 3, 4), None), ((2, 3, 4), (4, 8, 24)), ((2, 3, 4), (96, 32, 4))])
