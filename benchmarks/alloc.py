@@ -5,20 +5,23 @@ synchronize between batches outside the timed region; the rows take turns batch 
 and the median batch is reported (microseconds per allocate + free), beside one
 continuous run of 20,000. Rows:
 
-* cupric `empty(..., stream=s)` + `close()` (stream-ordered, `cuMemAllocAsync`), the same
-  buffer dropped instead of closed (freed through the deferred queue), `empty` + `close`
-  without a stream (`cuMemAlloc`/`cuMemFree`), and the stream-ordered row with the
-  compiled path turned off (every driver call through cuda.bindings);
-* the floors: the compiled entry points alone, and `cuMemAllocAsync` + `cuMemFreeAsync`
-  through cuda.bindings;
+* cupric `empty(..., stream=s)` + `close()` (stream-ordered: a block of the allocation
+  cache freed on that stream, else `cuMemAllocAsync`), the same buffer dropped instead of
+  closed (back into the cache from its finalizer), the first row with the cache off,
+  `empty` + `close` without a stream (`cuMemAlloc`/`cuMemFree`), and the stream-ordered
+  row with the compiled path turned off (every driver call through cuda.bindings);
+* the floors: the compiled entry points alone (`cuMemAllocAsync` + `cuMemFreeAsync` on the
+  default pool; `cuMemAllocFromPoolAsync` + `cuMemFreeAsync` on a pool whose release
+  threshold keeps every freed byte, the driver's own reuse; the cache's take + put), and
+  `cuMemAllocAsync` + `cuMemFreeAsync` through cuda.bindings;
 * PyTorch `torch.empty` (caching allocator) and CuPy `cupy.empty` (its default pool, and
   its stream-ordered `MemoryAsyncPool`);
 * `cupric.cublas.matmul(a, b)` on 64x64 float32, allocating its result and with `out=`,
   beside PyTorch `A @ B` and CuPy `A @ B` (both allocating).
 
-Before timing, the stream-ordered pool's used bytes are read; after, they must be back
-where they started (``pool_used_delta`` in the results), and the cupric products are
-checked against NumPy.
+Before timing, the stream-ordered pool's used bytes are read; after (the allocation cache
+released), they must be back where they started (``pool_used_delta`` in the results), and
+the cupric products are checked against NumPy.
 
     python3 benchmarks/alloc.py [--json PATH]
 """
@@ -48,38 +51,79 @@ def _python_batch(fn):
     return batch
 
 
+def _allocation_module():
+    # The module that holds the compiled allocation path (`_fast`) and its cache.
+    import importlib
+    try:
+        return importlib.import_module("cupric.runtime.allocation")
+    except ImportError:  # before memory.py was split
+        return importlib.import_module("cupric.runtime.memory")
+
+
+def _toggled(fast, enabled: bool, fn):
+    """A batch of `fn` with the allocation cache switched on or off around it."""
+    def batch(calls):
+        previous = bool(fast.cache(None, None)[0])
+        fast.cache(enabled, None)
+        try:
+            return _python_batch(fn)(calls)
+        finally:
+            fast.cache(previous, None)
+    return batch
+
+
 def _rows(results: dict) -> list:
     from cupric import runtime as rt
     from cupric.runtime import memory as m
+    from cupric.runtime import pool as pl
 
+    al = _allocation_module()
     f32 = np.float32
     stream = rt.Device(0).create_stream(non_blocking=True)
     results["_keep"].append(stream)
     m.empty(ITEMS, f32, stream=stream).close()  # the first allocation sets up the path
+    fast = getattr(al, "_fast", None)
+    cache = fast is not None and hasattr(fast, "cache")
     rows = [
         ("cupric empty(stream=s) + close()", lambda: m.empty(ITEMS, f32, stream=stream).close()),
         ("cupric empty(stream=s), dropped", lambda: m.empty(ITEMS, f32, stream=stream)),
-        ("cupric empty() + close(), cuMemAlloc", lambda: m.empty(ITEMS, f32).close()),
     ]
-    fast = getattr(m, "_fast", None)
+    if cache:
+        rows.append(("cupric empty(stream=s) + close(), cache off",
+                     _toggled(fast, False, lambda: m.empty(ITEMS, f32, stream=stream).close())))
+    rows.append(("cupric empty() + close(), cuMemAlloc", lambda: m.empty(ITEMS, f32).close()))
+    h = stream.ptr
     if fast is not None and hasattr(fast, "alloc"):
         def without_compiled_path(calls):
-            m._fast = None
+            al._fast = None
             try:
                 return _python_batch(lambda: m.empty(ITEMS, f32, stream=stream).close())(calls)
             finally:
-                m._fast = fast
-        h = stream.ptr
+                al._fast = fast
 
         def entry_only():
             _err, ptr, device = fast.alloc(NBYTES, h, 0)
             fast.free(ptr, h, device)
         rows += [("cupric empty(stream=s) + close(), via cuda.bindings", without_compiled_path),
-                 ("floor: compiled alloc + free entry points", entry_only)]
+                 ("floor: compiled cuMemAllocAsync + cuMemFreeAsync", entry_only)]
+        # The driver's own reuse, in C: a pool that keeps every freed byte reserved.
+        keeper = pl.create_pool(0, pl.PoolOptions(release_threshold=2**64 - 1))
+        results["_keep"].append(keeper)
+        pool_ptr = keeper._ptr
+
+        def pool_only():
+            _err, ptr, device = fast.alloc(NBYTES, h, pool_ptr)
+            fast.free(ptr, h, device)
+        rows.append(("floor: compiled cuMemAllocFromPoolAsync + cuMemFreeAsync, pool "
+                     "keeping all", pool_only))
     else:
-        results["compiled_path"] = "absent (this cupric has no memory._fast)"
+        results["compiled_path"] = "absent (this cupric has no compiled allocation path)"
+    if cache:
+        def cache_only():
+            _err, ptr, device, ctx = fast.cached_alloc(NBYTES, h)
+            fast.put(ptr, NBYTES, h, ctx, device)
+        rows.append(("floor: compiled cache take + put", cache_only))
     from cuda.bindings import driver as d
-    h = stream.ptr
 
     def bindings_only():
         _err, ptr = d.cuMemAllocAsync(NBYTES, h)
@@ -192,26 +236,33 @@ def run(json_path: str | None = None) -> dict:
     rt.Device(0).make_current()
     results["device"] = rt.Device(0).name
     pool = pl.current_pool(0)
+    from cupric.runtime import memory as m
+    release = getattr(m, "release_cached", lambda: 0)
+
+    def settled() -> int:
+        # Freed buffers' blocks wait in the allocation cache: hand them back first.
+        gc.collect()
+        _lifetime.drain()
+        release()
+        rt.synchronize()
+        return pool.used
     for part, key in ((_rows, "alloc_free_16KiB_us"), (_matmul_rows, "matmul_64_us")):
         try:
             rows = part(results)
-            gc.collect()
-            _lifetime.drain()
-            rt.synchronize()
-            used = pool.used
+            used = settled()
             _measure(rows, results, key)
-            gc.collect()
-            _lifetime.drain()
-            rt.synchronize()
-            results.setdefault("pool_used_delta", {})[key] = pool.used - used
+            results.setdefault("pool_used_delta", {})[key] = settled() - used
         except Exception as exc:  # reported in the table and JSON, never hidden
             results[f"{key}_error"] = f"{type(exc).__name__}: {exc}"[:500]
-    from cupric.runtime import memory as m
-    fast = getattr(m, "_fast", None)
+    al = _allocation_module()
+    fast = getattr(al, "_fast", None)
     if "compiled_path" not in results:
         from cupric.runtime import _fastalloc
-        results["compiled_path"] = (fast is not None and fast is not m._UNSET,
+        results["compiled_path"] = (fast is not None and fast is not al._UNSET,
                                     _fastalloc.build_error())
+    stats = getattr(m, "cache_stats", None)
+    if stats is not None:
+        results["cache_stats"] = str(stats())
     results.pop("_keep")
     leaked = {k: v for k, v in results.get("pool_used_delta", {}).items() if v}
     if leaked:

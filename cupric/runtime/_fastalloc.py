@@ -52,7 +52,9 @@ SYMBOLS = ("cuCtxGetCurrent", "cuCtxGetDevice", "cuMemAlloc_v2", "cuMemAllocAsyn
 SOURCE = r"""
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 typedef int (*ctx_get_current_fn)(void **);
 typedef int (*ctx_get_device_fn)(int *);
@@ -200,6 +202,7 @@ static PyObject *py_free(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 }
 
 
+""" + _cext.SLOT_OFFSET + r"""
 /* ---- the cache ------------------------------------------------------------------------ */
 
 /* Requests share a block when they round up to the same class: 512 bytes at least, then
@@ -265,25 +268,19 @@ static PyObject *result4(int err, unsigned long long ptr, int device, void *ctx)
     return Py_BuildValue("(iKiK)", err, ptr, device, (unsigned long long)(uintptr_t)ctx);
 }
 
-/* cached_alloc(nbytes, stream) -> (err, ptr, device, ctx)
-
-   A block freed on `stream` in the current context and of the request's class, taken
-   from the cache with no driver call but the capture query; else a new block of the
-   class size from cuMemAllocAsync. `ctx` (nonzero) says the block is the cache's: give
-   it back with put(). While `stream` is capturing (or cannot say), and on the
-   per-thread stream, the cache is bypassed: exactly `nbytes` are allocated (a node of
-   the graph being captured) and `ctx` is 0, for a plain free(). */
-static PyObject *py_cached_alloc(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    Entry *e = (Entry *)PyCapsule_GetPointer(self, CAPSULE);
-    if (e == NULL) return NULL;
-    if (nargs != 2) { PyErr_SetString(PyExc_TypeError, "cached_alloc(nbytes, stream)"); return NULL; }
-    size_t nbytes;
-    uintptr_t stream;
-    if (!as_size(args[0], &nbytes) || !as_handle(args[1], &stream) || nbytes == 0)
-        return result4(NEED_PYTHON, 0, -1, NULL);
-    void *ctx = NULL;
-    if (e->ctx_get_current(&ctx) != 0) return result4(NEED_PYTHON, 0, -1, NULL);
-    if (ctx == NULL) return result4(NO_CONTEXT, 0, -1, NULL);
+/* A block for `nbytes` on `stream`: one freed on that stream in the current context and
+   of the request's size class, taken from the cache with no driver call but the capture
+   query; else a new block of the class size from cuMemAllocAsync. `*ctx` (nonzero) says
+   the block is the cache's, to be given back with put(). While `stream` is capturing (or
+   cannot say), and on the per-thread stream, the cache is bypassed: exactly `nbytes` are
+   allocated (a node of the graph being captured) and `*ctx` is NULL, for a plain free().
+   Returns 0, a CUresult, NO_CONTEXT or NEED_PYTHON. */
+static int get_block(Entry *e, size_t nbytes, uintptr_t stream, unsigned long long *ptr,
+                     int *device, void **ctx) {
+    *ptr = 0; *device = -1; *ctx = NULL;
+    void *current = NULL;
+    if (nbytes == 0 || e->ctx_get_current(&current) != 0) return NEED_PYTHON;
+    if (current == NULL) return NO_CONTEXT;
     int cache = e->enabled && stream != PER_THREAD_STREAM && nbytes <= LARGEST_CLASS;
     if (cache) {
         int status = 0;
@@ -291,31 +288,152 @@ static PyObject *py_cached_alloc(PyObject *self, PyObject *const *args, Py_ssize
     }
     size_t size = cache ? size_class(nbytes) : nbytes;
     if (cache) {
-        Bin *b = lookup(e, ctx, stream, size);
+        Bin *b = lookup(e, current, stream, size);
         if (b != NULL && b->n > 0) {
-            unsigned long long ptr = b->ptrs[--b->n];
-            int device = b->device;
+            *ptr = b->ptrs[--b->n];
+            *device = b->device;
+            *ctx = current;
             e->cached_bytes -= size;
             e->cached_blocks--;
             e->hits++;
-            return result4(0, ptr, device, ctx);   /* `b` is not used past this point */
+            return 0;
         }
         e->misses++;
     }
-    int device = -1;
-    if (e->ctx_get_device(&device) != 0 || device < 0) return result4(NEED_PYTHON, 0, -1, NULL);
-    unsigned long long ptr = 0;
+    if (e->ctx_get_device(device) != 0 || *device < 0) return NEED_PYTHON;
     int err;
     Py_BEGIN_ALLOW_THREADS
-    err = e->mem_alloc_async(&ptr, size, (void *)stream);
+    err = e->mem_alloc_async(ptr, size, (void *)stream);
     if (err == OUT_OF_MEMORY && size > nbytes) {
         /* The rounding may be what does not fit: the exact size, outside the cache. */
-        err = e->mem_alloc_async(&ptr, nbytes, (void *)stream);
+        err = e->mem_alloc_async(ptr, nbytes, (void *)stream);
         cache = 0;
     }
     Py_END_ALLOW_THREADS
-    if (err != 0) return result4(err, 0, device, NULL);
-    return result4(0, ptr, device, cache ? ctx : NULL);
+    if (err != 0) { *ptr = 0; return err; }
+    *ctx = cache ? current : NULL;
+    return 0;
+}
+
+/* cached_alloc(nbytes, stream) -> (err, ptr, device, ctx): `get_block` */
+static PyObject *py_cached_alloc(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Entry *e = (Entry *)PyCapsule_GetPointer(self, CAPSULE);
+    if (e == NULL) return NULL;
+    if (nargs != 2) { PyErr_SetString(PyExc_TypeError, "cached_alloc(nbytes, stream)"); return NULL; }
+    size_t nbytes;
+    uintptr_t stream;
+    if (!as_size(args[0], &nbytes) || !as_handle(args[1], &stream))
+        return result4(NEED_PYTHON, 0, -1, NULL);
+    unsigned long long ptr;
+    int device;
+    void *ctx;
+    int err = get_block(e, nbytes, stream, &ptr, &device, &ctx);
+    return result4(err, ptr, device, ctx);
+}
+
+/* What `configure` hands over for `block`: the owner type every DeviceBuffer holds, the
+   offsets of its slots, the table of live releases and the two release functions. */
+static PyTypeObject *alloc_type;
+static PyObject *live, *free_cached, *free_async, *async_kind, *label_format;
+static Py_ssize_t off_ptr, off_handle, off_nbytes, off_device, off_owner, off_closed,
+    off_finalizer, off_kind;
+
+#define SET_SLOT(obj, off, value) (*(PyObject **)((char *)(obj) + (off)) = (value))
+
+/* configure(Allocation type, live table, release of a cached block, release of another
+   stream-ordered block, the ASYNC kind, the label format) */
+static PyObject *py_configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6 || !PyType_Check(args[0]) || !PyDict_CheckExact(args[1])
+        || !PyCallable_Check(args[2]) || !PyCallable_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "configure(Allocation, live, free_cached, free_async, "
+                        "kind, label)");
+        return NULL;
+    }
+    PyTypeObject *A = (PyTypeObject *)args[0];
+    if (slot_offset(A, "ptr", &off_ptr) || slot_offset(A, "_handle", &off_handle)
+        || slot_offset(A, "nbytes", &off_nbytes) || slot_offset(A, "device", &off_device)
+        || slot_offset(A, "owner", &off_owner) || slot_offset(A, "_closed", &off_closed)
+        || slot_offset(A, "_finalizer", &off_finalizer) || slot_offset(A, "kind", &off_kind))
+        return NULL;
+    PyObject *old[6] = {(PyObject *)alloc_type, live, free_cached, free_async, async_kind,
+                        label_format};
+    for (int i = 0; i < 6; i++) Py_INCREF(args[i]);
+    alloc_type = A; live = args[1]; free_cached = args[2]; free_async = args[3];
+    async_kind = args[4]; label_format = args[5];
+    for (int i = 0; i < 6; i++) Py_XDECREF(old[i]);
+    Py_RETURN_NONE;
+}
+
+/* block(nbytes, stream, handle) -> a new Allocation owning a block for `nbytes` on the
+   stream (`stream` as given, `handle` its int handle), its release entered in the live
+   table, or the int error of `get_block` (nothing allocated then). The whole of
+   memory._allocate_cached's hot path, in one call. */
+static PyObject *py_block(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Entry *e = (Entry *)PyCapsule_GetPointer(self, CAPSULE);
+    if (e == NULL) return NULL;
+    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "block(nbytes, stream, handle)"); return NULL; }
+    if (alloc_type == NULL) { PyErr_SetString(PyExc_RuntimeError, "block: configure() first"); return NULL; }
+    size_t nbytes;
+    uintptr_t stream;
+    if (!as_size(args[0], &nbytes) || !as_handle(args[2], &stream))
+        return PyLong_FromLong(NEED_PYTHON);
+    unsigned long long ptr;
+    int device;
+    void *ctx;
+    int err = get_block(e, nbytes, stream, &ptr, &device, &ctx);
+    if (err != 0) return PyLong_FromLong(err);
+    /* From here the block is ours: every failure hands it back before raising. */
+    PyObject *obj = alloc_type->tp_alloc(alloc_type, 0);
+    PyObject *p = PyLong_FromUnsignedLongLong(ptr), *dev = PyLong_FromLong(device);
+    PyObject *key = obj == NULL ? NULL : PyLong_FromVoidPtr(obj);
+    PyObject *release_args = NULL, *label = NULL, *entry = NULL;
+    if (obj == NULL || p == NULL || dev == NULL || key == NULL) goto fail;
+    if (ctx != NULL) {
+        PyObject *c = PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)ctx);
+        if (c == NULL) goto fail;
+        release_args = PyTuple_Pack(5, args[1], args[2], args[0], c, dev);
+        Py_DECREF(c);
+    } else {
+        release_args = PyTuple_Pack(2, args[1], dev);
+    }
+    label = PyTuple_Pack(3, label_format, async_kind, args[0]);
+    if (release_args == NULL || label == NULL) goto fail;
+    entry = PyTuple_Pack(4, ctx != NULL ? free_cached : free_async, p, release_args, label);
+    if (entry == NULL || PyDict_SetItem(live, key, entry) != 0) goto fail;
+    Py_DECREF(release_args); Py_DECREF(label); Py_DECREF(entry); Py_DECREF(key);
+    Py_INCREF(p); SET_SLOT(obj, off_ptr, p);
+    SET_SLOT(obj, off_handle, p);                       /* the reference made above */
+    Py_INCREF(args[0]); SET_SLOT(obj, off_nbytes, args[0]);
+    SET_SLOT(obj, off_device, dev);
+    Py_INCREF(Py_None); SET_SLOT(obj, off_owner, Py_None);
+    Py_INCREF(Py_False); SET_SLOT(obj, off_closed, Py_False);
+    Py_INCREF(Py_True); SET_SLOT(obj, off_finalizer, Py_True);   /* owns its memory */
+    Py_INCREF(async_kind); SET_SLOT(obj, off_kind, async_kind);
+    return obj;
+fail:
+    {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        if (key != NULL && PyDict_DelItem(live, key) != 0) PyErr_Clear();
+        Py_XDECREF(entry); Py_XDECREF(label); Py_XDECREF(release_args); Py_XDECREF(key);
+        Py_XDECREF(p); Py_XDECREF(dev);
+        /* An object with empty slots and no live entry: its __del__ finds nothing. */
+        Py_XDECREF(obj);
+        int kept = 0;
+        if (ctx != NULL) {
+            size_t size = size_class(nbytes);
+            Bin *b = lookup(e, ctx, stream, size);
+            if (b != NULL && b->n < b->cap) {
+                b->ptrs[b->n++] = ptr;
+                e->cached_bytes += size;
+                e->cached_blocks++;
+                kept = 1;
+            }
+        }
+        if (!kept) e->mem_free_async(ptr, (void *)stream);  /* the context it came from */
+        PyErr_Restore(type, value, tb);
+        return NULL;
+    }
 }
 
 /* put(ptr, nbytes, stream, ctx, device) -> 1 when the cache took the block, else 0 (the
@@ -459,10 +577,13 @@ static PyMethodDef forget_def = {"forget", (PyCFunction)(void (*)(void))py_forge
                                  "forget(device) -> blocks dropped"};
 static PyMethodDef cache_def = {"cache", (PyCFunction)(void (*)(void))py_cache, METH_FASTCALL,
                                 "cache(enabled, limit) -> (enabled, limit, bytes, blocks, hits, misses)"};
+static PyMethodDef block_def = {"block", (PyCFunction)(void (*)(void))py_block, METH_FASTCALL,
+                                "block(nbytes, stream, handle) -> Allocation or error code"};
 
-#define NFUNCS 8
+#define NFUNCS 9
 static PyMethodDef *const FUNCS[NFUNCS] = {&device_def, &alloc_def, &free_def, &cached_alloc_def,
-                                           &put_def, &take_def, &forget_def, &cache_def};
+                                           &put_def, &take_def, &forget_def, &cache_def,
+                                           &block_def};
 #define NSYMBOLS 8
 
 /* make(*addresses in SYMBOLS order) -> the functions of FUNCS, bound to those addresses
@@ -501,15 +622,23 @@ static PyObject *py_make(PyObject *module, PyObject *const *args, Py_ssize_t nar
 
 static PyMethodDef methods[] = {
     {"make", (PyCFunction)(void (*)(void))py_make, METH_FASTCALL,
-     "make(*addresses) -> (device, alloc, free, cached_alloc, put, take, forget, cache)"},
+     "make(*addresses) -> (device, alloc, free, cached_alloc, put, take, forget, cache, block)"},
+    {"configure", (PyCFunction)(void (*)(void))py_configure, METH_FASTCALL,
+     "configure(Allocation, live, free_cached, free_async, kind, label)"},
     {NULL, NULL, 0, NULL},
 };
 
 """ + _cext.MODULE_INIT
 
 #: The extension, loaded through the one cached loader (`cupric.runtime._cext`).
+def _configure(module) -> None:
+    # `block` makes the memory module's owner objects and enters their releases itself.
+    from .memory import _configure_extension
+    _configure_extension(module)
+
+
 EXTENSION = _cext.Extension("_cupric_fastalloc", "memory", "allocation extension", SOURCE,
-                            switch="FAST_ALLOC")
+                            switch="FAST_ALLOC", configure=_configure)
 _native = None          # its functions bound to the loaded libcuda
 _lock = threading.Lock()
 
@@ -544,11 +673,12 @@ class Entry:
     """The extension's functions bound to one set of libcuda entry points, and one cache
     of freed blocks (see the module docstring)."""
 
-    __slots__ = ("device", "alloc", "free", "cached_alloc", "put", "take", "forget", "cache")
+    __slots__ = ("device", "alloc", "free", "cached_alloc", "put", "take", "forget", "cache",
+                 "block")
 
     def __init__(self, module, addresses) -> None:
         (self.device, self.alloc, self.free, self.cached_alloc, self.put, self.take,
-         self.forget, self.cache) = module.make(*addresses)
+         self.forget, self.cache, self.block) = module.make(*addresses)
 
 
 def native() -> Entry | None:

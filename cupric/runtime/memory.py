@@ -491,8 +491,13 @@ class _Allocation(_lifetime.TrackedResource):
         entry = _pop(id(self), None)
         if entry is None:
             return
-        if entry[0] is _free_cached and _put(entry[1], entry[2]):
-            return
+        if entry[0] is _free_cached:  # _put, inlined: this is the free of every output
+            stream, h, nbytes, ctx, device = entry[2]
+            fast = _fast
+            if (fast is not None and fast is not _UNSET and not _lifetime._exiting
+                    and (stream.__class__ is int or not getattr(stream, "closed", False))
+                    and fast.put(entry[1], nbytes, h, ctx, device)):
+                return
         if _lifetime._exiting:
             _lifetime._release_quietly_at_exit(*entry)
         else:
@@ -718,37 +723,31 @@ _OUT_OF_MEMORY = 2  # CUDA_ERROR_OUT_OF_MEMORY
 
 
 def _allocate_cached(fast, nbytes: int, stream) -> _Allocation:
-    """A stream-ordered allocation through the cache of freed blocks (`cached_alloc` of
-    `_fastalloc`: a block freed on the same stream, else a new one of its size class)."""
-    h = stream if type(stream) is int else stream_handle(stream)
-    err, ptr, device, ctx = fast.cached_alloc(nbytes, h)
-    if err == _NO_CONTEXT:  # make device 0's primary context current, as the Runtime API
+    """A stream-ordered allocation through the cache of freed blocks: one C call
+    (`_fastalloc`'s ``block``) takes a block freed on the same stream, or a new one of its
+    size class, and returns its `_Allocation`, its release already in the live table."""
+    h = stream if stream.__class__ is int else stream_handle(stream)
+    alloc = fast.block(nbytes, stream, h)
+    if alloc.__class__ is _Allocation:
+        return alloc
+    if alloc == _NO_CONTEXT:  # make device 0's primary context current, as the Runtime API
         _device_of_context()
-        err, ptr, device, ctx = fast.cached_alloc(nbytes, h)
-    if err == _OUT_OF_MEMORY and not _lifetime._captures[0] and fast.cache(None, None)[3]:
+        alloc = fast.block(nbytes, stream, h)
+    elif alloc == _OUT_OF_MEMORY and not _lifetime._captures[0] and fast.cache(None, None)[3]:
         # Blocks cached for other streams (or sizes) hold memory the pool could use:
         # hand them back to it, wait for the device so the pool may reuse them, retry.
         release_cached()
-        err, ptr, device, ctx = fast.cached_alloc(nbytes, h)
-    if err == 0:
-        # _new_allocation, inlined: this is the hot path of every allocation.
-        alloc = object.__new__(_Allocation)
-        alloc.ptr = alloc._handle = ptr
-        alloc.nbytes = nbytes
-        alloc.device = device
-        alloc.owner = None
-        alloc._closed = False
-        alloc._finalizer = True  # owns the memory (TrackedResource._track)
-        alloc.kind = ASYNC
-        if ctx:  # the cache's block: freed back into it
-            _live[id(alloc)] = (_free_cached, ptr, (stream, h, nbytes, ctx, device),
-                                (_LABEL, ASYNC, nbytes))
-        else:    # allocated during a stream capture, or with the cache off
-            _live[id(alloc)] = (_free_async, ptr, (stream, device), (_LABEL, ASYNC, nbytes))
+        alloc = fast.block(nbytes, stream, h)
+    if alloc.__class__ is _Allocation:
         return alloc
-    if err > 0:
-        raise error_from_code(err, requested=nbytes)
+    if alloc > 0:
+        raise error_from_code(alloc, requested=nbytes)
     return _allocate_bindings(nbytes, stream, None)
+
+
+def _configure_extension(module) -> None:
+    """Hand the allocation extension what its ``block`` builds and where it records it."""
+    module.configure(_Allocation, _live, _free_cached, _free_async, ASYNC, _LABEL)
 
 
 def _allocate_bindings(nbytes: int, stream, pool) -> _Allocation:

@@ -41,8 +41,10 @@ def streams(rt):
 
 def _settled_used(pool, streams=()) -> int:
     from cupric.runtime import _lifetime, context
+    from cupric.runtime import memory as m
     gc.collect()
     _lifetime.drain()
+    m.release_cached()  # freed buffers' blocks wait in the allocation cache
     for s in streams:
         s.synchronize()
     context.synchronize()  # every stream of the context, the legacy one included
