@@ -243,6 +243,12 @@ def build(ir: str | bytes | Sequence[str | bytes], *, options: CompileOptions | 
     options = (options or CompileOptions()).resolve()
     want = _normalize_want(want)
     modules = _modules(ir)
+    if any(b"cupric:sm_90" in m if isinstance(m, (bytes, bytearray)) else "cupric:sm_90" in m
+           for m in modules):
+        # sm_90 instructions (wgmma, TMA, clusters): an older target is a CompileError
+        # naming it; sm_90 becomes sm_90a where wgmma needs it.
+        from cupric.compiler.lowering.hopper import check_target
+        options = check_target(modules, options)
     store = _resolve_cache(cache)
     stored_key = ""
     if store is not None:

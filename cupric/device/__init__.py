@@ -22,6 +22,10 @@ from .io import clock, clock64, globaltimer, trap
 from .kinds import CONVERGENT
 from .local import local
 from .mma import cp_async, mma
+from .cluster import cluster
+from .mbarrier import mbarrier
+from .tma import tma
+from .wgmma import wgmma
 from .shared import shared
 from .sync import (FULL_MASK, nanosleep, syncthreads_and, syncthreads_count, syncthreads_or,
                    syncwarp, threadfence, threadfence_block, threadfence_system)
@@ -48,6 +52,9 @@ __all__ = [
     "global_memory",
     # tensor cores and asynchronous copies (mma.py)
     "mma", "cp_async",
+    # sm_90: warpgroup MMA, mbarriers, TMA copies, clusters (wgmma.py, mbarrier.py, tma.py,
+    # cluster.py)
+    "wgmma", "mbarrier", "tma", "cluster",
     # warp, math, bits, half precision, vectors
     "warp", "math", "bits", "half", "vector", "Vector", "VECTOR_TYPES",
     "float2", "float3", "float4", "double2", "double3", "double4", "int2", "int3", "int4",

@@ -7,7 +7,9 @@ that can reach one with the threads of a block (or grid) live at once.
 __all__ = ["BLOCK_COLLECTIVES", "WARP_COLLECTIVES", "GRID_COLLECTIVES", "CONVERGENT"]
 
 BLOCK_COLLECTIVES = frozenset({"syncthreads", "syncthreads_count", "syncthreads_and",
-                               "syncthreads_or"})
+                               "syncthreads_or",
+                               # waits for other threads' arrivals and copies (sm_90)
+                               "mbarrier.wait"})
 WARP_COLLECTIVES = frozenset({
     "syncwarp", "warp.activemask", "warp.shfl_idx", "warp.shfl_up", "warp.shfl_down",
     "warp.shfl_xor", "warp.any", "warp.all", "warp.ballot", "warp.match_any",
@@ -16,5 +18,6 @@ WARP_COLLECTIVES = frozenset({
     # tensor cores (cupric.device.mma): the whole warp exchanges fragments
     "mma.m16n8k16_f16", "mma.m16n8k16_bf16", "mma.m16n8k8_tf32", "mma.m16n8k32_s8",
     "mma.m16n8k32_u8", "mma.ldmatrix", "mma.stmatrix"})
-GRID_COLLECTIVES = frozenset({"grid_sync"})
+# cluster.sync: the simulator runs every block live for it (the cluster's blocks).
+GRID_COLLECTIVES = frozenset({"grid_sync", "cluster.sync"})
 CONVERGENT = BLOCK_COLLECTIVES | WARP_COLLECTIVES | GRID_COLLECTIVES

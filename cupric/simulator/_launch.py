@@ -24,7 +24,7 @@ from cupric import _config
 from ..device import registry
 from ..device.errors import KernelAssertionError, KernelError
 from ..types import scalar_from_dtype
-from . import _impl, _impl_half, _impl_math, _impl_mma, _impl_wide  # noqa: F401  (they fill the implementation table)
+from . import _impl, _impl_half, _impl_hopper, _impl_math, _impl_mma, _impl_wide  # noqa: F401  (they fill the implementation table)
 from ._array import SimArray
 from ._live import Aborted, LiveSet
 from ._scan import _python_function, needs, needs_of_values

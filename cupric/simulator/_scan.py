@@ -23,7 +23,7 @@ PAUSING = frozenset({"nanosleep", "threadfence", "threadfence_block", "threadfen
                      "atomic.add", "atomic.sub", "atomic.min", "atomic.max", "atomic.exch",
                      "atomic.and_", "atomic.or_", "atomic.xor", "atomic.inc", "atomic.dec",
                      "atomic.cas", "atomic.load", "atomic.store", "atomic.add_f16x2",
-                     "atomic.add_bf16x2"})
+                     "atomic.add_bf16x2", "mbarrier.try_wait"})
 
 def _code_names(code: types.CodeType, out: set[str]) -> None:
     out.update(code.co_names)

@@ -40,7 +40,7 @@ PAUSE = "pause"
 # Intrinsics after which a thread lets the others run: always (the usual spin-wait
 # points), or now and then (atomics, which also appear in hot non-spinning code).
 _PAUSE_ALWAYS = frozenset({"nanosleep", "threadfence", "threadfence_block",
-                           "threadfence_system", "atomic.load"})
+                           "threadfence_system", "atomic.load", "mbarrier.try_wait"})
 
 
 def _pauses(name: str) -> bool | None:

@@ -122,6 +122,7 @@ _HOME = {
     **dict.fromkeys(("shared", "local"), "memory"),
     "atomic": "atomic", "warp": "warp", "bits": "bits", "math": "mathx", "half": "half",
     "vector": "vector", "mma": "mma", "cp_async": "mma",
+    **dict.fromkeys(("wgmma", "mbarrier", "tma", "cluster"), "hopper"),
     **dict.fromkeys(("unroll", "vload", "vstore"), "wide"),
 }
 
@@ -136,3 +137,5 @@ def _load_builtin_rules() -> None:
     # OptiX device functions: registered here too, so that using one in a plain kernel
     # gets OptiX's own "only in OptiX programs" error rather than "no lowering".
     from cupric.compiler.lowering import optix  # noqa: F401
+    # sm_90: wgmma, mbarrier, TMA, clusters.
+    from cupric.compiler.lowering import hopper  # noqa: F401

@@ -1,0 +1,58 @@
+"""The tensor memory accelerator (TMA, sm_90): bulk copies of whole tiles between global
+and shared memory (`cp.async.bulk.tensor`), described by a tensor map made on the host
+(`cupric.runtime.tensor_map`) and completed on an mbarrier.
+
+One thread issues a copy of a box (the tensor map's box shape) at element coordinates
+(x, y) of a 2-D tensor (x the contiguous axis); elements outside the tensor read as zero,
+so tiles past a matrix's edge need no special case. The bytes land in shared memory
+swizzled as the tensor map says (the layout `wgmma` descriptors read) and are counted on
+the barrier given, whose phase completes when they are all there. The tensor map travels
+as a kernel argument: the 16 x u64 device array of a `TensorMap` (its `.array`).
+"""
+
+from __future__ import annotations
+
+from ._intrinsic import Intrinsic, Namespace
+
+__all__ = ["tma"]
+
+tma = Namespace(
+    "tma",
+    load_2d=Intrinsic(
+        "tma.load_2d",
+        "tma.load_2d(dst, dst_index, tensor_map, x, y, bar, bar_index): copies the box at "
+        "element coordinates (x, y) (x the contiguous axis; may lie past the edges, which "
+        "read as zero) of the tensor `tensor_map` describes into shared dst[dst_index] "
+        "(128-byte aligned; 1024 with a 128-byte swizzle) and counts its bytes on the "
+        "mbarrier bar[bar_index] (cp.async.bulk.tensor.2d.shared::cluster.global.tile."
+        "mbarrier::complete_tx::bytes; sm_90). One thread issues it."),
+    store_2d=Intrinsic(
+        "tma.store_2d",
+        "tma.store_2d(tensor_map, x, y, src, src_index): copies the box at shared "
+        "src[src_index] to element coordinates (x, y) of the tensor; the parts past the "
+        "edges are not written (cp.async.bulk.tensor.2d.global.shared::cta.bulk_group; "
+        "sm_90). Follow with tma.commit() and tma.wait(0) before reusing src; call "
+        "tma.fence_proxy_async() after writing src with ordinary stores."),
+    commit=Intrinsic(
+        "tma.commit",
+        "tma.commit(): closes the group of this thread's tma.store_2d copies "
+        "(cp.async.bulk.commit_group)."),
+    wait=Intrinsic(
+        "tma.wait",
+        "tma.wait(n): waits until at most n (a constant) of this thread's store groups "
+        "still read their shared-memory source (cp.async.bulk.wait_group.read n)."),
+    fence_proxy_async=Intrinsic(
+        "tma.fence_proxy_async",
+        "tma.fence_proxy_async(): orders this thread's ordinary shared-memory accesses "
+        "before later accesses of the asynchronous proxy (TMA copies, wgmma) "
+        "(fence.proxy.async.shared::cta)."),
+    prefetch=Intrinsic(
+        "tma.prefetch",
+        "tma.prefetch(tensor_map): brings the tensor map into the copy engine's cache "
+        "(prefetch.tensormap)."),
+    shared_address=Intrinsic(
+        "tma.shared_address",
+        "tma.shared_address(smem, index) -> u32: the byte address of shared smem[index] "
+        "in the block's shared window (what descriptors and copies take; use it to align "
+        "tiles of dynamic shared memory to 1024 bytes)."),
+)
