@@ -251,7 +251,22 @@ def index_chain(head) -> None:
 
 def order_cupy(stream, current: int) -> None:
     """The generated launcher's ordering after CuPy's current stream (`current`: its raw
-    handle, 0 for CuPy's null stream, which its interface names 1)."""
+    handle, 0 for CuPy's null stream, which its interface names 1). Where the launch
+    stream's handle is at hand (None, an int, an open cupric Stream), `needs_wait`'s first
+    rules are checked here, as the compiled launcher checks them: nothing to do for the
+    same stream or two default streams."""
+    from cupric.runtime.stream import Stream
+    consumer = None
+    if stream is None:
+        consumer = 0
+    elif stream.__class__ is int:
+        consumer = stream
+    elif stream.__class__ is Stream and not stream._closed:
+        consumer = stream._ptr
+    if consumer is not None:
+        producer, consumer = current or 1, consumer or 1
+        if producer == consumer or producer <= 2 and consumer <= 2:
+            return
     from cupric.runtime.intake import order_after
     order_after(stream, (current or 1,))
 

@@ -363,11 +363,27 @@ def test_a_second_kind_never_goes_through_the_general_path(driver, monkeypatch):
     assert len(driver) == before and general[-1] == "FakeCupy"
 
 
-@pytest.mark.parametrize("launch_stream, current, waits", [
+#: (launch stream, CuPy's current stream, whether a wait is left to `order_after`).
+STREAM_CASES = [
     (None, 0, False), (None, 1, False), (0, 0, False), (1, 0, False),  # legacy both sides
     (0x5000, 0x5000, False),                     # the launch stream is CuPy's current one
     (2, 0, False), (0, 2, False), (2, 2, False),  # default streams order each other
-    (0x5000, 0, True), (None, 0x6000, True), (0x5000, 0x6000, True), (2, 0x6000, True)])
+    (0x5000, 0, True), (None, 0x6000, True), (0x5000, 0x6000, True), (2, 0x6000, True)]
+
+
+@pytest.mark.parametrize("launch_stream, current, waits", STREAM_CASES)
+def test_order_cupy_leaves_out_what_cuda_orders_already(monkeypatch, launch_stream, current,
+                                                        waits):
+    """The Python launchers' ordering makes the compiled launcher's decision too."""
+    from cupric.runtime import intake
+    asked = []
+    monkeypatch.setattr(intake, "order_after", lambda st, producers: asked.append(
+        (st, producers)))
+    launcher.order_cupy(launch_stream, current)
+    assert asked == ([(launch_stream, (current or 1,))] if waits else [])
+
+
+@pytest.mark.parametrize("launch_stream, current, waits", STREAM_CASES)
 def test_cupy_current_stream_is_read_and_compared_in_c(driver, monkeypatch, launch_stream,
                                                         current, waits):
     """CuPy's current stream is read through the adapter's `stream_source` (a function
