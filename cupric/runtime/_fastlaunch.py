@@ -17,6 +17,7 @@ several threads never share one.
 from __future__ import annotations
 
 from . import _cext
+from .packing import PACK_C
 
 __all__ = ["load", "build_error", "SOURCE"]
 
@@ -67,100 +68,11 @@ static void state_free(PyObject *capsule) {
     state_clear(s);
 }
 
-/* 1 and (x, y, z) on success; 0 (no Python error set) to take the slow path. */
-static int get_dim3(PyObject *o, unsigned int *d) {
-    d[0] = d[1] = d[2] = 1;
-    if (PyLong_CheckExact(o)) {
-        long long v = PyLong_AsLongLong(o);
-        if (v < 1 || v > UINT_MAX) { PyErr_Clear(); return 0; }
-        d[0] = (unsigned int)v;
-        return 1;
-    }
-    if (PyTuple_CheckExact(o)) {
-        Py_ssize_t n = PyTuple_GET_SIZE(o);
-        if (n < 1 || n > 3) return 0;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *item = PyTuple_GET_ITEM(o, i);
-            if (!PyLong_CheckExact(item)) return 0;
-            long long v = PyLong_AsLongLong(item);
-            if (v < 1 || v > UINT_MAX) { PyErr_Clear(); return 0; }
-            d[i] = (unsigned int)v;
-        }
-        return 1;
-    }
-    return 0;
-}
-
-static int get_signed(PyObject *v, long long *out) {
-    if (PyFloat_Check(v)) return 0;   /* struct refuses floats for integer formats */
-    if (PyLong_Check(v)) {
-        *out = PyLong_AsLongLong(v);
-    } else {
-        PyObject *index = PyNumber_Index(v);
-        if (index == NULL) { PyErr_Clear(); return 0; }
-        *out = PyLong_AsLongLong(index);
-        Py_DECREF(index);
-    }
-    if (*out == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
-    return 1;
-}
-
-static int get_unsigned(PyObject *v, unsigned long long *out) {
-    if (PyFloat_Check(v)) return 0;
-    PyObject *index = PyLong_Check(v) ? (Py_INCREF(v), v) : PyNumber_Index(v);
-    if (index == NULL) { PyErr_Clear(); return 0; }
-    *out = PyLong_AsUnsignedLongLong(index);
-    Py_DECREF(index);
-    if (*out == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
-    return 1;
-}
-
-static int get_double(PyObject *v, double *out) {
-    if (PyFloat_CheckExact(v)) { *out = PyFloat_AS_DOUBLE(v); return 1; }
-    *out = PyFloat_AsDouble(v);
-    if (*out == -1.0 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
-    return 1;
-}
-
+""" + PACK_C + r"""
 /* Pack every value at its offset; 0 sends the call down the slow path. */
 static int pack(State *s, PyObject *const *values, char *buf) {
-    for (Py_ssize_t i = 0; i < s->nparams; i++) {
-        PyObject *v = values[i];
-        char *p = buf + s->offsets[i];
-        long long x;
-        unsigned long long u;
-        double d;
-        switch (s->codes[i]) {
-        case 'b': { if (!get_signed(v, &x) || x < SCHAR_MIN || x > SCHAR_MAX) return 0;
-                    signed char t = (signed char)x; memcpy(p, &t, 1); break; }
-        case 'h': { if (!get_signed(v, &x) || x < SHRT_MIN || x > SHRT_MAX) return 0;
-                    short t = (short)x; memcpy(p, &t, 2); break; }
-        case 'i': { if (!get_signed(v, &x) || x < INT_MIN || x > INT_MAX) return 0;
-                    int t = (int)x; memcpy(p, &t, 4); break; }
-        case 'q': { if (!get_signed(v, &x)) return 0; memcpy(p, &x, 8); break; }
-        case 'B': { if (!get_unsigned(v, &u) || u > UCHAR_MAX) return 0;
-                    unsigned char t = (unsigned char)u; memcpy(p, &t, 1); break; }
-        case 'H': { if (!get_unsigned(v, &u) || u > USHRT_MAX) return 0;
-                    unsigned short t = (unsigned short)u; memcpy(p, &t, 2); break; }
-        case 'I': { if (!get_unsigned(v, &u) || u > UINT_MAX) return 0;
-                    unsigned int t = (unsigned int)u; memcpy(p, &t, 4); break; }
-        case 'Q': { if (!get_unsigned(v, &u)) return 0; memcpy(p, &u, 8); break; }
-        case 'f': { if (!get_double(v, &d)) return 0;
-                    float t = (float)d;
-                    if (isfinite(d) && !isfinite(t)) return 0;   /* struct: overflow */
-                    memcpy(p, &t, 4); break; }
-        case 'd': { if (!get_double(v, &d)) return 0; memcpy(p, &d, 8); break; }
-        case 'e': { if (!get_double(v, &d)) return 0;
-                    if (PyFloat_Pack2(d, p, 1) < 0) { PyErr_Clear(); return 0; }
-                    break; }
-        case '?': { int t = PyObject_IsTrue(v);
-                    if (t < 0) { PyErr_Clear(); return 0; }
-                    *p = (char)t; break; }
-        case 's': { if (!PyBytes_CheckExact(v) || PyBytes_GET_SIZE(v) != s->sizes[i]) return 0;
-                    memcpy(p, PyBytes_AS_STRING(v), (size_t)s->sizes[i]); break; }
-        default: return 0;
-        }
-    }
+    for (Py_ssize_t i = 0; i < s->nparams; i++)
+        if (!pack_value(s->codes[i], s->sizes[i], values[i], buf + s->offsets[i])) return 0;
     return 1;
 }
 
