@@ -469,7 +469,7 @@ class Call:
         adapter = _ADAPTERS.get(cls, _UNSEEN)
         if adapter is _UNSEEN:
             adapter = _adapter_for(cls)
-        if adapter is not None:
+        if adapter is not None and _FOREIGN[0]:
             kind = adapter.kind
             if kind == "torch":
                 arr = _read_torch(obj, adapter)
@@ -571,8 +571,11 @@ class Foreign:
     def launchable(self):
         """What a launch takes: the array itself, or a view over its memory for this
         launch (see Safety)."""
-        if self.direct:
-            return self.obj
+        return self.obj if self.direct else self.view()
+
+    def view(self):
+        """A DeviceBuffer over the memory for one launch or memset of the call (see
+        Safety): no owner, never closed."""
         shape = self.shape
         return _DeviceBuffer._make(_TRANSIENT, self.ptr, shape,
                                    tuple(_c_strides(shape, self.itemsize)), self.dtype,
@@ -593,6 +596,15 @@ class Foreign:
         return f"<Foreign {self.kind} shape={self.shape} dtype={self.dtype}>"
 
 
+#: Whether `Call.array` reads PyTorch and CuPy arrays as `Foreign` (else through the
+#: intake layer's borrow, as other kinds), and per kind whether a launch takes a 1-D
+#: array itself (the compiled launcher reads it again, CuPy's current stream included)
+#: rather than a launch view made from the call's own reading. Benchmarks switch them
+#: to measure each path in one process.
+_FOREIGN = [True]
+_DIRECT = {"torch": True, "cupy": True}
+
+
 def _read_torch(t, adapter):
     """A non-empty C-contiguous CUDA tensor (strided, no autograd, a dtype NumPy names)
     as a `Foreign`, else None (the intake layer then reads it, or raises)."""
@@ -604,7 +616,7 @@ def _read_torch(t, adapter):
     if not size:
         return None
     shape = tuple(t.shape)
-    return Foreign(t, "torch", shape, dtype, size, len(shape) == 1)
+    return Foreign(t, "torch", shape, dtype, size, len(shape) == 1 and _DIRECT["torch"])
 
 
 def _read_cupy(a, adapter):
@@ -622,7 +634,7 @@ def _read_cupy(a, adapter):
         contiguous = _is_c_contiguous(shape, a.strides, dtype.itemsize)
     if not contiguous:
         return None
-    return Foreign(a, "cupy", shape, dtype, size, len(shape) == 1)
+    return Foreign(a, "cupy", shape, dtype, size, len(shape) == 1 and _DIRECT["cupy"])
 
 
 def _transient_allocation():

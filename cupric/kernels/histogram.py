@@ -11,7 +11,7 @@ import numpy as np
 
 import cupric
 from cupric.device import atomic, blockDim, grid, gridsize, shared, syncthreads, threadIdx
-from cupric.kernels._common import Call
+from cupric.kernels._common import Call, Foreign
 from cupric.types import f32, f64, i64, u32
 
 __all__ = ["histogram", "histogram_kernel", "MAX_SHARED_BINS", "BLOCK"]
@@ -181,8 +181,8 @@ def histogram(x, bins=10, range=None, out=None, stream=None):
         dst[...] = 0
         dev_edges = edges
     else:
-        dst.zero(call.order)
-        dev_edges = _device_edges(edges)
+        (dst.view() if dst.__class__ is Foreign else dst).zero(call.order)
+        dev_edges = _device_edges(edges, plan_key)
     if flat.size:
         call.launch(kern, call.blocks(flat.size, BLOCK, 4), BLOCK, flat, dev_edges,
                     *scalars, dst)
@@ -203,13 +203,14 @@ _EDGES_LOCK = threading.Lock()
 EDGES_CACHED = 16
 
 
-def _device_edges(edges: np.ndarray):
+def _device_edges(edges: np.ndarray, plan_key: tuple):
     """A device copy of `edges` on the current device, kept for reuse: the same bins
     are usually histogrammed again, and a host-to-device copy per call costs more than
-    the kernel on small inputs. The copy is synchronous, so any stream may read it."""
+    the kernel on small inputs. The copy is synchronous, so any stream may read it.
+    `plan_key` (bins, first and last edge, dtype) determines the edges."""
     from cupric.kernels._common import device_ordinal
     from cupric.runtime.memory import to_device
-    key = (device_ordinal(), edges.dtype.str, edges.tobytes())
+    key = (device_ordinal(), plan_key)
     buf = _EDGES.get(key)
     if buf is None:
         buf = to_device(edges)
