@@ -148,7 +148,7 @@ BUILD_SYNC = Setting(
 LAUNCH_BACKEND = Setting(
     "CUPRIC_LAUNCH_BACKEND", "name of a launch backend", "the fastest available",
     "Forces the kernel launch backend (`cupric.runtime.launch`), read when a kernel's "
-    "launch is prepared: c, api, bindings, cffi or ctypes.", "each use", _text_or_none)
+    "launch is prepared: c, bindings or cffi.", "each use", _text_or_none)
 KERNEL_FASTCALL = Setting(
     "CUPRIC_KERNEL_FASTCALL", "switch", "on",
     "0 keeps `@cupric.kernel` launches on the generated Python launchers instead of the "

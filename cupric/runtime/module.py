@@ -509,7 +509,7 @@ class Function:
             ``("bytes", size, align)`` for a struct passed by value.
         cooperative : bool
             Launch with `cuLaunchCooperativeKernel` (grid-wide sync).
-        backend : {"api", "bindings", "cffi", "ctypes"}, optional
+        backend : {"c", "bindings", "cffi"}, optional
             How to call cuLaunchKernel; the default is the fastest available (see
             `cupric.runtime.launch.launch_backends`).
 
