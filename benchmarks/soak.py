@@ -15,7 +15,8 @@ fails too.
     python3 benchmarks/soak.py --json out.json
 
 Before each reading, every cache a user can release is released through its public API
-(`release_caches`): what is left is what the process cannot give back, a leak. Device
+(`release_caches`; the table's "released" column is what they gave back): what is left
+is what the process cannot give back, a leak. Device
 memory is read with `cuMemGetInfo`, which counts every process on the GPU: run the soak
 alone on the device.
 """
@@ -27,6 +28,7 @@ import dataclasses
 import gc
 import importlib.util
 import json
+import linecache
 import os
 import sys
 import tempfile
@@ -51,9 +53,10 @@ RSS_LIMIT = 0.05           # fraction of the baseline RSS the run may end above 
 @dataclasses.dataclass
 class Reading:
     """What one settled reading saw: device memory in use (every process on the GPU),
-    this process's RSS, cupric's live tracked allocations and pending releases, and the
-    Python allocator's block count (a Python-object leak grows it; fragmentation
-    does not)."""
+    this process's RSS, cupric's live tracked allocations and pending releases, the
+    Python allocator's block count (a Python-object leak grows it; fragmentation does
+    not), live cupric objects by class (with ``census``), and the device memory that
+    releasing the caches gave back just before."""
 
     device_bytes: int
     rss_bytes: int
@@ -61,6 +64,7 @@ class Reading:
     pending_releases: int = 0
     python_blocks: int = 0
     objects: dict = dataclasses.field(default_factory=dict)
+    released_bytes: int = 0
 
 
 def rss_bytes() -> int:
@@ -69,18 +73,33 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def release_caches(device: int = 0) -> list[str]:
-    """Release, through their public APIs, the caches a user can release: the device's
-    stream-ordered pool (freed blocks stay reserved until trimmed) and the kernel
-    cache's memory layer. Returns the names of what was released."""
+def release_caches(synchronize: Callable[[], None], device: int = 0) -> list[str]:
+    """Release, through their public APIs, every cache a user can release, and return
+    their names: the allocation cache (freed blocks kept per stream and size class), the
+    ready kernels' workspaces, the raw cuDNN handles kept for reuse, the device's
+    stream-ordered pool (freed memory stays reserved until trimmed), the kernel cache's
+    memory layer, and Python's source-line cache (the compiler reads each kernel's
+    source through it). `synchronize` waits for the device between the frees made in
+    stream order and the trim."""
+    import cupric.kernels
+    from cupric import cudnn
     from cupric.compiler.cache import default_cache
-    from cupric.runtime import pool
-    done = []
+    from cupric.runtime import memory, pool
+    done = ["memory.release_cached()"]
+    memory.release_cached()
+    cupric.kernels.release_workspaces()
+    done.append("kernels.release_workspaces()")
+    if cudnn.is_available():
+        cudnn.release_idle_handles()
+        done.append("cudnn.release_idle_handles()")
+    synchronize()
     pool.default_pool(device).trim(0)
-    done.append("default_pool.trim(0)")
     pool.current_pool(device).trim(0)  # the same pool unless a user set another
+    done.append("pool.trim(0)")
     default_cache().clear_memory()
     done.append("kernel_cache.clear_memory()")
+    linecache.clearcache()
+    done.append("linecache.clearcache()")
     return done
 
 
@@ -89,27 +108,30 @@ def _cupric_objects() -> dict:
     counts: dict = {}
     for obj in gc.get_objects():
         cls = type(obj)
-        if cls.__module__.startswith("cupric."):
-            name = f"{cls.__module__}.{cls.__qualname__}"
+        module = cls.__dict__.get("__module__")  # a class's own; a metaclass has none
+        if isinstance(module, str) and module.startswith("cupric."):
+            name = f"{module}.{cls.__qualname__}"
             counts[name] = counts.get(name, 0) + 1
     return counts
 
 
 def settle(rt, *, census: bool = False) -> Reading:
     """A reading once everything freed has been released: the device synchronized,
-    garbage collected, cupric's deferred releases drained and `release_caches` run."""
+    garbage collected, cupric's deferred releases drained and `release_caches` run
+    (`Reading.released_bytes`: what the caches gave back, so each is seen to free)."""
     from cupric.runtime import resource
     rt.synchronize()
     for _ in range(3):
         gc.collect()
         resource.drain()
     rt.synchronize()
-    release_caches()
+    free_before, _ = rt.memory_info()
+    release_caches(rt.synchronize)
     rt.synchronize()
     free, total = rt.memory_info()
     return Reading(total - free, rss_bytes(), resource.live_count(),
                    resource.pending_count(), sys.getallocatedblocks(),
-                   _cupric_objects() if census else {})
+                   _cupric_objects() if census else {}, free - free_before)
 
 
 def judge(baseline: Reading, readings: list, *, device_limit: int = DEVICE_LIMIT,
@@ -145,6 +167,7 @@ def judge(baseline: Reading, readings: list, *, device_limit: int = DEVICE_LIMIT
             "device_growth_bytes": reading.device_bytes - baseline.device_bytes,
             "rss_growth_fraction": (reading.rss_bytes - baseline.rss_bytes)
             / baseline.rss_bytes,
+            "released_bytes": reading.released_bytes,
             "live_allocations": reading.live_allocations,
             "pending_releases": reading.pending_releases,
             "python_blocks_step": reading.python_blocks - previous.python_blocks,
@@ -172,14 +195,14 @@ def _grown(before: dict, after: dict, top: int = 8) -> dict:
 def table(verdict: dict, plan: dict, timings: dict) -> str:
     """The per-phase table the script prints."""
     lines = [f"{'phase':<16}{'count':>8}{'s':>8}{'device MiB':>12}{'step MiB':>10}"
-             f"{'RSS MiB':>10}{'step %':>8}{'live':>7}{'py blocks':>11}"]
+             f"{'released':>10}{'RSS MiB':>10}{'step %':>8}{'live':>7}{'py blocks':>11}"]
     for row in verdict["phases"]:
         name = row["phase"]
         kind = name.split("#")[0]
         lines.append(
             f"{name:<16}{plan.get(kind, 0):>8}{timings.get(name, 0.0):>8.1f}"
             f"{row['device_bytes'] / 2**20:>12.2f}{row['device_step_bytes'] / 2**20:>+10.3f}"
-            f"{row['rss_bytes'] / 2**20:>10.1f}{100 * row['rss_step_fraction']:>+8.2f}"
+            f"{row['released_bytes'] / 2**20:>10.2f}{row['rss_bytes'] / 2**20:>10.1f}{100 * row['rss_step_fraction']:>+8.2f}"
             f"{row['live_allocations']:>7}{row['python_blocks_step']:>+11}")
         if row["objects_step"]:
             lines.append("    objects: " + ", ".join(

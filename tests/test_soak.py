@@ -146,17 +146,51 @@ def test_settle_synchronizes_collects_drains_and_releases_before_reading(monkeyp
     from cupric.runtime import resource
     log = []
 
+    free = [640 * MiB]
+
     class Runtime:
         def synchronize(self):
             log.append("sync")
 
         def memory_info(self):
             log.append("read")
-            return 700 * MiB, 1000 * MiB
+            return free[0], 1000 * MiB
+
+    def release(synchronize):
+        log.append("release")
+        free[0] += 60 * MiB        # the caches gave 60 MiB back
+        synchronize()
 
     monkeypatch.setattr(soak.gc, "collect", lambda: log.append("gc"))
     monkeypatch.setattr(resource, "drain", lambda: log.append("drain"))
-    monkeypatch.setattr(soak, "release_caches", lambda: log.append("release"))
+    monkeypatch.setattr(soak, "release_caches", release)
     reading = soak.settle(Runtime())
     assert reading.device_bytes == 300 * MiB and reading.rss_bytes > 0
-    assert log == ["sync"] + ["gc", "drain"] * 3 + ["sync", "release", "sync", "read"]
+    assert reading.released_bytes == 60 * MiB
+    assert log == ["sync"] + ["gc", "drain"] * 3 + ["sync", "read", "release", "sync",
+                                                     "sync", "read"]
+
+
+def test_release_caches_uses_every_public_release(monkeypatch):
+    import cupric.kernels
+    from cupric import cudnn
+    from cupric.compiler.cache import default_cache
+    from cupric.runtime import memory, pool
+    log = []
+
+    class Pool:
+        def trim(self, keep):
+            log.append(("trim", keep))
+
+    monkeypatch.setattr(memory, "release_cached", lambda: log.append("cached") or 0)
+    monkeypatch.setattr(cupric.kernels, "release_workspaces", lambda: log.append("ws"))
+    monkeypatch.setattr(cudnn, "is_available", lambda: True)
+    monkeypatch.setattr(cudnn, "release_idle_handles", lambda: log.append("dnn") or 0)
+    monkeypatch.setattr(pool, "default_pool", lambda device: Pool())
+    monkeypatch.setattr(pool, "current_pool", lambda device: Pool())
+    monkeypatch.setattr(type(default_cache()), "clear_memory",
+                        lambda self: log.append("kernels"))
+    names = soak.release_caches(lambda: log.append("sync"))
+    # Frees in stream order first, then the wait, then the trim that returns the pages.
+    assert log == ["cached", "ws", "dnn", "sync", ("trim", 0), ("trim", 0), "kernels"]
+    assert "cudnn.release_idle_handles()" in names and len(names) == 6

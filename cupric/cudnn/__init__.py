@@ -25,11 +25,12 @@ _API = (
     "batch_norm", "Dropout", "dropout", "tensor_descriptor_of", "backend_tensor_of",
 )
 
-__all__ = ["lib", "is_available", "CudnnError", *_API]
+__all__ = ["lib", "is_available", "CudnnError", "release_idle_handles", *_API]
 
 __getattr__, __dir__ = attach(__name__, globals(), {
     "lib": ("cupric.cudnn.lib", None),
     "CudnnError": ("cupric.cudnn.lib", "CudnnError"),
+    "release_idle_handles": ("cupric.cudnn.handle", "release_idle_handles"),
     **{name: ("cupric.cudnn.api", name) for name in _API},
 })
 
