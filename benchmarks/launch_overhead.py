@@ -15,10 +15,13 @@ arrays, PyTorch tensors and numba-cuda device arrays, each on a kernel object of
 beside the peer that takes the same arrays (CuPy's RawKernel, PyTorch's one-kernel
 `add(alpha=, out=)`, a numba-cuda kernel), and CuPy arrays seen only through
 `__cuda_array_interface__` (the general path that the per-type array adapters replace).
-A second table, not comparable with the first, passes pre-typed raw pointers: cupric's
-`PreparedLaunch` through each way of reaching cuLaunchKernel (compiled extension, cffi,
-cuda.bindings, ctypes), the floor of a bare call without argument packing, and
-cuda.core's `launch`.
+A second table puts each array kind on a kernel first launched with another kind beside
+the same arrays on a kernel of their own (launchers are kept per argument kind). A third,
+not comparable with the first, passes pre-typed raw pointers: cupric's `PreparedLaunch`
+through each way of reaching cuLaunchKernel (cupric's compiled extension, cuda.bindings
+and cffi; a cffi API-mode trampoline and ctypes from `_launch_backends.py`, which cupric
+does not use), the floor of a bare call without argument packing, and cuda.core's
+`launch`.
 
     python3 benchmarks/launch_overhead.py [--json PATH]
 """
