@@ -9,11 +9,13 @@ earlier by the Python path already validated:
 * `matmul(a, b, out, alpha, beta, handle)` for 2-d (and vector) products of cupric
   `DeviceBuffer` operands, or of any other arrays as the runtime's intake layer read them
   (`cupric.runtime.intake.ArrayInfo`: PyTorch, CuPy, ...), `out` given or None (then
-  allocated through `cupric.runtime.memory.empty`); PyTorch tensors themselves once a
-  call through the intake layer filed its plan under their own key (`file_torch`): C
-  reads them as the intake layer's PyTorch adapter does (``requires_grad``, ``is_cuda``,
-  ``layout``, ``dtype``, ``shape``, ``stride()``, ``data_ptr()``), so a repeated call on
-  PyTorch tensors never runs the intake layer's Python;
+  allocated through `cupric.runtime.memory.empty`); PyTorch tensors and CuPy arrays
+  themselves once a call through the intake layer filed its plan under their own key
+  (`file_foreign`): C reads them as the intake layer's adapters do (PyTorch:
+  ``requires_grad``, ``is_cuda``, ``layout``, ``dtype``, ``shape``, ``stride()``,
+  ``data_ptr()``; CuPy: ``dtype``, ``shape``, ``strides``, ``data.ptr``, and CuPy's
+  current stream, which must be ordered before the handle's without an event), so a
+  repeated call on them never runs the intake layer's Python;
 * `gemm(transa, transb, alpha, a, b, beta, c, handle)`, the BLAS-level call.
 
 Each returns None whenever anything differs from the plan's assumptions (another array
@@ -44,7 +46,7 @@ from cupric.runtime.native import Extension, Pending
 
 from ._fastgemm_c import FIELDS, SOURCE
 
-__all__ = ["load", "build_error", "info", "remember", "file_torch", "FIELDS", "SOURCE"]
+__all__ = ["load", "build_error", "info", "remember", "file_foreign", "FIELDS", "SOURCE"]
 
 
 def build_error() -> str | None:
@@ -135,31 +137,39 @@ def remember(h, key, fn, *, swap: bool, alias: bool, op1: int, op2: int, m: int,
                                           dtype)
 
 
-def file_torch(h, a, b, out, tensors) -> None:
-    """File the plan of a call on PyTorch tensors (read by the intake layer into
-    `a`, `b`, `out`: ArrayInfo, out None when allocating) under the key the extension
-    reads from the tensors themselves, ``("torch", dtype, shape, stride())`` per operand,
-    so that the next such call skips the intake layer. `tensors` are the caller's
-    (a, b, out) arguments."""
+def file_foreign(h, a, b, out, arrays) -> None:
+    """File the plan of a call on PyTorch tensors or CuPy arrays (read by the intake
+    layer into `a`, `b`, `out`: ArrayInfo, out None when allocating) under the key the
+    extension reads from the arrays themselves - ``("torch", dtype, shape, stride())``
+    or ``("cupy", dtype, shape, strides)`` per operand - so that the next such call
+    skips the intake layer. `arrays` are the caller's (a, b, out) arguments."""
     module = EXTENSION.module
-    if module is None or len(h._fast_plans) >= PLAN_LIMIT:
+    if module is None or len(h._fast_plans) >= PLAN_LIMIT or a.kind not in ("torch", "cupy"):
         return
     key = (a.dtype, a.shape, a.strides, b.dtype, b.shape, b.strides) + (
         (None, None, None) if out is None else (out.dtype, out.shape, out.strides))
     plan = h._fast_plans.get(key)
     if plan is None:
         return
-    ta, tb, to = tensors
-    if to is not None and to.__class__ is not ta.__class__:
+    ta, tb, to = arrays
+    cls = ta.__class__
+    if tb.__class__ is not cls or (to is not None and to.__class__ is not cls):
         return
-    import sys
-    torch = sys.modules.get("torch")
-    if torch is None or ta.__class__ is not torch.Tensor or tb.__class__ is not torch.Tensor:
+    from cupric.runtime.array_adapters import adapter_for
+    adapter = adapter_for(cls)
+    if adapter is None or adapter.kind != a.kind:
         return
-    module.watch_torch(torch.Tensor, torch.strided)
-    parts = ("torch",)
-    for t in (ta, tb, to):
-        parts += (None, None, None) if t is None else (t.dtype, t.shape, t.stride())
+    if a.kind == "torch":
+        import sys
+        module.watch_torch(cls, sys.modules["torch"].strided)
+        parts = ("torch",)
+        for t in (ta, tb, to):
+            parts += (None, None, None) if t is None else (t.dtype, t.shape, t.stride())
+    else:
+        module.watch_cupy(cls, adapter.current_stream)
+        parts = ("cupy",)
+        for t in (ta, tb, to):
+            parts += (None, None, None) if t is None else (t.dtype, t.shape, t.strides)
     h._fast_plans[parts] = plan
 
 

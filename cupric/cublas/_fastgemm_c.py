@@ -78,6 +78,10 @@ static Py_ssize_t off_ptr, off_shape, off_strides, off_dtype, off_readonly, off_
 static PyTypeObject *torch_type;
 static PyObject *torch_strided, *torch_marker, *n_requires_grad, *n_is_cuda, *n_layout,
     *n_dtype, *n_shape, *n_stride, *n_data_ptr;
+/* cupy.ndarray (exactly) and CuPy's current-stream function (None where CuPy's interface
+   names no stream), set by watch_cupy(); keys ("cupy", dtype, shape, strides) per operand. */
+static PyTypeObject *cupy_type;
+static PyObject *cupy_stream_fn, *cupy_marker, *n_data, *n_ptr, *n_strides;
 
 static void plan_free(PyObject *capsule) {
     Plan *p = (Plan *)PyCapsule_GetPointer(capsule, CAPSULE);
@@ -315,6 +319,69 @@ static PyObject *watch_torch(PyObject *module, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* watch_cupy(cupy.ndarray, current_stream or None) */
+static PyObject *watch_cupy(PyObject *module, PyObject *args) {
+    PyObject *t, *fn;
+    if (!PyArg_ParseTuple(args, "O!O", &PyType_Type, &t, &fn)) return NULL;
+    if (cupy_type == (PyTypeObject *)t && cupy_stream_fn == fn) Py_RETURN_NONE;
+    static const char *names[] = {"dtype", "shape", "data", "ptr", "strides", "cupy"};
+    PyObject **slots[] = {&n_dtype, &n_shape, &n_data, &n_ptr, &n_strides, &cupy_marker};
+    for (int i = 0; i < 6; i++) {
+        if (*slots[i] == NULL && (*slots[i] = PyUnicode_InternFromString(names[i])) == NULL)
+            return NULL;
+    }
+    /* Replaced, never freed: a plan key may still hold the old one's objects. */
+    Py_INCREF(t); Py_INCREF(fn);
+    cupy_stream_fn = fn;
+    cupy_type = (PyTypeObject *)t;
+    Py_RETURN_NONE;
+}
+
+/* A CuPy array's key items (dtype, shape, strides) and data pointer, as the intake
+   layer's CuPy adapter reads them: 1, or 0 (no error set) for the Python path. */
+static int cupy_read(PyObject *t, PyObject *key, Py_ssize_t at, uintptr_t *ptr) {
+    PyObject *d = PyObject_GetAttr(t, n_dtype);
+    if (d == NULL) goto no;
+    PyTuple_SET_ITEM(key, at, d);
+    PyObject *s = PyObject_GetAttr(t, n_shape);
+    if (s == NULL) goto no;
+    PyTuple_SET_ITEM(key, at + 1, s);
+    PyObject *st = PyObject_GetAttr(t, n_strides);
+    if (st == NULL) goto no;
+    PyTuple_SET_ITEM(key, at + 2, st);
+    PyObject *data = PyObject_GetAttr(t, n_data);
+    if (data == NULL) goto no;
+    PyObject *p = PyObject_GetAttr(data, n_ptr);
+    Py_DECREF(data);
+    if (p == NULL) goto no;
+    unsigned long long a = PyLong_AsUnsignedLongLong(p);
+    Py_DECREF(p);
+    if (a == (unsigned long long)-1 && PyErr_Occurred()) goto no;
+    *ptr = (uintptr_t)a;
+    return 1;
+no:
+    PyErr_Clear();
+    return 0;
+}
+
+/* Whether work queued on handle h's stream is ordered after CuPy's current stream (the
+   producer CuPy's interface names) without an event: the same stream, or CuPy's null
+   stream (the legacy default) before the legacy default stream. 0: the Python path
+   orders it. */
+static int cupy_ordered(PyObject *h) {
+    if (cupy_stream_fn == Py_None) return 1;   /* CuPy's interface names no stream */
+    PyObject *r = PyObject_CallNoArgs(cupy_stream_fn);
+    if (r == NULL) { PyErr_Clear(); return 0; }
+    unsigned long long cur = PyLong_AsUnsignedLongLong(r);
+    Py_DECREF(r);
+    if (cur == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+    PyObject *hs = SLOT(h, off_h_stream);
+    if (hs == NULL || !PyLong_Check(hs)) return 0;
+    unsigned long long mine = PyLong_AsUnsignedLongLong(hs);
+    if (mine == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+    return cur == mine || ((cur == 0 || cur == 1) && mine <= 1);
+}
+
 /* A PyTorch tensor's key items (dtype, shape, stride(): new references into key at `at`)
    and data pointer, as the intake layer's PyTorch adapter reads them: 1, or 0 (no error
    set) where the tensor is outside its common case (autograd, host, sparse) and the
@@ -403,27 +470,31 @@ static PyObject *fast_matmul(PyObject *module, PyObject *const *args, Py_ssize_t
     }
     PyObject *a = args[0], *b = args[1], *out = args[2];
     if (!configured) Py_RETURN_NONE;
-    /* PyTorch tensors (all three, or a and b with out None) are read here, as the
-       intake layer's adapter reads them; other kinds through the intake layer first. */
-    int torch = !IS_ARRAY(a) || !IS_ARRAY(b) || (out != Py_None && !IS_ARRAY(out));
-    if (torch && (torch_type == NULL || !Py_IS_TYPE(a, torch_type)
-                  || !Py_IS_TYPE(b, torch_type)
-                  || (out != Py_None && !Py_IS_TYPE(out, torch_type))))
+    /* PyTorch tensors or CuPy arrays (all three of one kind, or a and b with out None)
+       are read here, as the intake layer's adapters read them; other kinds through the
+       intake layer first. */
+    int foreign = !IS_ARRAY(a) || !IS_ARRAY(b) || (out != Py_None && !IS_ARRAY(out));
+    PyTypeObject *kind = Py_TYPE(a);
+    if (foreign && ((kind != torch_type && kind != cupy_type)
+                    || !Py_IS_TYPE(b, kind) || (out != Py_None && !Py_IS_TYPE(out, kind))))
         Py_RETURN_NONE;
+    int (*read)(PyObject *, PyObject *, Py_ssize_t, uintptr_t *) =
+        kind == torch_type ? torch_read : cupy_read;
     double alpha, beta;
     if (!scalar(args[3], &alpha) || !scalar(args[4], &beta)) Py_RETURN_NONE;
     PyObject *h = usable_handle(args[5]);
     if (h == NULL) Py_RETURN_NONE;
     PyObject *result = NULL, *owner = NULL;
-    Py_ssize_t first = torch ? 1 : 0;
+    Py_ssize_t first = foreign ? 1 : 0;
     PyObject *key = PyTuple_New(first + 9);
     if (key == NULL) { Py_DECREF(h); return NULL; }
     uintptr_t pa = 0, pb = 0, po = 0;
-    if (torch) {
-        Py_INCREF(torch_marker);
-        PyTuple_SET_ITEM(key, 0, torch_marker);
-        if (!torch_read(a, key, 1, &pa) || !torch_read(b, key, 4, &pb)) goto python;
-        if (out != Py_None && !torch_read(out, key, 7, &po)) goto python;
+    if (foreign) {
+        PyObject *marker = kind == torch_type ? torch_marker : cupy_marker;
+        Py_INCREF(marker);
+        PyTuple_SET_ITEM(key, 0, marker);
+        if (!read(a, key, 1, &pa) || !read(b, key, 4, &pb)) goto python;
+        if (out != Py_None && !read(out, key, 7, &po)) goto python;
     } else {
         if (!put3(key, 0, a) || !put3(key, 3, b)) goto python;
         if (out != Py_None && !put3(key, 6, out)) goto python;
@@ -437,8 +508,9 @@ static PyObject *fast_matmul(PyObject *module, PyObject *const *args, Py_ssize_t
     Plan *p = find_plan(h, key, &owner);
     if (p == NULL || (out == Py_None) != (p->shape != NULL) || SLOT(h, off_h_stream) == NULL)
         goto python;
+    if (foreign && kind == cupy_type && !cupy_ordered(h)) goto python;
     int ok = 1;
-    if (!torch) {
+    if (!foreign) {
         pa = open_ptr(a, &ok);
         pb = open_ptr(b, &ok);
         if (!ok) goto python;
@@ -455,7 +527,7 @@ static PyObject *fast_matmul(PyObject *module, PyObject *const *args, Py_ssize_t
         po = open_ptr(out, &ok);
         if (!ok) { Py_DECREF(out); goto python; }
     } else {
-        if (!torch) {   /* PyTorch never exports a tensor read-only */
+        if (!foreign) {   /* PyTorch and CuPy never export an array read-only */
             if (SLOT(out, Py_IS_TYPE(out, info_type) ? off_i_readonly : off_readonly)
                 != Py_False)
                 goto python;
@@ -543,6 +615,7 @@ static PyMethodDef methods[] = {
     {"make_plan", make_plan, METH_VARARGS, "a plan capsule from its fields"},
     {"plan_info", plan_info, METH_O, "the routes a plan holds"},
     {"watch_torch", watch_torch, METH_VARARGS, "read PyTorch tensors (torch.Tensor, strided)"},
+    {"watch_cupy", watch_cupy, METH_VARARGS, "read CuPy arrays (cupy.ndarray, stream fn)"},
     {"matmul", (PyCFunction)(void (*)(void))fast_matmul, METH_FASTCALL,
      "matmul(a, b, out, alpha, beta, handle) -> out or None"},
     {"gemm", (PyCFunction)(void (*)(void))fast_gemm, METH_FASTCALL,

@@ -242,8 +242,8 @@ def matmul(a, b, out=None, alpha=_ONE, beta=_ZERO, *, precision=None, handle=Non
         o_info = None if out is None else out_read[0]
         done = _c_matmul(ab, bb, o_info, alpha, beta, h)
         if done is not None:
-            if getattr(ab, "kind", None) == "torch":  # the next call reads them in C
-                _fastgemm.file_torch(h, ab, bb, o_info, (a, b, out))
+            if ab.__class__ is not DeviceBuffer:  # PyTorch, CuPy: next time read in C
+                _fastgemm.file_foreign(h, ab, bb, o_info, (a, b, out))
             return done if out is None else out
     if out is not None:
         if (precision is None and a_type is None and out_read[1] is None

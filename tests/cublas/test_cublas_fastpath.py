@@ -370,3 +370,63 @@ def test_torch_tensors_replay_in_c_without_the_intake_layer(h, emulator, monkeyp
     with pytest.raises(ValueError, match="overlaps"):
         # the plan's layout, over a's memory: the C alias check refuses it
         cb.matmul(ta, tb, out=T(a.reshape(-1)[:24].reshape(6, 4)), handle=h)
+
+
+class _FakeCupy:
+    """A stand-in `cupy` module: `ndarray` answers what the CuPy adapter and the compiled
+    path read (``dtype``, ``shape``, ``strides``, ``data.ptr``) over host memory, and
+    ``cuda.get_current_stream().ptr`` says CuPy's current stream (`current`)."""
+
+    def __init__(self):
+        import types
+        self.module = types.ModuleType("cupy")
+        self.current = 0
+        fake = self
+
+        class Stream:
+            @property
+            def ptr(self):
+                return fake.current
+        self.module.cuda = types.SimpleNamespace(get_current_stream=lambda: Stream())
+
+        class ndarray:
+            __module__ = "cupy"
+
+            def __init__(self, array):
+                self.array = array
+                self.dtype, self.shape, self.strides = array.dtype, array.shape, array.strides
+                self.data = types.SimpleNamespace(
+                    ptr=array.__array_interface__["data"][0], device_id=0)
+        self.module.ndarray = ndarray
+
+
+def test_cupy_arrays_replay_in_c_when_streams_agree(h, ext, emulator, monkeypatch, rng):
+    """CuPy arrays: filed under their own key after the intake-read calls, then read in C
+    while CuPy's current stream is ordered before the handle's (the legacy default
+    stream here); another current stream leaves the call to the Python path."""
+    import sys
+
+    from cupric.runtime import array_adapters, intake
+    fake = _FakeCupy()
+    monkeypatch.setitem(sys.modules, "cupy", fake.module)
+    A = fake.module.ndarray
+    monkeypatch.setitem(array_adapters.ADAPTERS, A, array_adapters.adapter_for(A))
+    so = emulator[0]
+    a, b = _rand(rng, (5, 7)), _rand(rng, (7, 3))
+    out = np.zeros((5, 3), np.float32)
+    ca, cbm, co = A(a), A(b), A(out)
+    for _ in range(2):
+        assert cb.matmul(ca, cbm, out=co, handle=h) is co
+    assert any(k[0] == "cupy" for k in h._fast_plans if isinstance(k, tuple))
+
+    def no_intake(*args, **kwargs):
+        raise AssertionError("the intake layer was asked")
+    with monkeypatch.context() as m:
+        m.setattr(intake, "array_info", no_intake)
+        before = so.emu_calls()
+        out[...] = np.nan
+        assert cb.matmul(ca, cbm, out=co, handle=h) is co
+        assert so.emu_calls() == before + 1
+        np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+    fake.current = 0x5000  # a CuPy stream the handle's is not ordered after
+    assert ext.matmul(ca, cbm, co, 1, 0, h) is None

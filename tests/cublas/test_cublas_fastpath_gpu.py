@@ -272,3 +272,22 @@ def test_cupy_bfloat16_matmul(env):
     got = torch.from_dlpack(co.view(cp.int16)).view(torch.bfloat16).double()
     ref = a.double() @ b.double()
     assert (got - ref).abs().max().item() < 2e-2 * ref.abs().max().item()
+
+
+def test_cupy_arrays_replay_through_their_own_key(env):
+    """CuPy arrays on CuPy's null stream and the default handle: filed under their own
+    key and replayed in C; each call right against float64 (fresh inputs, poisoned out)."""
+    cp = pytest.importorskip("cupy")
+    rt, mem, cb, fg = env
+    h = cb.Handle.create()
+    try:
+        for _ in range(5):
+            a = cp.random.standard_normal((40, 24), dtype=cp.float32)
+            b = cp.random.standard_normal((24, 56), dtype=cp.float32)
+            out = cp.full((40, 56), cp.nan, dtype=cp.float32)
+            assert cb.matmul(a, b, out=out, handle=h) is out
+            rt.synchronize()
+            _close(cp.asnumpy(out), cp.asnumpy(a).astype(np.float64) @ cp.asnumpy(b))
+        assert any(isinstance(k, tuple) and k[0] == "cupy" for k in h._fast_plans)
+    finally:
+        h.close()
