@@ -155,6 +155,10 @@ def param_types(arg_types) -> list:
     out: list = []
     for t in arg_types:
         if isinstance(t, ScalarType):
+            if t.name == "bf16":
+                raise TypeError("a bf16 scalar cannot be a kernel parameter: pass it as f32 "
+                                "and convert in the kernel with bf16(x) (arrays of bf16 "
+                                "can be)")
             out.append(t.name)
         elif isinstance(t, ArrayType):
             out.append("ptr")
