@@ -361,6 +361,17 @@ def test_a_second_kind_never_goes_through_the_general_path(driver, monkeypatch):
     with pytest.raises(TypeError):
         _axpy[4, 64](*bad)
     assert len(driver) == before and general[-1] == "FakeCupy"
+    # Mixed kinds with fall-backs among them: what the general path alone would launch
+    # (the unaligned or aliased variant) or raise, launch for launch.
+    closed = _buf(0x50000, (256,))
+    closed.close()
+    mixed = [buffers, cupy, (a, FakeCupy(0x30008, (256,)), FakeCupy(0x40000, (256,))),
+             buffers, (a, _buf(0x10000, (256,)), _buf(0x10000 + 512, (256,))), cupy,
+             (a, closed, buffers[2]), bad, cupy, buffers]
+    launches, errors, _ = _three_ways(_axpy, [(4, 64, args) for args in mixed],
+                                      monkeypatch, driver)["c"]
+    assert [e is None for e in errors] == [True] * 6 + [False, False, True, True]
+    assert errors[6][0] is ClosedError and len({call[0] for call in launches}) == 3
 
 
 #: (launch stream, CuPy's current stream, whether a wait is left to `order_after`).
