@@ -96,6 +96,9 @@ class FakeTensor:
 
     @property
     def __cuda_array_interface__(self):
+        if self.requires_grad:  # as PyTorch
+            raise RuntimeError("Can't get __cuda_array_interface__ on Variable that "
+                               "requires grad.")
         typestr = {"float32": "<f4", "float64": "<f8", "int32": "<i4", "int64": "<i8",
                    "uint32": "<u4", "uint8": "|u1", "bfloat16": "<V2"}[self.dtype.name]
         size = np.dtype(typestr).itemsize

@@ -238,3 +238,137 @@ def test_flat_views_and_reinterpretation(gpu):
     prefix = _common.vector_prefix(flat, 4)
     assert (prefix.shape, prefix.ptr, prefix.base is arr or prefix.base is arr.base) == \
         ((4,), arr.ptr, True)
+
+
+# -- PyTorch tensors and CuPy arrays read once per call (`_common.Foreign`) ------------------
+
+def _kinds(gpu):
+    return {"cupy": gpu.array, "torch": lambda shape, dtype: gpu.tensor(
+        shape, {"f4": "float32", "f8": "float64", "i8": "int64", "u4": "uint32"}[dtype])}
+
+
+@pytest.mark.parametrize("kind", ["cupy", "torch"])
+def test_foreign_arrays_reach_the_launch_themselves(gpu, kind):
+    from cupric.kernels import elementwise, sort
+    make = _kinds(gpu)[kind]
+    x, y, out = make(1000, "f4"), make(1000, "f4"), make(1000, "f4")
+    call = _common.Call("test")
+    fx = call.array(x, "x")
+    assert fx.__class__ is _common.Foreign and fx.launchable() is x
+    assert (fx.shape, fx.dtype, fx.size, fx.readonly) == ((1000,), np.dtype("f4"), 1000, False)
+    bits = call.flat(fx, "x", np.dtype("u4")).launchable()  # another dtype: a launch view
+    assert (bits.ptr, bits.shape, bits.dtype) == (fx.ptr, (1000,), np.dtype("u4"))
+    seen = []
+    real = _common.Call.launch
+
+    def spy(self, kern, grid, block, *args, **kw):
+        seen.append(args)
+        return real(self, kern, grid, block, *args, **kw)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_common.Call, "launch", spy)
+        elementwise.vecadd(x, y, out=out)
+    # The arrays themselves reach the launch (its launcher reads them), no borrow.
+    assert [a.launchable() if a.__class__ is _common.Foreign else a for a in seen[0]] == \
+        [x, y, out]
+    name, grid, block, stream, values = gpu.launches[-1]
+    assert values[:3] == (fx.ptr, 1000, 1) and values[6:9] == (call.array(out, "o").ptr,
+                                                               1000, 1)
+    gpu.launches.clear()
+    sort.radix_sort(x, out)  # float32 keys as uint32 bits: launch views, one launch
+    (name, _, _, _, values), = gpu.launches
+    assert name == "radix_tile_sort_kernel" and values[:2] == (fx.ptr, 1000)
+
+
+@pytest.mark.parametrize("kind", ["cupy", "torch"])
+def test_foreign_arrays_refused_before_any_launch(gpu, kind):
+    from cupric.kernels import elementwise, reduce, sort
+    make = _kinds(gpu)[kind]
+    a, b = make(8, "f4"), make(8, "f8")
+    cases = [(lambda: elementwise.vecadd(a, b), TypeError, "dtype float64, but a has"),
+             (lambda: elementwise.vecadd(a, make((2, 4), "f4")), ValueError, "shape"),
+             (lambda: elementwise.vecadd(a, a, out=make(8, "f8")), TypeError, "out has dtype"),
+             (lambda: elementwise.vecadd(a, a, out=make(9, "f4")), ValueError, "out has shape"),
+             (lambda: reduce.sum(a, out=make((), "i8")), TypeError, "out has dtype"),
+             (lambda: sort.radix_sort(make(9000, "f8")), TypeError, "float64"),
+             (lambda: sort.radix_sort(make(9000, "f4"), make(9001, "f4")), ValueError,
+              "shape")]
+    for fn, exc, message in cases:
+        with pytest.raises(exc, match=message):
+            fn()
+    assert gpu.launches == [] and gpu.allocations == []
+
+
+def test_foreign_torch_tensors_the_adapter_cannot_read_take_the_intake_path(gpu):
+    from cupric.kernels import elementwise
+    grad = gpu.tensor(8, "float32", requires_grad=True)
+    call = _common.Call("test")
+    with pytest.raises(TypeError):  # the interface path's error (autograd tensors)
+        call.array(grad, "x")
+    empty = gpu.tensor(0, "float32")
+    assert call.array(empty, "x").__class__ is not _common.Foreign  # a borrow
+    strided = gpu.tensor((4, 4), "float32")
+    strided._stride = (1, 4)  # Fortran order: not C-contiguous
+    with pytest.raises(ValueError, match="C-contiguous"):
+        elementwise.vecadd(strided, strided)
+    assert gpu.launches == []
+
+
+def test_foreign_fast_path_only_with_one_gpu(gpu, monkeypatch):
+    # With several GPUs each array's device matters: the intake layer's borrow, whose
+    # device the launch checks, instead.
+    monkeypatch.setattr(_common, "_single_device", lambda: False)
+    call = _common.Call("test")
+    arr = call.array(gpu.array(16, "f4"), "x")
+    assert arr.__class__ is not _common.Foreign and arr.ptr and arr.shape == (16,)
+
+
+def test_cupy_stream_ordered_once_and_views_launched(gpu):
+    from cupric.kernels import elementwise
+    make = _kinds(gpu)["cupy"]
+    x, y, out = make(100, "f4"), make(100, "f4"), make(100, "f4")
+    assert _common.Call("test").array(x, "x").direct  # legacy on legacy: nothing to order
+    gpu.set_cupy_stream(0x66)
+    fx = _common.Call("test", stream=7).array(x, "x")
+    assert not fx.direct  # ordered by the call: the launch must not order again
+    gpu.orders.clear()
+    elementwise.vecadd(x, y, out=out, stream=7)
+    assert gpu.orders == [(7, 0x66)]
+
+
+def test_closed_buffers_refused_before_any_launch(gpu):
+    from cupric.kernels import elementwise, sort
+    from cupric.runtime import memory
+    buf = memory.borrow(0x7E0000000000, (9000,), None, "f4")
+    live = memory.borrow(0x7E0000100000, (9000,), None, "f4")
+    buf._alloc._closed = True  # what close() sets on every view's record
+    for fn in (lambda: elementwise.vecadd(buf, live), lambda: elementwise.vecadd(live, live,
+                                                                                 out=buf),
+               lambda: sort.radix_sort(live, buf)):
+        with pytest.raises(intake.ClosedError):
+            fn()
+    assert gpu.launches == []
+
+
+def test_release_workspaces_frees_in_stream_order(gpu):
+    from cupric import kernels
+    from cupric.kernels import sort
+    keys = gpu.array(9000, "u4")
+    sort.radix_sort(keys, gpu.array(9000, "u4"), stream=13)
+    kept = {arr.ptr for arr in _common._workspace(0).arrays.values()}
+    assert kept
+    gpu.closes.clear()
+    kernels.release_workspaces()
+    assert {ptr for ptr, stream in gpu.closes if stream == 13} == kept
+    assert _common._workspace(0).arrays == {}
+    gpu.allocations.clear()
+    sort.radix_sort(keys, gpu.array(9000, "u4"), stream=13)  # allocated afresh
+    assert len(gpu.allocations) >= 4
+
+
+def test_outputs_allocated_on_the_call_stream(gpu):
+    from cupric.kernels import elementwise
+    x = gpu.tensor(64, "float32")
+    elementwise.vecadd(x, x)
+    elementwise.vecadd(x, x, stream=21)
+    assert [stream for _, _, stream in gpu.allocations] == [0, 21]
