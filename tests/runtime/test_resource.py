@@ -1,19 +1,14 @@
 """cupric.runtime.resource on the CPU lane: the stream-bound library-handle base (with a
-fake library and a fake device), and the rule that no package outside the runtime
-imports a private runtime name."""
+fake library and a fake device). The rule that no package outside the runtime uses a
+private runtime name is tests/test_architecture.py's, for every package."""
 
 from __future__ import annotations
-
-import ast
-import pathlib
 
 import pytest
 import test_shared_handles  # tests/runtime: the sharing table's fake device
 
 from cupric.runtime import resource
 from cupric.runtime.errors import ClosedError
-
-PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "cupric"
 
 
 class FakeContext:
@@ -145,48 +140,6 @@ def test_library_handles_build_on_the_base():
     assert issubclass(Dnn, resource.StreamBoundHandle)
     assert Blas._shared is not Dnn._shared
     assert repr(Blas._borrow(0xA0, 0, None)).startswith("<cupric.cublas.Handle 0xa0")
-
-
-# Private runtime names still imported from outside the runtime, by modules being
-# rewritten now (drop an entry once its import is gone; nothing may be added).
-_NOT_YET = {
-    ("compiler/kernel.py", "cupric.runtime._driver"),
-    ("compiler/kernel.py", "cupric.runtime.memory._device_of_context"),
-    ("compiler/_fastcall.py", "cupric.runtime._cext"),
-    ("compiler/_fastcall.py", "cupric.runtime.memory._Allocation"),
-    ("cublas/_fastgemm.py", "cupric.runtime._cext"),
-    ("cudnn/_replay.py", "cupric.runtime._cext"),
-    # switched to cupric.runtime.native/resource in the working tree, committed with the
-    # background-build work in the same files
-    ("cudnn/_replay.py", "cupric.runtime.memory._Allocation"),
-    ("cudnn/_replay.py", "cupric.runtime._lifetime"),
-}
-
-
-def _private_runtime_imports():
-    found = set()
-    for path in sorted(PACKAGE.rglob("*.py")):
-        rel = path.relative_to(PACKAGE).as_posix()
-        if rel.startswith("runtime/"):
-            continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
-                    "cupric.runtime"):
-                if any(part.startswith("_") for part in node.module.split(".")[2:]):
-                    found.add((rel, node.module))
-                for alias in node.names:
-                    if alias.name.startswith("_"):
-                        found.add((rel, f"{node.module}.{alias.name}"))
-            elif isinstance(node, ast.Import):
-                for alias in node.names:
-                    if alias.name.startswith("cupric.runtime._"):
-                        found.add((rel, alias.name))
-    return found
-
-
-def test_no_private_runtime_name_outside_the_runtime():
-    found = _private_runtime_imports()
-    assert found - _NOT_YET == set(), sorted(found - _NOT_YET)
 
 
 def test_default_make_raw_calls_the_binding(monkeypatch):
