@@ -130,8 +130,6 @@ def _make_kernel(kind: str, n_major: bool, cfg: Config):
                 mbarrier.init(bars, s, 1)
                 mbarrier.init(bars, stages + s, 8)   # one arrival per consumer warp
             mbarrier.fence_init()
-            tma.prefetch(map_a)
-            tma.prefetch(map_b)
         syncthreads()
         if wg == 0:
             wgmma.lower_registers(low)

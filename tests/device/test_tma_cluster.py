@@ -140,7 +140,7 @@ def handoff(out, rounds):
 
 
 def expected_handoff(rounds):
-    want = np.zeros((rounds + 1, 32), np.int32)
+    want = np.full((rounds + 1, 32), -1, np.int32)  # the poison stays where nothing writes
     for r in range(rounds):
         want[r] = [r * 100 + 32 + (t + 1) % 32 for t in range(32)]
     want[rounds, :2] = (1, 0)
@@ -148,7 +148,7 @@ def expected_handoff(rounds):
 
 
 def test_simulator_mbarrier_phases():
-    out = np.zeros((6, 32), np.int32)
+    out = np.full((6, 32), -1, np.int32)
     launch(handoff, (1, 1, 1), (64, 1, 1), (out, np.int32(5)))
     assert np.array_equal(out, expected_handoff(5))
 

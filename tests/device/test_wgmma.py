@@ -117,6 +117,8 @@ def wgmma_kernel(n, kind, swizzle, a_kmajor, b_kmajor, lay_a, lay_b):
         return _KERNELS[key]
     op = getattr(wgmma, f"m64n{n}k16_{kind}")
     ta, tb = int(not a_kmajor), int(not b_kmajor)
+    a_lead, a_stride = lay_a
+    b_lead, b_stride = lay_b
 
     def kern(image, out, scale):
         sm = shared.dynamic(u32)
@@ -128,9 +130,9 @@ def wgmma_kernel(n, kind, swizzle, a_kmajor, b_kmajor, lay_a, lay_b):
             i += 128
         tma.fence_proxy_async()
         syncthreads()
-        da = wgmma.descriptor(sm, pad, swizzle=swizzle, leading=lay_a[0], stride=lay_a[1])
-        db = wgmma.descriptor(sm, pad + B_AT // 4, swizzle=swizzle, leading=lay_b[0],
-                              stride=lay_b[1])
+        da = wgmma.descriptor(sm, pad, swizzle=swizzle, leading=a_lead, stride=a_stride)
+        db = wgmma.descriptor(sm, pad + B_AT // 4, swizzle=swizzle, leading=b_lead,
+                              stride=b_stride)
         acc = wgmma.accumulator(n)
         wgmma.fence()
         # D = A B, then D = A B + scale D: a run-time scale_d of 0 drops the first product.
@@ -138,8 +140,9 @@ def wgmma_kernel(n, kind, swizzle, a_kmajor, b_kmajor, lay_a, lay_b):
         acc = op(acc, da, db, scale, trans_a=ta, trans_b=tb)
         wgmma.commit()
         acc = wgmma.wait(0, acc)
-        for j in unroll(n // 2):
-            out[tid, j] = acc[j]
+        for j in unroll(n // 8):   # unroll takes at most 64
+            for q in unroll(4):
+                out[tid, 4 * j + q] = acc[4 * j + q]
 
     _KERNELS[key] = kern
     return kern
