@@ -55,8 +55,8 @@ class Reading:
     """What one settled reading saw: device memory in use (every process on the GPU),
     this process's RSS, cupric's live tracked allocations and pending releases, the
     Python allocator's block count (a Python-object leak grows it; fragmentation does
-    not), live cupric objects by class (with ``census``), and the device memory that
-    releasing the caches gave back just before."""
+    not), live cupric objects by class (with ``census``), and the device memory each
+    cache gave back when released just before (`release_caches`)."""
 
     device_bytes: int
     rss_bytes: int
@@ -64,7 +64,11 @@ class Reading:
     pending_releases: int = 0
     python_blocks: int = 0
     objects: dict = dataclasses.field(default_factory=dict)
-    released_bytes: int = 0
+    released: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def released_bytes(self) -> int:
+        return sum(v for v in self.released.values() if v)
 
 
 def rss_bytes() -> int:
@@ -73,34 +77,51 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def release_caches(synchronize: Callable[[], None], device: int = 0) -> list[str]:
-    """Release, through their public APIs, every cache a user can release, and return
-    their names: the allocation cache (freed blocks kept per stream and size class), the
-    ready kernels' workspaces, the raw cuDNN handles kept for reuse, the device's
-    stream-ordered pool (freed memory stays reserved until trimmed), the kernel cache's
-    memory layer, and Python's source-line cache (the compiler reads each kernel's
-    source through it). `synchronize` waits for the device between the frees made in
-    stream order and the trim."""
+def release_caches(synchronize: Callable[[], None], device: int = 0,
+                   free_bytes: Callable[[], int] | None = None) -> dict:
+    """Release, through their public APIs, every cache a user can release: the allocation
+    cache (freed blocks kept per stream and size class), the ready kernels' workspaces,
+    the raw cuDNN handles kept for reuse, the device's stream-ordered pool (freed memory
+    stays reserved until trimmed), the kernel cache's memory layer, and Python's
+    source-line cache (the compiler reads each kernel's source through it).
+
+    Parameters
+    ----------
+    synchronize : callable
+        Waits for the device: after the frees made in stream order, before the trim.
+    free_bytes : callable, optional
+        Free device bytes now; with it, each release's share is measured.
+
+    Returns
+    -------
+    dict
+        Release name -> device bytes it gave back (None where not measured). A device
+        release that gives nothing back after a phase that filled its cache is a bug.
+    """
     import cupric.kernels
     from cupric import cudnn
     from cupric.compiler.cache import default_cache
     from cupric.runtime import memory, pool
-    done = ["memory.release_cached()"]
-    memory.release_cached()
-    cupric.kernels.release_workspaces()
-    done.append("kernels.release_workspaces()")
+
+    def trim():
+        synchronize()  # the stream-ordered frees reach the pool first
+        pool.default_pool(device).trim(0)
+        pool.current_pool(device).trim(0)  # the same pool unless a user set another
+
+    steps = [("memory.release_cached()", lambda: (memory.release_cached(), trim())),
+             ("kernels.release_workspaces()",
+              lambda: (cupric.kernels.release_workspaces(), trim()))]
     if cudnn.is_available():
-        cudnn.release_idle_handles()
-        done.append("cudnn.release_idle_handles()")
-    synchronize()
-    pool.default_pool(device).trim(0)
-    pool.current_pool(device).trim(0)  # the same pool unless a user set another
-    done.append("pool.trim(0)")
-    default_cache().clear_memory()
-    done.append("kernel_cache.clear_memory()")
-    linecache.clearcache()
-    done.append("linecache.clearcache()")
-    return done
+        steps.append(("cudnn.release_idle_handles()", cudnn.release_idle_handles))
+    steps += [("pool.trim(0)", trim),
+              ("kernel_cache.clear_memory()", default_cache().clear_memory),
+              ("linecache.clearcache()", linecache.clearcache)]
+    released = {}
+    for name, release in steps:
+        before = free_bytes() if free_bytes else None
+        release()
+        released[name] = None if before is None else free_bytes() - before
+    return released
 
 
 def _cupric_objects() -> dict:
@@ -125,13 +146,12 @@ def settle(rt, *, census: bool = False) -> Reading:
         gc.collect()
         resource.drain()
     rt.synchronize()
-    free_before, _ = rt.memory_info()
-    release_caches(rt.synchronize)
+    released = release_caches(rt.synchronize, free_bytes=lambda: rt.memory_info()[0])
     rt.synchronize()
     free, total = rt.memory_info()
     return Reading(total - free, rss_bytes(), resource.live_count(),
                    resource.pending_count(), sys.getallocatedblocks(),
-                   _cupric_objects() if census else {}, free - free_before)
+                   _cupric_objects() if census else {}, released)
 
 
 def judge(baseline: Reading, readings: list, *, device_limit: int = DEVICE_LIMIT,
@@ -168,6 +188,7 @@ def judge(baseline: Reading, readings: list, *, device_limit: int = DEVICE_LIMIT
             "rss_growth_fraction": (reading.rss_bytes - baseline.rss_bytes)
             / baseline.rss_bytes,
             "released_bytes": reading.released_bytes,
+            "released": dict(reading.released),
             "live_allocations": reading.live_allocations,
             "pending_releases": reading.pending_releases,
             "python_blocks_step": reading.python_blocks - previous.python_blocks,
@@ -204,6 +225,10 @@ def table(verdict: dict, plan: dict, timings: dict) -> str:
             f"{row['device_bytes'] / 2**20:>12.2f}{row['device_step_bytes'] / 2**20:>+10.3f}"
             f"{row['released_bytes'] / 2**20:>10.2f}{row['rss_bytes'] / 2**20:>10.1f}{100 * row['rss_step_fraction']:>+8.2f}"
             f"{row['live_allocations']:>7}{row['python_blocks_step']:>+11}")
+        freed = {k: v for k, v in row.get("released", {}).items() if v}
+        if freed:
+            lines.append("    released: " + ", ".join(
+                f"{k} {v / 2**20:.2f} MiB" for k, v in freed.items()))
         if row["objects_step"]:
             lines.append("    objects: " + ", ".join(
                 f"{k.rsplit('.', 1)[-1]} {v:+d}" for k, v in row["objects_step"].items()))
@@ -398,7 +423,8 @@ def run(plan: dict, json_path: str | None = None, *, rounds: int = 1,
     results.update(verdict)
     results["timings_s"] = timings
     results["baseline"] = {"device_bytes": baseline.device_bytes,
-                           "rss_bytes": baseline.rss_bytes}
+                           "rss_bytes": baseline.rss_bytes,
+                           "released": dict(baseline.released)}
     out(table(verdict, plan, timings))
     out(f"device memory: {baseline.device_bytes / 2**20:.2f} MiB at the baseline, "
         f"{verdict['device_growth_bytes'] / 2**20:+.3f} MiB at the end "

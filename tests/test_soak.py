@@ -145,7 +145,6 @@ def test_json_and_command_line(tmp_path, monkeypatch):
 def test_settle_synchronizes_collects_drains_and_releases_before_reading(monkeypatch):
     from cupric.runtime import resource
     log = []
-
     free = [640 * MiB]
 
     class Runtime:
@@ -156,41 +155,56 @@ def test_settle_synchronizes_collects_drains_and_releases_before_reading(monkeyp
             log.append("read")
             return free[0], 1000 * MiB
 
-    def release(synchronize):
+    def release(synchronize, free_bytes):
         log.append("release")
+        before = free_bytes()
         free[0] += 60 * MiB        # the caches gave 60 MiB back
         synchronize()
+        return {"a cache": free_bytes() - before, "another": None}
 
     monkeypatch.setattr(soak.gc, "collect", lambda: log.append("gc"))
     monkeypatch.setattr(resource, "drain", lambda: log.append("drain"))
     monkeypatch.setattr(soak, "release_caches", release)
     reading = soak.settle(Runtime())
     assert reading.device_bytes == 300 * MiB and reading.rss_bytes > 0
+    assert reading.released == {"a cache": 60 * MiB, "another": None}
     assert reading.released_bytes == 60 * MiB
-    assert log == ["sync"] + ["gc", "drain"] * 3 + ["sync", "read", "release", "sync",
-                                                     "sync", "read"]
+    assert log == ["sync"] + ["gc", "drain"] * 3 + ["sync", "release", "read", "sync",
+                                                     "read", "sync", "read"]
 
 
-def test_release_caches_uses_every_public_release(monkeypatch):
+def test_release_caches_uses_every_public_release_and_measures_each(monkeypatch):
     import cupric.kernels
     from cupric import cudnn
     from cupric.compiler.cache import default_cache
     from cupric.runtime import memory, pool
-    log = []
+    log, free = [], [0]
 
     class Pool:
         def trim(self, keep):
             log.append(("trim", keep))
+            free[0] += 1    # each trim returns a page
 
-    monkeypatch.setattr(memory, "release_cached", lambda: log.append("cached") or 0)
-    monkeypatch.setattr(cupric.kernels, "release_workspaces", lambda: log.append("ws"))
+    def gives(name, nbytes):
+        def release():
+            log.append(name)
+            free[0] += nbytes
+        return release
+
+    monkeypatch.setattr(memory, "release_cached", gives("cached", 100))
+    monkeypatch.setattr(cupric.kernels, "release_workspaces", gives("ws", 20))
     monkeypatch.setattr(cudnn, "is_available", lambda: True)
-    monkeypatch.setattr(cudnn, "release_idle_handles", lambda: log.append("dnn") or 0)
+    monkeypatch.setattr(cudnn, "release_idle_handles", gives("dnn", 3))
     monkeypatch.setattr(pool, "default_pool", lambda device: Pool())
     monkeypatch.setattr(pool, "current_pool", lambda device: Pool())
     monkeypatch.setattr(type(default_cache()), "clear_memory",
                         lambda self: log.append("kernels"))
-    names = soak.release_caches(lambda: log.append("sync"))
-    # Frees in stream order first, then the wait, then the trim that returns the pages.
-    assert log == ["cached", "ws", "dnn", "sync", ("trim", 0), ("trim", 0), "kernels"]
-    assert "cudnn.release_idle_handles()" in names and len(names) == 6
+    released = soak.release_caches(lambda: log.append("sync"), free_bytes=lambda: free[0])
+    # A stream-ordered release, then the wait, then the trim that returns the pages.
+    assert log[:4] == ["cached", "sync", ("trim", 0), ("trim", 0)]
+    assert log[4:8] == ["ws", "sync", ("trim", 0), ("trim", 0)]
+    assert log[8:] == ["dnn", "sync", ("trim", 0), ("trim", 0), "kernels"]
+    assert released == {"memory.release_cached()": 102, "kernels.release_workspaces()": 22,
+                        "cudnn.release_idle_handles()": 3, "pool.trim(0)": 2,
+                        "kernel_cache.clear_memory()": 0, "linecache.clearcache()": 0}
+    assert set(soak.release_caches(lambda: None).values()) == {None}  # not measured
