@@ -27,8 +27,6 @@ LONG_MODULES = {
     "cupric/compiler/_fastcall.py": "issue 16: C source of the compiled launcher",
     "cupric/compiler/codegen/function.py": "issue 16: not yet split",
     "cupric/compiler/typing/infer.py": "issue 16: not yet split",
-    "cupric/runtime/_fastalloc.py": "issue 16: C source of the allocation fast path",
-    "cupric/runtime/memory.py": "issue 16: layout, allocation and buffer being split",
 }
 
 #: Cross-package private uses still in the tree: (importing module, what it uses). Empty

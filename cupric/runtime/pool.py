@@ -15,7 +15,9 @@ import numpy as np
 
 from . import _lifetime
 from ._driver import check, driver
-from .memory import DeviceBuffer, _device_of_context, _new_buffer, stream_handle
+from .allocation import _device_of_context, stream_handle
+from .buffer import DeviceBuffer
+from .memory import _new_buffer
 
 __all__ = ["MemoryPool", "PoolOptions", "PoolStats", "default_pool", "current_pool",
            "create_pool", "can_access_peer", "enable_peer_access", "disable_peer_access",

@@ -207,16 +207,16 @@ def test_cublas_fast_path_switches_when_ready(monkeypatch):
 
 
 def test_allocation_path_asks_again_while_pending(monkeypatch):
-    from cupric.runtime import _fastalloc, memory
+    from cupric.runtime import _fastalloc, allocation
     entry = object()
     answers = iter([None, None, entry])
     pending = iter([True, True])
     monkeypatch.setattr(_fastalloc, "native", lambda: next(answers))
     monkeypatch.setattr(_fastalloc, "pending", lambda: next(pending))
-    monkeypatch.setattr(memory, "_fast", memory._UNSET)
-    assert memory._load_fast() is None and memory._fast is memory._UNSET
-    assert memory._load_fast() is None and memory._fast is memory._UNSET
-    assert memory._load_fast() is entry and memory._fast is entry
+    monkeypatch.setattr(allocation, "_fast", allocation._UNSET)
+    assert allocation._load_fast() is None and allocation._fast is allocation._UNSET
+    assert allocation._load_fast() is None and allocation._fast is allocation._UNSET
+    assert allocation._load_fast() is entry and allocation._fast is entry
 
 
 def test_allocation_pending_state(monkeypatch):

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from cupric.runtime import _lifetime
+from cupric.runtime import allocation as al
 from cupric.runtime import memory as m
 from cupric.runtime.errors import ClosedError, CudaOutOfMemoryError
 
@@ -31,7 +32,7 @@ def cached(monkeypatch, fake_lib, entry):  # noqa: F811
     """The memory module on the compiled path over the fake libcuda, its cache on."""
     gc.collect()
     _lifetime.drain()
-    monkeypatch.setattr(m, "_fast", entry)
+    monkeypatch.setattr(al, "_fast", entry)
     fake_lib.fake_set_capturing(0, 0)
     start, bad = fake_lib.fake_live(), fake_lib.fake_calls(BAD_FREES)
     yield fake_lib
@@ -214,8 +215,8 @@ def test_blocks_are_kept_per_context(cached):
     assert mine.ptr == ptr and mine.device == 0
     mine.close()
     cached.fake_set_current(CTX1, 1)  # device 1's block is freed from its own context
-    for ptr, stream, device, _size in m._fast.take(1, None):
-        assert (stream, device) == (0, 1) and m._fast.free(ptr, stream, device) == 0
+    for ptr, stream, device, _size in al._fast.take(1, None):
+        assert (stream, device) == (0, 1) and al._fast.free(ptr, stream, device) == 0
     cached.fake_set_current(CTX0, 0)
 
 
@@ -254,7 +255,7 @@ def test_stats_count_hits_and_misses(cached):
 
 
 def test_the_limit_sends_the_excess_to_the_driver(cached):
-    m._fast.cache(None, 1024)
+    al._fast.cache(None, 1024)
     bufs = [m.empty(1024, np.uint8, stream=STREAM) for _ in range(3)]
     frees = _calls(cached, FREE_ASYNC)
     del bufs  # the first fits under the limit; the others are freed (through the queue)
@@ -264,7 +265,7 @@ def test_the_limit_sends_the_excess_to_the_driver(cached):
 
 
 def test_the_cache_turned_off_frees_at_once(cached):
-    m._fast.cache(False, None)
+    al._fast.cache(False, None)
     frees = _calls(cached, FREE_ASYNC)
     buf = m.empty(100, np.uint8, stream=STREAM)
     assert _live_release(buf)[0] is m._free_async
@@ -292,8 +293,8 @@ def test_a_destroyed_stream_frees_its_blocks_on_it_first(cached, monkeypatch):
         def cuCtxSynchronize():
             synchronized.append(True)
             return (0,)
-    monkeypatch.setattr(m, "driver", lambda: Bindings)
-    monkeypatch.setattr(m, "_context_for_free", lambda ptr, device=-1, stream=None: None)
+    monkeypatch.setattr(al, "driver", lambda: Bindings)
+    monkeypatch.setattr(al, "_context_for_free", lambda ptr, device=-1, stream=None: None)
     blocks = m.cache_stats().cached_blocks
     kept.close()
     assert synchronized == [True] and cached.fake_last_stream() == m.LEGACY_STREAM
@@ -311,31 +312,31 @@ def test_a_reset_context_drops_its_blocks_without_freeing(cached, monkeypatch):
     buf.close()
     assert m.cache_stats().cached_blocks == 2
     frees = _calls(cached, FREE_ASYNC)
-    taken = m._fast.take(0, STREAM)  # what forget drops, seen first (then put back)
+    taken = al._fast.take(0, STREAM)  # what forget drops, seen first (then put back)
     for ptr, stream, device, size in taken:
-        assert m._fast.put(ptr, size, stream, CTX0, device)
+        assert al._fast.put(ptr, size, stream, CTX0, device)
     m._forget_frees(0)
     assert m.cache_stats().cached_blocks == 0 and _calls(cached, FREE_ASYNC) == frees
     # The fake still holds the memory the "reset" destroyed: hand it back by hand.
     for ptr, stream, device, size in taken:
-        assert m._fast.free(ptr, stream, device) == 0
+        assert al._fast.free(ptr, stream, device) == 0
     assert set(ptrs) <= {t[0] for t in taken}
 
 
 def test_out_of_memory_releases_the_cache_and_retries(cached, monkeypatch):
     m.empty(1024, np.uint8, stream=OTHER).close()  # a block cached elsewhere
     released = []
-    real = m.release_cached
+    real = al.release_cached
 
     def release(synchronize=True):  # the CPU lane has no device to wait for
         released.append(synchronize)
         return real(synchronize=False)
-    monkeypatch.setattr(m, "release_cached", release)
+    monkeypatch.setattr(al, "release_cached", release)
     cached.fake_fail_next(2)  # the first allocation is refused for memory
     buf = m.empty(1024, np.uint8, stream=STREAM)
     assert released == [True] and m.cache_stats().cached_blocks == 0
     buf.close()
-    m.release_cached()
+    al.release_cached()  # (the patched one: nothing to wait for here)
     released.clear()
     cached.fake_fail_next(2)  # nothing cached to give back: the typed error at once
     with pytest.raises(CudaOutOfMemoryError) as info:

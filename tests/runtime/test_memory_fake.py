@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from cupric.runtime import _lifetime
+from cupric.runtime import allocation, buffer
 from cupric.runtime import memory as m
 from cupric.runtime.errors import ClosedError, CudaOutOfMemoryError
 
@@ -144,9 +145,10 @@ def fake(monkeypatch):
     _lifetime.drain()
     gc.disable()
     drv = FakeDriver()
-    monkeypatch.setattr(m, "driver", lambda: drv)
-    monkeypatch.setattr(m, "_device_of_context", lambda: 0)
-    monkeypatch.setattr(m, "_fast", None)  # the compiled path would reach the real driver
+    for module in (m, allocation, buffer):  # memory.py's parts read their own names
+        monkeypatch.setattr(module, "driver", lambda: drv, raising=False)
+        monkeypatch.setattr(module, "_device_of_context", lambda: 0)
+    monkeypatch.setattr(allocation, "_fast", None)  # the compiled path would reach the real driver
     monkeypatch.setattr(m, "_tls", type(m._tls)())
     try:
         yield drv

@@ -4,7 +4,7 @@ The extension (`cupric.runtime._fastalloc`) is built here and bound to a fake li
 small C library compiled for the test: it keeps a current context per thread, hands out
 malloc'd blocks as device pointers, records every call and refuses unknown pointers, so
 that double frees and leaks show. The memory module then runs its real fast path over
-it (`m._fast`), with no driver and no GPU; the GPU lane repeats the essentials on a device.
+it (`allocation._fast`), with no driver and no GPU; the GPU lane repeats the essentials on a device.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from cupric.runtime import _fastalloc, _lifetime
+from cupric.runtime import allocation as al
 from cupric.runtime import memory as m
 from cupric.runtime.errors import ClosedError, CudaError, CudaOutOfMemoryError
 
@@ -163,7 +164,7 @@ def fast(monkeypatch, fake_lib, entry):
     gc.collect()
     _lifetime.drain()
     entry.cache(False, None)
-    monkeypatch.setattr(m, "_fast", entry)
+    monkeypatch.setattr(al, "_fast", entry)
     start, bad = fake_lib.fake_live(), fake_lib.fake_calls(5)
     yield fake_lib
     gc.collect()
@@ -318,7 +319,7 @@ def test_no_context_makes_one_current(fast, monkeypatch):
         made.append(True)
         fast.fake_set_current(CTX0, 0)
         return 0
-    monkeypatch.setattr(m, "_device_of_context", make_device_zero_current)
+    monkeypatch.setattr(al, "_device_of_context", make_device_zero_current)
     fast.fake_set_current(None, -1)
     buf = m.empty(10, np.int32, stream=STREAM)
     assert made == [True] and buf.device == 0
@@ -351,7 +352,7 @@ def test_failed_free_raises_and_stays_closed(fast):
     assert buf.closed
     buf.close()  # not retried
     # The fake kept the block (the free failed): hand it back so the fixture sees no leak.
-    entry = m._fast
+    entry = al._fast
     assert entry.free(ptr, STREAM, 0) == 0
 
 
@@ -362,7 +363,7 @@ def test_deferred_free_failure_is_reported(fast):
     fast.fake_fail_next(999)
     with pytest.warns(RuntimeWarning, match=r"device allocation \(async, 8 bytes\)"):
         _lifetime.drain()
-    assert m._fast.free(ptr, STREAM, 0) == 0
+    assert al._fast.free(ptr, STREAM, 0) == 0
 
 
 def test_free_from_another_device_goes_through_its_context(fast, monkeypatch):
@@ -388,8 +389,8 @@ def test_free_from_another_device_goes_through_its_context(fast, monkeypatch):
         def cuMemFreeAsync(ptr, stream):
             return (fast.cuMemFreeAsync(ctypes.c_uint64(ptr), ctypes.c_void_p(stream)),)
 
-    monkeypatch.setattr(m, "_context_for_free", context_for_free)
-    monkeypatch.setattr(m, "driver", lambda: Bindings)
+    monkeypatch.setattr(al, "_context_for_free", context_for_free)
+    monkeypatch.setattr(al, "driver", lambda: Bindings)
     buf.close()
     assert pushed == ["enter", "exit"] and fast.fake_last_free_device() == 0
 
@@ -415,7 +416,7 @@ def test_pool_allocations_use_the_pool(fast):
 
 
 def test_zero_bytes_allocate_nothing(fast, monkeypatch):
-    monkeypatch.setattr(m, "_device_of_context", lambda: 0)
+    monkeypatch.setattr(al, "_device_of_context", lambda: 0)
     calls = [fast.fake_calls(k) for k in range(5)]
     buf = m.empty((0, 5), np.float32, stream=STREAM)
     assert buf.nbytes == 0 and buf.ptr == 0 and not buf._alloc.owns_handle
@@ -428,12 +429,12 @@ def test_interpreter_exit_frees_live_buffers_once(fake_lib, tmp_path):
     script = textwrap.dedent(f"""
         import gc
         import numpy as np
-        from cupric.runtime import _fastalloc, memory as m
+        from cupric.runtime import _fastalloc, allocation as al, memory as m
         import ctypes
         lib = ctypes.CDLL({fake_lib.path!r})
         lib.fake_set_current.argtypes = [ctypes.c_void_p, ctypes.c_int]
         lib.fake_set_current(0xC000, 0)
-        m._fast = _fastalloc.Entry(_fastalloc.load(), _fastalloc.libcuda_addresses({fake_lib.path!r}))
+        al._fast = _fastalloc.Entry(_fastalloc.load(), _fastalloc.libcuda_addresses({fake_lib.path!r}))
         kept = [m.empty(100, np.uint8, stream=0x5000) for _ in range(10)]
         sync = m.empty(100, np.uint8)
         closed = m.empty(100, np.uint8, stream=0x5000)

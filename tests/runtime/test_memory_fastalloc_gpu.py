@@ -54,9 +54,10 @@ def _settled_used(pool, streams=()) -> int:
 def test_the_compiled_path_is_in_use(rt):
     from cupric.runtime import _fastalloc
     from cupric.runtime import memory as m
+    from cupric.runtime import allocation as al
     m.empty(16, np.uint8, stream=0).close()
-    assert m._fast is not None and m._fast is not m._UNSET, _fastalloc.build_error()
-    assert m._fast.device() == 0
+    assert al._fast is not None and al._fast is not m._UNSET, _fastalloc.build_error()
+    assert al._fast.device() == 0
 
 
 def test_many_stream_ordered_buffers_leave_the_pool_as_found(rt, streams):
@@ -192,12 +193,13 @@ def test_out_of_memory_is_typed(rt, streams):
 def test_a_thread_without_a_context_gets_device_zero(rt):
     from cupric.runtime import _driver
     from cupric.runtime import memory as m
+    from cupric.runtime import allocation as al
     seen = {}
 
     def work():
         d = _driver.driver()
         seen["before"] = int(_driver.check(d.cuCtxGetCurrent()))
-        seen["fast"] = m._fast.device()
+        seen["fast"] = al._fast.device()
         buf = m.empty(KIB16, np.float32, stream=0)
         seen["device"] = buf.device
         buf.fill(3.0)
@@ -215,18 +217,19 @@ def test_a_thread_without_a_context_gets_device_zero(rt):
 def test_device_query_follows_push_and_pop(rt):
     from cupric.runtime import _driver
     from cupric.runtime import memory as m
+    from cupric.runtime import allocation as al
     d = _driver.driver()
     ctx = rt.Device(0).primary_context()
     seen = []
 
     def work():
-        seen.append(m._fast.device())
+        seen.append(al._fast.device())
         with ctx:  # cuCtxPushCurrent / cuCtxPopCurrent
-            seen.append(m._fast.device())
+            seen.append(al._fast.device())
             buf = m.empty(64, np.uint8, stream=0)
             seen.append(buf.device)
             buf.close()
-        seen.append(m._fast.device())
+        seen.append(al._fast.device())
         seen.append(int(_driver.check(d.cuCtxGetCurrent())))
     thread = threading.Thread(target=work)
     thread.start()
@@ -239,13 +242,14 @@ def test_buffers_alive_at_exit_are_freed_quietly(tmp_path):
         import numpy as np
         from cupric import runtime
         from cupric.runtime import memory as m
+        from cupric.runtime import allocation as al
         runtime.Device(0).make_current()
         s = runtime.Device(0).create_stream()
         kept = [m.empty(4096, np.float32, stream=s) for _ in range(100)]
         sync = [m.empty(4096, np.float32) for _ in range(10)]
         dead = m.empty(4096, np.float32, stream=s)
         del dead
-        assert m._fast is not None
+        assert al._fast is not None
         print("ok")
     """)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(

@@ -11,6 +11,7 @@ import types
 import pytest
 
 from cupric.runtime import _lifetime, context, errors
+from cupric.runtime import allocation, buffer
 from cupric.runtime import memory as m
 
 pytest.importorskip("cuda.bindings.driver")
@@ -82,9 +83,10 @@ def test_forget_drops_frees_of_one_device_only(isolated):
 def fake_memory(monkeypatch, isolated):
     from test_memory_fake import FakeDriver
     drv = FakeDriver()
-    monkeypatch.setattr(m, "driver", lambda: drv)
-    monkeypatch.setattr(m, "_device_of_context", lambda: 0)
-    monkeypatch.setattr(m, "_fast", None)
+    for module in (m, allocation, buffer):  # memory.py's parts read their own names
+        monkeypatch.setattr(module, "driver", lambda: drv, raising=False)
+        monkeypatch.setattr(module, "_device_of_context", lambda: 0)
+    monkeypatch.setattr(allocation, "_fast", None)
     monkeypatch.setattr(m, "_tls", type(m._tls)())
     import cupric.runtime._driver as d
     monkeypatch.setattr(d, "driver", lambda: drv)
