@@ -538,7 +538,7 @@ static int take_layout(Table *t, PyObject *layout, Py_ssize_t n) {
 
 /* make(launch, fallback, order, readers, strided, kinds, classes, dtypes, itemsizes,
         written, layout, failed): `layout` None (every launch through `launch`) or the
-   prepared launch's `c_layout`, with `failed` its `_c_failed`. */
+   prepared launch's `c_layout`, with `failed` its `launch_failed`. */
 static PyObject *make(PyObject *module, PyObject *args) {
     PyObject *launch, *fallback, *order, *readers, *strided, *kinds, *classes, *dtypes,
         *sizes, *written, *layout, *failed;

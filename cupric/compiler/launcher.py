@@ -224,7 +224,7 @@ def _compiled(plan, args, written, prepared, fallback, sources, strided):
                        tuple(p[0] for p in plan), tuple(v.__class__ for v in args),
                        tuple(p[1] for p in plan), tuple(p[2] for p in plan),
                        tuple(i in written for i in range(len(plan))), layout,
-                       prepared._c_failed if layout is not None else None)
+                       prepared.launch_failed if layout is not None else None)
 
 
 def is_compiled(launcher) -> bool:

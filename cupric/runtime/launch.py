@@ -518,7 +518,7 @@ class _CompiledPreparedLaunch(PreparedLaunch):
     """`PreparedLaunch` whose `launch` is the compiled extension's function.
 
     The extension packs and launches in one C call; whatever it does not handle itself
-    (unusual argument types, any error) it hands to `_slow_launch` / `_c_failed`, the
+    (unusual argument types, any error) it hands to `_slow_launch` / `launch_failed`, the
     Python implementation, which raises the same typed errors as the other backends.
     """
 
@@ -542,7 +542,7 @@ class _CompiledPreparedLaunch(PreparedLaunch):
                                   sizes, _Stream, weakref.ref(self))
         #: What a compiled kernel launcher (`cupric.compiler._fastcall`) needs to pack and
         #: launch by itself: (cuLaunchKernel's address, the CUfunction, the format codes,
-        #: offsets and sizes of the parameters); its errors come back to `_c_failed`.
+        #: offsets and sizes of the parameters); its errors come back to `launch_failed`.
         self.c_layout = (address, self.function.ptr, codes, tuple(self._offsets), sizes)
 
     def __call__(self, *args) -> None:
@@ -551,13 +551,18 @@ class _CompiledPreparedLaunch(PreparedLaunch):
     def _slow_launch(self, *args) -> None:
         return PreparedLaunch.launch(self, *args)
 
-    def _c_failed(self, err, grid, block, stream, shared_bytes, *values) -> None:
+    def launch_failed(self, err, grid, block, stream, shared_bytes, *values) -> None:
+        """Raise the typed error of a launch that cuLaunchKernel answered with `err` (made
+        current and tried again where no context was current): the extension's, and that of
+        the compiled kernel launchers packing through `c_layout`."""
         gx, gy, gz = dim3(grid, "grid")
         bx, by, bz = dim3(block, "block")
         s = stream if stream is None or stream.__class__ is int else self._stream_arg(stream)
         if self._bytes_params:
             values = self._struct_values(values)
         self._failed(err, (gx, gy, gz), (bx, by, bz), shared_bytes, s or 0, values)
+
+    _c_failed = launch_failed  # the name the extension calls
 
 
 def _stream_ptr(stream) -> int:

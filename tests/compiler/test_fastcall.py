@@ -438,7 +438,7 @@ def test_cupy_current_stream_is_read_and_compared_in_c(driver, monkeypatch, laun
 def test_the_launch_packs_in_c_and_driver_errors_stay_typed(driver, monkeypatch):
     """The compiled launcher packs and calls cuLaunchKernel itself (the prepared launch's
     `c_layout`), not through `prepared.launch`; an error code from the driver comes back
-    through the Python path (`_c_failed`) as its typed error, the launch tried once."""
+    through the Python path (`launch_failed`) as its typed error, the launch tried once."""
     from cupric.runtime.errors import CudaError
     x, y = _buf(0x10000, (256,)), _buf(0x20000, (256,))
     a = np.float32(2)
