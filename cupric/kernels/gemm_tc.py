@@ -110,28 +110,21 @@ def _make_kernel(kind: str, out_bf16: bool, cfg: Config):
         return row * bn_ + ((chunk ^ (row & 7)) << 3)
 
     @cupric.device_function
-    def load_slice(sa, sb, a, b, st, kt, tid, bm, bn, m, n, k):
-        """Start the copies of slice kt into stage st; chunks past the edges of A or B
-        read nothing and zero their 16 bytes."""
+    def load_slice(sa, sb, a, b, st, kt, k, n, a_col, a_src, a_dst, b_src, b_dst, b_row):
+        """Start the copies of slice kt into stage st, from each thread's offsets fixed
+        before the loop; chunks past the edges of A or B (a source index of -1, or a
+        column or row past k) read nothing and zero their 16 bytes."""
         k0 = kt * bk_
         for q in range(a_per):
-            c = tid + q * threads
-            row = c // a_cpr
-            ch = c % a_cpr
-            gr = bm + row
-            gk = k0 + ch * 8
-            ok = gr < m and gk < k
-            cp_async.copy(sa, st * a_stage + a_offset(row, ch), a,
-                          (gr * k + gk) if ok else 0, 16, 16 if ok else 0)
+            src = a_src[q]
+            ok = src >= 0 and k0 + a_col < k
+            cp_async.copy(sa, st * a_stage + a_dst[q], a, (src + k0) if ok else 0, 16,
+                          16 if ok else 0)
         for q in range(b_per):
-            c = tid + q * threads
-            row = c // b_cpr
-            ch = c % b_cpr
-            gk = k0 + row
-            gn = bn + ch * 8
-            ok = gk < k and gn < n
-            cp_async.copy(sb, st * b_stage + b_offset(row, ch), b,
-                          (gk * n + gn) if ok else 0, 16, 16 if ok else 0)
+            src = b_src[q]
+            ok = src >= 0 and k0 + b_row[q] < k
+            cp_async.copy(sb, st * b_stage + b_dst[q], b, (src + k0 * n) if ok else 0, 16,
+                          16 if ok else 0)
 
     @cupric.kernel
     def gemm_tc(a, b, out, m: i32, n: i32, k: i32):
@@ -168,10 +161,28 @@ def _make_kernel(kind: str, out_bf16: bool, cfg: Config):
         for nj in range(ni_n // 2):
             b_off[nj] = b_offset((lane & 7) + ((lane >> 3) & 1) * 8,
                                  (wn + nj * 16) // 8 + (lane >> 4))
+        # Each thread's copies: where they read and write, fixed for the whole loop.
+        a_src = local.array(a_per, i32)
+        a_dst = local.array(a_per, i32)
+        b_src = local.array(b_per, i32)
+        b_dst = local.array(b_per, i32)
+        b_row = local.array(b_per, i32)
+        a_col = (tid % a_cpr) * 8
+        for q in range(a_per):
+            row = (tid + q * threads) // a_cpr
+            a_src[q] = (bm + row) * k + a_col if bm + row < m else -1
+            a_dst[q] = a_offset(row, tid % a_cpr)
+        for q in range(b_per):
+            row = (tid + q * threads) // b_cpr
+            col = bn + (tid % b_cpr) * 8
+            b_src[q] = row * n + col if col < n else -1
+            b_dst[q] = b_offset(row, tid % b_cpr)
+            b_row[q] = row
         tiles = (k + bk_ - 1) // bk_
         for pre in range(stages - 1):
             if pre < tiles:
-                load_slice(sa, sb, a, b, pre, pre, tid, bm, bn, m, n, k)
+                load_slice(sa, sb, a, b, pre, pre, k, n, a_col, a_src, a_dst, b_src, b_dst,
+                           b_row)
             cp_async.commit()
         for kt in range(tiles):
             # Slice kt has landed for this thread (at most stages - 2 newer groups still
@@ -181,7 +192,8 @@ def _make_kernel(kind: str, out_bf16: bool, cfg: Config):
             syncthreads()
             nxt = kt + stages - 1
             if nxt < tiles:
-                load_slice(sa, sb, a, b, nxt % stages, nxt, tid, bm, bn, m, n, k)
+                load_slice(sa, sb, a, b, nxt % stages, nxt, k, n, a_col, a_src, a_dst, b_src,
+                           b_dst, b_row)
             cp_async.commit()
             a_base = (kt % stages) * a_stage
             b_base = (kt % stages) * b_stage
