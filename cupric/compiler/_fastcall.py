@@ -5,9 +5,12 @@ between launches of one signature (the argument classes, dtypes, rank, contiguit
 liveness, alignment and overlap of written arrays) and hands the values to the runtime's
 prepared launch. This CPython extension makes the same checks in C, reading DeviceBuffer
 slots at offsets taken once from the class (as `cupric.cudnn._replay_c` does) and CuPy
-arrays and PyTorch tensors through their attributes, and calls the prepared launch (the
-compiled packer of `cupric.runtime._fastlaunch`) with a stack of values, so no Python
-frame runs between the subscript and cuLaunchKernel.
+arrays and PyTorch tensors through their attributes, orders the launch after CuPy's
+current stream where CUDA does not already, and packs the values into a small stack
+buffer by the prepared launch's layout (`PreparedLaunch.c_layout`) and calls
+cuLaunchKernel itself, so no Python frame runs between the subscript and the driver.
+Without that layout (another backend, a parameter space too large for its buffer) it
+calls the prepared launch with a stack of values instead.
 
 Anything it does not accept goes, untouched, to the launcher's fallback (the launcher
 made before it, else `Kernel._launch`), which raises the typed errors of the Python
