@@ -119,3 +119,39 @@ def test_closed_buffers_are_refused_on_the_compiled_path(rt, monkeypatch):
             kern[4, 256](np.float32(1), closed, y, np.int32(n))
     rt.synchronize()
     np.testing.assert_array_equal(y.to_numpy(), np.full(n, 2, np.float32))
+
+
+def test_driver_refusals_and_streams_on_the_compiled_path(rt, monkeypatch):
+    """The compiled launcher packs and calls cuLaunchKernel itself: a block the driver
+    refuses comes back as the Python path's LaunchConfigError naming the limit, a closed
+    stream as ClosedError, with nothing run; streams given as None, an int handle and a
+    cupric Stream all launch, in order, on that stream."""
+    from cupric.runtime.errors import ClosedError
+    from cupric.runtime.launch import LaunchConfigError
+    monkeypatch.setattr(_fastcall, "_enabled", True)
+    kern = cupric.kernel(_axpy_source())
+    rng = np.random.default_rng()
+    n = 5000
+    x = rng.standard_normal(n).astype(np.float32)
+    y0 = rng.standard_normal(n).astype(np.float32)
+    dx, dy = rt.to_device(x), rt.to_device(y0)
+    a = np.float32(0.5)
+    blocks = (n + 255) // 256
+    kern[blocks, 256](a, dx, dy, np.int32(n))
+    assert launcher.is_compiled(kern._fast)
+    stream = rt.Device(0).create_stream(non_blocking=True)
+    rt.synchronize()
+    for s in (None, stream.ptr, stream, 0):
+        kern[blocks, 256, s](a, dx, dy, np.int32(n))
+        rt.synchronize()  # the non-blocking stream is not ordered with the legacy one
+    expected = y0.copy()
+    for _ in range(5):
+        expected = a * x + expected
+    np.testing.assert_allclose(dy.to_numpy(), expected, rtol=1e-5, atol=1e-5)
+    with pytest.raises(LaunchConfigError, match="exceeds"):
+        kern[1, 2048](a, dx, dy, np.int32(n))
+    stream.close()
+    with pytest.raises(ClosedError):
+        kern[blocks, 256, stream](a, dx, dy, np.int32(n))
+    rt.synchronize()
+    np.testing.assert_allclose(dy.to_numpy(), expected, rtol=1e-5, atol=1e-5)
