@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import threading
 import weakref
 
@@ -173,7 +172,8 @@ _CHOSEN = "CUPRIC_SIMULATOR is set"
 
 
 def _simulator_reason() -> str | None:
-    if os.environ.get("CUPRIC_SIMULATOR", "") not in ("", "0"):
+    from cupric._config import simulator_requested
+    if simulator_requested():
         return _CHOSEN
     from cupric.runtime._driver import driver_available
     if not driver_available():
