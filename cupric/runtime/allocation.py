@@ -133,8 +133,8 @@ class _Allocation(_lifetime.TrackedResource):
 
     Every view of the allocation holds it; when the last view dies, its release is queued
     (`_lifetime.TrackedResource`: a table entry rather than a `weakref.finalize`, which
-    would cost more than the allocation itself). `owner` keeps alive whatever a borrow
-    depends on.
+    would cost more than the allocation itself), or a block of the allocation cache goes
+    straight back into it. `owner` keeps alive whatever a borrow depends on.
     """
 
     __slots__ = ("ptr", "nbytes", "kind", "device", "owner")
