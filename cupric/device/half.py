@@ -45,7 +45,9 @@ half = Namespace(
         "half.to_bf16",
         "half.to_bf16(x, rounding='rn') -> f32: x rounded to bfloat16 by `rounding` ('rn', "
         "'rz', 'rd', 'ru'), as the f32 of the same value (integer arithmetic on the f32 "
-        "bits: every architecture and the simulator give the same bits)."),
+        "bits: every architecture and the simulator give the same bits; an f64 or a "
+        "wide integer x is rounded once, from its own value; bf16(...) of the result is "
+        "exact)."),
     bf16_fma=Intrinsic(
         "half.bf16_fma",
         "half.bf16_fma(a, b, c) -> f32: a*b+c of three bfloat16 values (f32 inputs are first "

@@ -108,11 +108,18 @@ def _bf16_rn(x) -> int:
 
 @implements("half.to_bf16")
 def _to_bf16(s, x, rounding="rn"):
-    x = np.float32(x)
-    if x != x:  # a quiet NaN with the input's top bits, as the compiled code
-        bits = (int(x.view(np.uint32)) >> 16) | 0x40
+    from cupric.types import bf16_round_bits
+    if isinstance(x, (float, np.float64)) or type(x).__name__ == "bfloat16":
+        bits = bf16_round_bits(x, rounding)  # from the value itself, rounded once
+    elif isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) and \
+            (isinstance(x, int) or x.dtype.itemsize > 2):
+        bits = bf16_round_bits(int(x), rounding)
     else:
-        bits = round_bits(_exact(float(x)), BF16, rounding)
+        x = np.float32(x)
+        if x != x:  # a quiet NaN with the input's top bits, as the compiled code
+            bits = (int(x.view(np.uint32)) >> 16) | 0x40
+        else:
+            bits = round_bits(_exact(float(x)), BF16, rounding)
     return np.uint32(bits << 16).view(np.float32)
 
 

@@ -133,6 +133,15 @@ def conversions(f, d, k, out, back):
         back[3, i] = f64(f16(x))
 
 
+def directed(d, k, out):
+    i = grid(1)
+    if i < d.shape[0]:
+        out[0, i] = bf16(half.to_bf16(d[i], rounding="rz"))
+        out[1, i] = bf16(half.to_bf16(d[i], rounding="rd"))
+        out[2, i] = bf16(half.to_bf16(d[i], rounding="ru"))
+        out[3, i] = bf16(half.to_bf16(k[i], rounding="ru"))
+
+
 def accumulate(vals, total):
     i = grid(1)
     if i < vals.shape[0]:
@@ -205,6 +214,20 @@ def test_simulator_conversions(rng):
             np.float64), equal_nan=True)
         assert np.array_equal(back[3], x.astype(np.float16).astype(np.float64), equal_nan=True)
     assert np.array_equal(back[2], np.where(np.abs(x) < float(bf16(1e9)), np.trunc(x), -1))
+
+
+def test_directed_conversions_from_f64_and_i64_round_once(rng, nvvm):
+    _, d, k = wide_sources(rng, 300)
+    n = min(d.size, k.size) - 1  # no NaN
+    d, k = d[:n], k[:n]
+    out = np.zeros((4, n), BF16)
+    run(directed, n, d, k, out)
+    for row, mode in enumerate(("rz", "rd", "ru")):
+        assert same(out[row], exact_bits(d, mode)), mode
+    assert same(out[3], exact_bits(k, "ru"))
+    ptx = cupric.kernel(directed).inspect_ptx(
+        "Array[f64, 1, 'C'], Array[i64, 1, 'C'], Array[bf16, 2, 'C']", arch="sm_90")
+    assert "cvt.rz.f32.f64" in ptx and "cvt.rz.f32.s64" in ptx
 
 
 def test_simulator_atomic_add():
@@ -312,6 +335,12 @@ def test_gpu_matches_simulator_bit_for_bit(rng):
         torch.from_numpy(f).cuda(), torch.from_numpy(d).cuda(), torch.from_numpy(k).cuda(),
         out_c, back)
     assert same(out_c.view(torch.int16).cpu().numpy().view(np.uint16).view(BF16), want_c)
+    want_d = np.zeros((4, m), BF16)
+    run(directed, m, d, k, want_d)
+    out_d = torch.zeros((4, m), device="cuda", dtype=torch.bfloat16)
+    cupric.kernel(directed)[(m + 127) // 128, 128](
+        torch.from_numpy(d).cuda(), torch.from_numpy(k).cuda(), out_d)
+    assert same(out_d.view(torch.int16).cpu().numpy().view(np.uint16).view(BF16), want_d)
 
 
 @pytest.mark.gpu

@@ -153,7 +153,13 @@ def bf16_directed_bits(cg, x: Value, mode: str) -> Value:
 
 def _to_bf16_lower(cg, call, args):
     mode = _rounding(call, "half.to_bf16")
-    x = _as(cg, args[0], f32, call.node)
+    kv = args[0]
+    src = kv.type.default if isinstance(kv.type, WeakType) else kv.type
+    if src.kind == "f" and src.bits > 32 or src.kind in "iu" and src.bits > 16:
+        # f64 and wide integers: rounded to odd in f32 first, so that one rounding results
+        x = _f32_to_odd(cg, _as(cg, kv, src, call.node), src)
+    else:
+        x = _as(cg, kv, f32, call.node)
     bits = bf16_bits_value(cg, x) if mode == "rn" else bf16_directed_bits(cg, x, mode)
     return KValue(f32, [bf16_from_bits_value(cg, bits)])
 
