@@ -293,10 +293,23 @@ class Call:
     `__cuda_array_interface__`/`__dlpack__` (CuPy, PyTorch, numba-cuda); a NumPy array is
     refused with a message saying how to copy it. On the simulator they are NumPy arrays
     (array-likes are converted). Outputs are allocated where the inputs live.
+
+    Every array is read and checked once, when `array` or `output` takes it, before
+    anything is queued: DeviceBuffers by their attributes (closed ones refused);
+    C-contiguous PyTorch tensors and CuPy arrays on a one-GPU machine as `Foreign`
+    (their own attributes, no borrow; CuPy's current stream ordered once per call);
+    everything else through `cupric.runtime.intake.as_buffer`, whose typed errors and
+    stream ordering it keeps.
+
+    Cost
+    ----
+    A DeviceBuffer: a few attribute reads. A PyTorch tensor or CuPy array: six or so of
+    its own attributes and one small object; the launch hands the array itself to the
+    kernel's compiled launcher. Other kinds: the intake layer's read and a borrow.
     """
 
     __slots__ = ("op", "simulator", "stream", "_scratch", "_handle", "_ordered",
-                 "_foreign")
+                 "_foreign", "_cupy")
 
     def __init__(self, op: str, stream=None) -> None:
         self.op = op
@@ -306,6 +319,9 @@ class Call:
         self._handle = None
         self._ordered = None  # producers' streams this call's stream is ordered after
         self._foreign = False  # whether an argument was read as a `Foreign` array
+        # CuPy's adapter while this call's stream is not yet ordered after CuPy's
+        # current stream (`_settle`), else None.
+        self._cupy = None
 
     @property
     def handle(self) -> int:
@@ -440,7 +456,8 @@ class Call:
             kern.simulate[grid, block, None, shared_bytes](*args)
             return
         if self._foreign:
-            args = tuple([a.launchable() if a.__class__ is Foreign else a for a in args])
+            args = tuple([(a.obj if a.direct else a.launch_view())
+                          if a.__class__ is Foreign else a for a in args])
         # What `kern[grid, block, stream, shared_bytes](*args)` runs, without building
         # the launch configuration object: the kernel's generated launcher for its common
         # signature (it sends anything else to the general path), else the general path.
@@ -472,23 +489,18 @@ class Call:
         if adapter is not None and _FOREIGN[0]:
             kind = adapter.kind
             if kind == "torch":
-                arr = _read_torch(obj, adapter)
+                arr = _read_torch(obj, adapter, self)
                 if arr is not None and _single_device():
                     self._foreign = True
                     return arr
             elif kind == "cupy":
-                arr = _read_cupy(obj, adapter)
+                arr = _read_cupy(obj, adapter, self)
                 if arr is not None and _single_device():
                     # CuPy's interface names its current stream as every array's
-                    # producer. Where that is the legacy stream and so is the call's,
-                    # nothing is to be ordered and the launch takes the array itself;
-                    # otherwise the call orders its stream once and launches views
-                    # (the launch path would order again for each array it reads).
-                    if adapter.current_stream is not None:
-                        producer = adapter.current_stream() or 1
-                        if producer != 1 or self.stream is not None:
-                            self._order_after(producer)
-                            arr.direct = False
+                    # producer: the launcher taking the array orders the launch after
+                    # it; before a view of the array is used, the call does (`_settle`).
+                    if adapter.current_stream is not None and self._cupy is None:
+                        self._cupy = adapter
                     self._foreign = True
                     return arr
         if isinstance(obj, np.ndarray):
@@ -502,6 +514,23 @@ class Call:
         except TypeError as exc:  # HostMemoryError, NotAnArrayError: the same class
             raise exc.__class__(f"{self.op}: {exc}") from None
 
+
+    def _settle(self, arr):
+        """Before a view of `Foreign` array `arr` is used (a launch view, a memset, a
+        borrow): order the call's stream after CuPy's current stream once, and find
+        whether a 1-D PyTorch tensor read without its strides is contiguous. Returns
+        None when the plain contiguous view is right, else the DeviceBuffer to use (the
+        intake layer's borrow of a strided tensor, read as `arr`'s dtype)."""
+        adapter = self._cupy
+        if adapter is not None and arr.kind == "cupy":
+            self._cupy = None
+            producer = adapter.current_stream() or 1
+            if producer != 1 or self.stream is not None:
+                self._order_after(producer)
+        if arr.kind == "torch" and arr.ndim == 1 and not arr.obj.is_contiguous():
+            buf = _as_buffer(arr.obj, self.stream, name=self.op)
+            return buf if buf.dtype == arr.dtype else buf.view(arr.dtype)
+        return None
 
     def _order_after(self, producer: int) -> None:
         """Order the call's stream after a producer's stream (a CAI v3 ``stream``
@@ -533,20 +562,27 @@ class Foreign:
     and nothing of them outlives the launch.
     """
 
-    __slots__ = ("obj", "kind", "shape", "dtype", "itemsize", "size", "ndim", "direct")
+    __slots__ = ("obj", "kind", "shape", "dtype", "size", "direct", "call")
 
     readonly = False  # PyTorch and CuPy never export read-only memory
     is_c_contiguous = True
 
-    def __init__(self, obj, kind, shape, dtype, size, direct) -> None:
+    def __init__(self, obj, kind, shape, dtype, size, direct, call) -> None:
         self.obj = obj
         self.kind = kind
         self.shape = shape
         self.dtype = dtype
-        self.itemsize = dtype.itemsize
         self.size = size
-        self.ndim = len(shape)
         self.direct = direct  # `obj` itself is this 1-D array (same dtype, rank 1)
+        self.call = call  # the Call to settle with before a view is used, or None
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
 
     @property
     def ptr(self) -> int:
@@ -555,35 +591,53 @@ class Foreign:
 
     @property
     def strides(self) -> tuple:
-        from cupric.runtime.memory import c_strides
-        return tuple(c_strides(self.shape, self.itemsize))
+        return tuple(_c_strides(self.shape, self.dtype.itemsize))
 
     def flat(self, dtype=None) -> "Foreign":
         """The 1-D view of all items, read as `dtype` (same item size) when given."""
         if dtype is None or dtype == self.dtype:
-            if self.ndim == 1:
+            if len(self.shape) == 1:
                 return self
             dtype = self.dtype
-        elif dtype.itemsize != self.itemsize:
+        elif dtype.itemsize != self.dtype.itemsize:
             raise ValueError(f"cannot view {self.dtype} items as {dtype}")
-        return Foreign(self.obj, self.kind, (self.size,), dtype, self.size, False)
+        return Foreign(self.obj, self.kind, (self.size,), dtype, self.size, False,
+                       self.call)
 
     def launchable(self):
         """What a launch takes: the array itself, or a view over its memory for this
         launch (see Safety)."""
-        return self.obj if self.direct else self.view()
+        return self.obj if self.direct else self.launch_view()
 
-    def view(self):
+    def launch_view(self):
         """A DeviceBuffer over the memory for one launch or memset of the call (see
         Safety): no owner, never closed."""
+        call = self.call
+        if call is not None:
+            other = call._settle(self)
+            if other is not None:
+                return other
         shape = self.shape
         return _DeviceBuffer._make(_TRANSIENT, self.ptr, shape,
-                                   tuple(_c_strides(shape, self.itemsize)), self.dtype,
-                                   False, None)
+                                   tuple(_c_strides(shape, self.dtype.itemsize)),
+                                   self.dtype, False, None)
+
+    def view(self, dtype):
+        """The same items read as `dtype` (as `DeviceBuffer.view`)."""
+        dtype = np.dtype(dtype)
+        if dtype.itemsize == self.dtype.itemsize:
+            return Foreign(self.obj, self.kind, self.shape, dtype, self.size, False,
+                           self.call)
+        return self.buffer().view(dtype)
 
     def buffer(self):
         """A DeviceBuffer borrowing the memory, keeping the array alive."""
         from cupric.runtime.memory import borrow_validated
+        call = self.call
+        if call is not None:
+            other = call._settle(self)
+            if other is not None:
+                return other
         return borrow_validated(self.ptr, self.shape, self.strides, self.dtype, False,
                                 self.obj, None)
 
@@ -605,21 +659,32 @@ _FOREIGN = [True]
 _DIRECT = {"torch": True, "cupy": True}
 
 
-def _read_torch(t, adapter):
-    """A non-empty C-contiguous CUDA tensor (strided, no autograd, a dtype NumPy names)
-    as a `Foreign`, else None (the intake layer then reads it, or raises)."""
+def _read_torch(t, adapter, call):
+    """A non-empty CUDA tensor (strided, no autograd, a dtype NumPy names) as a `Foreign`,
+    else None (the intake layer then reads it, or raises). A 1-D one's stride is left
+    to the launcher taking it (one method call fewer; a strided one takes the general
+    launch path) or to `Call._settle` before a view of it; others must be contiguous."""
     dtype = adapter.dtypes.get(t.dtype)
     if dtype is None or dtype.kind == "V" or not t.is_cuda or t.requires_grad or \
-            t.layout is not adapter.strided or not t.is_contiguous():
-        return None
-    size = t.numel()
-    if not size:
+            t.layout is not adapter.strided:
         return None
     shape = tuple(t.shape)
-    return Foreign(t, "torch", shape, dtype, size, len(shape) == 1 and _DIRECT["torch"])
+    if len(shape) == 1:
+        size = shape[0]
+        if not size:
+            return None
+        return Foreign(t, "torch", shape, dtype, size, _DIRECT["torch"], call)
+    if not t.is_contiguous():
+        return None
+    size = 1
+    for n in shape:
+        size *= n
+    if not size:
+        return None
+    return Foreign(t, "torch", shape, dtype, size, False, None)
 
 
-def _read_cupy(a, adapter):
+def _read_cupy(a, adapter, call):
     """A non-empty C-contiguous CuPy array as a `Foreign`, else None."""
     dtype = adapter.dtypes[a.dtype]
     if dtype is False:
@@ -634,7 +699,8 @@ def _read_cupy(a, adapter):
         contiguous = _is_c_contiguous(shape, a.strides, dtype.itemsize)
     if not contiguous:
         return None
-    return Foreign(a, "cupy", shape, dtype, size, len(shape) == 1 and _DIRECT["cupy"])
+    return Foreign(a, "cupy", shape, dtype, size, len(shape) == 1 and _DIRECT["cupy"],
+                   call)
 
 
 def _transient_allocation():

@@ -181,7 +181,7 @@ def histogram(x, bins=10, range=None, out=None, stream=None):
         dst[...] = 0
         dev_edges = edges
     else:
-        (dst.view() if dst.__class__ is Foreign else dst).zero(call.order)
+        (dst.launch_view() if dst.__class__ is Foreign else dst).zero(call.order)
         dev_edges = _device_edges(edges, plan_key)
     if flat.size:
         call.launch(kern, call.blocks(flat.size, BLOCK, 4), BLOCK, flat, dev_edges,

@@ -68,8 +68,10 @@ class FakeTorchDtype:
         return f"torch.{self.name}"
 
 
-TORCH_DTYPES = {name: FakeTorchDtype(name) for name in
-                ("float32", "float64", "int32", "int64", "uint32", "uint8", "bfloat16")}
+#: The fake dtypes' names and the typestrs PyTorch's interface gives them.
+TORCH_TYPESTRS = {"float16": "<f2", "float32": "<f4", "float64": "<f8", "int32": "<i4",
+                  "int64": "<i8", "uint32": "<u4", "uint8": "|u1", "bfloat16": "<V2"}
+TORCH_DTYPES = {name: FakeTorchDtype(name) for name in TORCH_TYPESTRS}
 TORCH_STRIDED = object()
 
 
@@ -99,8 +101,7 @@ class FakeTensor:
         if self.requires_grad:  # as PyTorch
             raise RuntimeError("Can't get __cuda_array_interface__ on Variable that "
                                "requires grad.")
-        typestr = {"float32": "<f4", "float64": "<f8", "int32": "<i4", "int64": "<i8",
-                   "uint32": "<u4", "uint8": "|u1", "bfloat16": "<V2"}[self.dtype.name]
+        typestr = TORCH_TYPESTRS[self.dtype.name]
         size = np.dtype(typestr).itemsize
         strides = None if self.is_contiguous() else tuple(s * size for s in self._stride)
         return {"shape": self.shape, "typestr": typestr, "version": 2,
@@ -164,10 +165,7 @@ class FakeGpu:
         monkeypatch.setitem(array_adapters.ADAPTERS, FakeCupyArray,
                             array_adapters.CupyAdapter.from_module(cupy))
         _CUPY_STREAM[0] = 0
-        typestrs = {TORCH_DTYPES["float32"]: "<f4", TORCH_DTYPES["float64"]: "<f8",
-                    TORCH_DTYPES["int32"]: "<i4", TORCH_DTYPES["int64"]: "<i8",
-                    TORCH_DTYPES["uint32"]: "<u4", TORCH_DTYPES["uint8"]: "|u1",
-                    TORCH_DTYPES["bfloat16"]: "<V2"}
+        typestrs = {TORCH_DTYPES[name]: typestr for name, typestr in TORCH_TYPESTRS.items()}
         monkeypatch.setitem(array_adapters.ADAPTERS, FakeTensor,
                             array_adapters.TorchAdapter(typestrs, TORCH_STRIDED))
 

@@ -323,17 +323,37 @@ def test_foreign_fast_path_only_with_one_gpu(gpu, monkeypatch):
     assert arr.__class__ is not _common.Foreign and arr.ptr and arr.shape == (16,)
 
 
-def test_cupy_stream_ordered_once_and_views_launched(gpu):
-    from cupric.kernels import elementwise
+def test_cupy_stream_ordered_once_per_call(gpu):
+    from cupric.kernels import elementwise, sort
     make = _kinds(gpu)["cupy"]
     x, y, out = make(100, "f4"), make(100, "f4"), make(100, "f4")
-    assert _common.Call("test").array(x, "x").direct  # legacy on legacy: nothing to order
     gpu.set_cupy_stream(0x66)
-    fx = _common.Call("test", stream=7).array(x, "x")
-    assert not fx.direct  # ordered by the call: the launch must not order again
-    gpu.orders.clear()
+    # The arrays themselves: the launch (its launcher) orders after CuPy's stream.
     elementwise.vecadd(x, y, out=out, stream=7)
     assert gpu.orders == [(7, 0x66)]
+    gpu.orders.clear()
+    # Launch views (float32 keys as uint32): the call orders, once for both arrays.
+    sort.radix_sort(x, out, stream=7)
+    assert gpu.orders == [(7, 0x66)]
+    gpu.orders.clear()
+    gpu.set_cupy_stream(0)  # the null stream and the legacy one: nothing to order
+    sort.radix_sort(x, out)
+    elementwise.vecadd(x, y, out=out)
+    assert gpu.orders == []
+
+
+def test_strided_torch_vectors_take_the_strided_path(gpu):
+    from cupric.kernels import elementwise, sort
+    x = gpu.tensor(200, "float32")
+    x.shape, x._stride, x._numel = (100,), (2,), 100  # every other element
+    out = gpu.tensor(100, "float32")
+    elementwise.vecadd(x, x, out=out)  # the launcher sends it to the general path
+    (_, _, _, _, values), = gpu.launches
+    assert values[:3] == (x.data_ptr(), 100, 2)  # pointer, length, stride in items
+    gpu.launches.clear()
+    sort.radix_sort(x, out)  # a launch view: the intake layer's strided borrow
+    (_, _, _, _, values), = gpu.launches
+    assert values[:3] == (x.data_ptr(), 100, 2)
 
 
 def test_closed_buffers_refused_before_any_launch(gpu):
@@ -372,3 +392,14 @@ def test_outputs_allocated_on_the_call_stream(gpu):
     elementwise.vecadd(x, x)
     elementwise.vecadd(x, x, stream=21)
     assert [stream for _, _, stream in gpu.allocations] == [0, 21]
+
+
+def test_float16_foreign_arrays_copied_and_filled_as_bits(gpu):
+    from cupric.kernels import elementwise
+    src, out = gpu.tensor(64, "float16"), gpu.tensor(64, "float16")
+    elementwise.memcpy(src, out=out)
+    elementwise.fill(out, 1.5)
+    (copy, _, _, _, copied), (fill, _, _, _, filled) = gpu.launches
+    assert copy == "copy_kernel" and copied[:2] == (src.data_ptr(), 64)
+    assert fill == "fill_kernel" and filled[:2] == (out.data_ptr(), 64)
+    assert filled[3] == np.float16(1.5).view(np.uint16)
