@@ -26,7 +26,8 @@ error where there is one. Only a failing cuBLAS status raises here (through
 `lib.check`/`lt.check`).
 
 Plans live on the handle (``Handle._fast_plans``, key -> capsule). A plan holds the
-classic entry point (``cublasSgemm``/``cublasDgemm``) and, for small float32 problems on
+classic entry point (``cublasSgemm``/``cublasDgemm``; ``cublasGemmEx`` computing in 32F
+for float16 and bfloat16 operands) and, for small float32 problems on
 handles cupric owns, a cuBLASLt plan (descriptors and heuristic algorithm cached once):
 ``cublasLtMatmul`` with a cached algorithm costs less host time per call than
 ``cublasSgemm``, which runs its own heuristic each time (both floors are measured by
@@ -97,28 +98,34 @@ def info(plan) -> dict:
 # microseconds on the GPU, so the call's host cost is what the caller waits for. Larger
 # problems keep cublasSgemm's kernels (the ones PyTorch runs, bit for bit).
 LT_MAX_WORK = 1 << 24
+COMPUTE_32F = 68  # cublasComputeType_t of the GemmEx plans made here
 PLAN_LIMIT = 4096  # per handle
 
 
 def remember(h, key, fn, *, swap: bool, alias: bool, op1: int, op2: int, m: int, n: int,
              k: int, ld1: int, ld2: int, ldc: int, letter: str, ptrs: tuple, spans: tuple,
-             result=None) -> None:
-    """Record the compiled plan of a checked GEMM call on handle `h` under `key`.
+             result=None, ex=None):
+    """Record the compiled plan of a checked GEMM call on handle `h` under `key` (None:
+    make it without filing it); returns the plan capsule, or None where none is made.
 
-    `fn` is the classic entry point the Python path called (a cffi function; anything
-    else, such as a test's emulator, records nothing). `ptrs` are the call's (first,
-    second, output) addresses, whose alignment the cuBLASLt algorithm may assume;
-    `spans` the (low, high) byte extents of a, b and out relative to their pointers;
-    `result` the (shape, dtype) of an output the plan allocates, or None.
+    `fn` is the entry point the Python path called (a cffi function; anything else,
+    such as a test's emulator, records nothing): ``cublas<S|D>gemm``, or with `ex` =
+    (A/B type, C type, compute type) ``cublasGemmEx`` computing in 32F (float16 and
+    bfloat16 operands; float scalars). `ptrs` are the call's (first, second, output)
+    addresses, whose alignment the cuBLASLt algorithm may assume; `spans` the (low,
+    high) byte extents of a, b and out relative to their pointers; `result` the (shape,
+    dtype) of an output the plan allocates, or None.
     """
     module = EXTENSION.module
     if module is None or letter not in ("S", "D") or len(h._fast_plans) >= PLAN_LIMIT:
-        return
+        return None
     if h._device_scalars or h._multi or max(m, n, k, ld1, ld2, ldc) > 2**31 - 1:
-        return
+        return None
+    if ex is not None and (letter != "S" or ex[2] != COMPUTE_32F):
+        return None
     from . import lib
     if not isinstance(fn, lib.ffi.CData):
-        return
+        return None
     fields = dict.fromkeys(FIELDS, 0)
     fields.update(dbl=int(letter == "D"), swap=int(swap), alias=int(alias),
                   classic=int(lib.ffi.cast("uintptr_t", fn)), handle=h._ptr, op1=op1,
@@ -127,30 +134,38 @@ def remember(h, key, fn, *, swap: bool, alias: bool, op1: int, op2: int, m: int,
     (fields["a_lo"], fields["a_hi"], fields["b_lo"], fields["b_hi"], fields["o_lo"],
      fields["o_hi"]) = spans
     keep = None
-    if letter == "S":
+    if ex is not None:
+        fields.update(ex=1, t_in=ex[0], t_out=ex[1], compute=ex[2])
+    elif letter == "S":
         route = _lt_route(h, op1, op2, m, n, k, ld1, ld2, ldc, ptrs)
         if route is not None:
             lt_fields, keep = route
             fields.update(lt_fields)
     shape, dtype = (None, None) if result is None else result
-    h._fast_plans[key] = module.make_plan(tuple(fields[f] for f in FIELDS), keep, shape,
-                                          dtype)
+    plan = module.make_plan(tuple(fields[f] for f in FIELDS), keep, shape, dtype)
+    if key is not None:
+        h._fast_plans[key] = plan
+    return plan
 
 
-def file_foreign(h, a, b, out, arrays) -> None:
+def file_foreign(h, a, b, out, arrays, plan=None) -> None:
     """File the plan of a call on PyTorch tensors or CuPy arrays (read by the intake
     layer into `a`, `b`, `out`: ArrayInfo, out None when allocating) under the key the
     extension reads from the arrays themselves - ``("torch", dtype, shape, stride())``
     or ``("cupy", dtype, shape, strides)`` per operand - so that the next such call
-    skips the intake layer. `arrays` are the caller's (a, b, out) arguments."""
+    skips the intake layer. `arrays` are the caller's (a, b, out) arguments; `plan`, the
+    capsule to file, else the one filed under the intake-read layouts (for element types
+    whose interface dtype is ambiguous, such as bfloat16's "<V2", only the arrays' own
+    key names the plan)."""
     module = EXTENSION.module
     if module is None or len(h._fast_plans) >= PLAN_LIMIT or a.kind not in ("torch", "cupy"):
         return
-    key = (a.dtype, a.shape, a.strides, b.dtype, b.shape, b.strides) + (
-        (None, None, None) if out is None else (out.dtype, out.shape, out.strides))
-    plan = h._fast_plans.get(key)
     if plan is None:
-        return
+        key = (a.dtype, a.shape, a.strides, b.dtype, b.shape, b.strides) + (
+            (None, None, None) if out is None else (out.dtype, out.shape, out.strides))
+        plan = h._fast_plans.get(key)
+        if plan is None:
+            return
     ta, tb, to = arrays
     cls = ta.__class__
     if tb.__class__ is not cls or (to is not None and to.__class__ is not cls):

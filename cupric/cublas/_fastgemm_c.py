@@ -16,7 +16,7 @@ __all__ = ["FIELDS", "SOURCE"]
 FIELDS = ("dbl", "swap", "alias", "classic", "handle", "op1", "op2", "m", "n", "k", "ld1",
           "ld2", "ldc", "a_lo", "a_hi", "b_lo", "b_hi", "o_lo", "o_hi", "lt", "lt_handle",
           "desc", "la", "lb", "lc", "ld", "algo", "ws", "wsb", "stream", "align1", "align2",
-          "align_o")
+          "align_o", "ex", "t_in", "t_out", "compute")
 
 SOURCE = r"""
 #define PY_SSIZE_T_CLEAN
@@ -29,14 +29,20 @@ SOURCE = r"""
    (handles and descriptors are pointers, enums int). */
 typedef int (*gemm_fn)(void *, int, int, int, int, int, const void *, const void *, int,
                        const void *, int, const void *, void *, int);
+/* cublasGemmEx: the types of A/B and C (cudaDataType_t) and the compute type after each
+   operand; float scalars (the plans made here compute in 32F). */
+typedef int (*gemm_ex_fn)(void *, int, int, int, int, int, const void *, const void *, int,
+                          int, const void *, int, int, const void *, void *, int, int, int,
+                          int);
 typedef int (*lt_fn)(void *, void *, const void *, const void *, void *, const void *,
                      void *, const void *, const void *, void *, void *, void *,
                      const void *, void *, size_t, void *);
 
-#define NFIELDS 33
+#define NFIELDS 37
 static const char FIELD_NAMES[] =
     "dbl swap alias classic handle op1 op2 m n k ld1 ld2 ldc a_lo a_hi b_lo b_hi o_lo o_hi "
-    "lt lt_handle desc la lb lc ld algo ws wsb stream align1 align2 align_o";
+    "lt lt_handle desc la lb lc ld algo ws wsb stream align1 align2 align_o "
+    "ex t_in t_out compute";
 static const char CAPSULE[] = "cupric.cublas.gemm_plan";
 
 typedef struct {
@@ -52,6 +58,7 @@ typedef struct {
     size_t wsb;
     void *stream;
     uintptr_t align1, align2, align_o;   /* alignment - 1 */
+    int ex, t_in, t_out, compute;        /* ex: `classic` is cublasGemmEx */
     PyObject *keep;     /* what the addresses belong to (the cuBLASLt plan) */
     PyObject *shape;    /* allocating plans: the result's shape and dtype, else NULL */
     PyObject *dtype;
@@ -140,6 +147,13 @@ static PyObject *make_plan(PyObject *module, PyObject *args) {
     p->stream = (void *)(uintptr_t)v[i++];
     p->align1 = (uintptr_t)v[i++] - 1; p->align2 = (uintptr_t)v[i++] - 1;
     p->align_o = (uintptr_t)v[i++] - 1;
+    p->ex = (int)v[i++]; p->t_in = (int)v[i++]; p->t_out = (int)v[i++];
+    p->compute = (int)v[i++];
+    if (p->ex && (p->dbl || p->lt != NULL)) {
+        PyMem_Free(p);
+        PyErr_SetString(PyExc_ValueError, "make_plan: a GemmEx plan takes float scalars only");
+        return NULL;
+    }
     if (p->classic == NULL || (p->lt != NULL && (p->lt_handle == NULL || p->desc == NULL
                                                  || p->algo == NULL))) {
         PyMem_Free(p);
@@ -161,8 +175,9 @@ static PyObject *make_plan(PyObject *module, PyObject *args) {
 static PyObject *plan_info(PyObject *module, PyObject *capsule) {
     Plan *p = (Plan *)PyCapsule_GetPointer(capsule, CAPSULE);
     if (p == NULL) return NULL;
-    return Py_BuildValue("{s:O,s:i,s:i,s:i,s:i,s:i,s:i,s:O,s:n}",
-                         "lt", p->lt ? Py_True : Py_False, "m", p->m, "n", p->n, "k", p->k,
+    return Py_BuildValue("{s:O,s:O,s:i,s:i,s:i,s:i,s:i,s:i,s:O,s:n}",
+                         "lt", p->lt ? Py_True : Py_False, "ex", p->ex ? Py_True : Py_False,
+                         "m", p->m, "n", p->n, "k", p->k,
                          "op1", p->op1, "op2", p->op2, "swap", p->swap,
                          "allocating", p->shape ? Py_True : Py_False,
                          "workspace", (Py_ssize_t)p->wsb);
@@ -437,6 +452,11 @@ static int call(const Plan *p, uintptr_t p1, uintptr_t p2, uintptr_t po, double 
         status = p->lt(p->lt_handle, p->desc, pa, (const void *)p1, p->la, (const void *)p2,
                        p->lb, pb, (const void *)po, p->lc, (void *)po, p->ld, p->algo, p->ws,
                        p->wsb, p->stream);
+    else if (p->ex)   /* algo -1: CUBLAS_GEMM_DEFAULT, as the Python path passes */
+        status = ((gemm_ex_fn)(void *)p->classic)(
+            p->handle, p->op1, p->op2, p->m, p->n, p->k, pa, (const void *)p1, p->t_in,
+            p->ld1, (const void *)p2, p->t_in, p->ld2, pb, (void *)po, p->t_out, p->ldc,
+            p->compute, -1);
     else
         status = p->classic(p->handle, p->op1, p->op2, p->m, p->n, p->k, pa,
                             (const void *)p1, p->ld1, (const void *)p2, p->ld2, pb,

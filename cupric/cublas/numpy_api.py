@@ -392,9 +392,10 @@ def matmul(a, b, out=None, alpha=_ONE, beta=_ZERO, *, precision=None, handle=Non
         if (out is not None and a_type is None and compute is None
                 and len(_plans) < _PLAN_LIMIT):
             _remember(ab, bb, ob, fn, rc, op1, op2, mm, nn, k, ld1, ld2, ldc, letter, ex)
-        if ex is None:  # DeviceBuffers and intake-read arrays alike
+        if compute is None:  # DeviceBuffers and intake-read arrays alike
             _remember_compiled(h, ab, bb, None if out is None else ob, ob, fn, rc, op1, op2,
-                               mm, nn, k, ld1, ld2, ldc, prefix, p1, p2)
+                               mm, nn, k, ld1, ld2, ldc, letter, p1, p2, ex,
+                               None if a_type is None else (a, b, out))
         return _finish(ob, out, h)
 
     # Batches: one stride per operand when the batch axes collapse, else pointer arrays.
@@ -447,9 +448,12 @@ _c_matmul = _fastgemm._first_call
 
 
 def _remember_compiled(h, a, b, out, ob, fn, swap, op1, op2, mm, nn, k, ld1, ld2, ldc,
-                       prefix, p1, p2):
+                       letter, p1, p2, ex=None, foreign=None):
     """Record the compiled plan of a checked 2-d call; allocating calls (out None) keep
-    the result's shape and dtype, and need no alias check."""
+    the result's shape and dtype, and need no alias check. `ex`: the GemmEx types of a
+    float16/bfloat16 call. `foreign`: the caller's (a, b, out) when their element type
+    came from the arrays themselves (PyTorch's or CuPy's bfloat16, whose interface says
+    only "<V2"): the plan is then filed under the arrays' own key only."""
     if out is None:
         key = (a.dtype, a.shape, a.strides, b.dtype, b.shape, b.strides, None, None, None)
         result = (ob.shape, ob.dtype)
@@ -458,9 +462,12 @@ def _remember_compiled(h, a, b, out, ob, fn, swap, op1, op2, mm, nn, k, ld1, ld2
                out.shape, out.strides)
         result = None
     spans = _relative_span(a) + _relative_span(b) + _relative_span(ob)
-    _fastgemm.remember(h, key, fn, swap=swap, alias=out is not None, op1=op1, op2=op2,
-                       m=mm, n=nn, k=k, ld1=ld1, ld2=ld2, ldc=ldc, letter=prefix,
-                       ptrs=(p1, p2, ob.ptr), spans=spans, result=result)
+    plan = _fastgemm.remember(h, None if foreign else key, fn, swap=swap,
+                              alias=out is not None, op1=op1, op2=op2, m=mm, n=nn, k=k,
+                              ld1=ld1, ld2=ld2, ldc=ldc, letter=letter,
+                              ptrs=(p1, p2, ob.ptr), spans=spans, result=result, ex=ex)
+    if foreign and plan is not None and a.__class__ is not DeviceBuffer:
+        _fastgemm.file_foreign(h, a, b, out, foreign, plan)
 
 
 def _relative_span(buf):

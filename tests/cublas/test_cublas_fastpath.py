@@ -54,6 +54,32 @@ int NAME(void *h, int ta, int tb, int m, int n, int k, const T *alpha, const T *
 }
 GEMM(emu_sgemm, float)
 GEMM(emu_dgemm, double)
+
+/* cublasGemmEx for bfloat16 operands and result, 32F compute (the only route compiled). */
+#include <string.h>
+static float bf(unsigned short v) { unsigned u = (unsigned)v << 16; float f; memcpy(&f, &u, 4); return f; }
+static unsigned short to_bf(float f) {
+    unsigned u; memcpy(&u, &f, 4); u += 0x7FFF + ((u >> 16) & 1); return (unsigned short)(u >> 16);
+}
+int emu_gemm_ex(void *h, int ta, int tb, int m, int n, int k, const float *alpha,
+                const unsigned short *A, int at, int lda, const unsigned short *B, int bt,
+                int ldb, const float *beta, unsigned short *C, int ct, int ldc, int compute,
+                int algo) {
+    calls++;
+    if (status) return status;
+    if (at != 14 || bt != 14 || ct != 14 || compute != 68 || algo != -1) return 7;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            float acc = 0;
+            for (int p = 0; p < k; p++)
+                acc += bf(ta == 0 ? A[i + (long)p * lda] : A[p + (long)i * lda])
+                     * bf(tb == 0 ? B[p + (long)j * ldb] : B[j + (long)p * ldb]);
+            float r = *alpha * acc;
+            if (*beta != 0) r += *beta * bf(C[i + (long)j * ldc]);
+            C[i + (long)j * ldc] = to_bf(r);
+        }
+    return 0;
+}
 """
 
 
@@ -87,6 +113,9 @@ def emulator(tmp_path_factory):
         sig = handle_mod._integer_signature(cffi_lib, getattr(lib.lib, f"cublas{letter}gemm_v2"))
         address = ctypes.cast(getattr(raw, symbol), ctypes.c_void_p).value
         table[f"cublas{letter}gemm"] = cffi_lib.cast(sig, address)
+    sig = handle_mod._integer_signature(cffi_lib, lib.lib.cublasGemmEx)
+    table["cublasGemmEx"] = cffi_lib.cast(
+        sig, ctypes.cast(raw.emu_gemm_ex, ctypes.c_void_p).value)
     return so, table, raw
 
 
@@ -305,6 +334,7 @@ class _FakeTorch:
         import types
         self.module = types.ModuleType("torch")
         self.module.float32 = type("dtype", (), {"__repr__": lambda s: "torch.float32"})()
+        self.module.bfloat16 = type("dtype", (), {"__repr__": lambda s: "torch.bfloat16"})()
         self.module.strided = object()
         module = self.module
 
@@ -313,7 +343,7 @@ class _FakeTorch:
 
             def __init__(self, array, requires_grad=False):
                 self.array = array
-                self.dtype = module.float32
+                self.dtype = module.float32 if array.dtype == np.float32 else module.bfloat16
                 self.shape = array.shape
                 self.requires_grad = requires_grad
                 self.is_cuda = True
@@ -430,3 +460,38 @@ def test_cupy_arrays_replay_in_c_when_streams_agree(h, ext, emulator, monkeypatc
         np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
     fake.current = 0x5000  # a CuPy stream the handle's is not ordered after
     assert ext.matmul(ca, cbm, co, 1, 0, h) is None
+
+
+def test_bfloat16_torch_tensors_replay_through_gemm_ex_in_c(h, emulator, monkeypatch, rng):
+    """PyTorch bfloat16 tensors ("<V2" in their interface): the checked call runs
+    cublasGemmEx and files a GemmEx plan under the tensors' own key only (the layouts'
+    key could not tell bfloat16 from other 2-byte types); the next calls run it in C,
+    writing allocated or given outputs, against float64."""
+    import sys
+
+    from cupric.runtime import array_adapters, intake
+    fake = _FakeTorch()
+    monkeypatch.setitem(sys.modules, "torch", fake.module)
+    T = fake.module.Tensor
+    monkeypatch.setitem(array_adapters.ADAPTERS, T, array_adapters.adapter_for(T))
+    so = emulator[0]
+    bits = lambda x: (x.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)  # noqa: E731
+    value = lambda x: (x.astype(np.uint32) << 16).view(np.float32)  # noqa: E731
+    a = rng.integers(-4, 5, (6, 5)).astype(np.float32)
+    b = rng.integers(-4, 5, (5, 4)).astype(np.float32)
+    out = np.zeros((6, 4), np.uint16)
+    ta, tb, to = T(bits(a)), T(bits(b)), T(out)
+    assert cb.matmul(ta, tb, out=to, handle=h) is to
+    plans = [k for k in h._fast_plans if isinstance(k, tuple)]
+    assert plans and all(k[0] == "torch" for k in plans)
+    assert _fastgemm.info(h._fast_plans[plans[0]])["ex"] is True
+
+    def no_intake(*args, **kwargs):
+        raise AssertionError("the intake layer was asked")
+    with monkeypatch.context() as m:
+        m.setattr(intake, "array_info", no_intake)
+        before = so.emu_calls()
+        out[...] = 0xFFC0  # a NaN
+        assert cb.matmul(ta, tb, out=to, alpha=0.5, handle=h) is to
+        assert so.emu_calls() == before + 1
+        np.testing.assert_array_equal(value(out), 0.5 * (a.astype(np.float64) @ b))

@@ -293,3 +293,29 @@ def test_cupy_arrays_replay_through_their_own_key(env):
         assert any(isinstance(k, tuple) and k[0] == "cupy" for k in h._fast_plans)
     finally:
         h.close()
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_torch_tensors_replay_gemm_ex(env, dtype):
+    """float16 and bfloat16 PyTorch tensors: the checked call runs cublasGemmEx (32F
+    compute) and makes a GemmEx plan that later calls replay in C (bfloat16 filed under
+    the tensors' own key only); every call right against float64 (fresh inputs,
+    poisoned output)."""
+    torch = pytest.importorskip("torch")
+    rt, mem, cb, fg = env
+    dt = getattr(torch, dtype)
+    h = cb.Handle.create()
+    try:
+        for _ in range(4):
+            a = torch.randn(96, 64, device="cuda").to(dt)
+            b = torch.randn(64, 80, device="cuda").to(dt)
+            out = torch.full((96, 80), float("nan"), device="cuda", dtype=dt)
+            assert cb.matmul(a, b, out=out, handle=h) is out
+            torch.cuda.synchronize()
+            ref = a.double() @ b.double()
+            assert (out.double() - ref).abs().max().item() <= 2e-2 * ref.abs().max().item()
+        own = [fg.info(p) for k, p in h._fast_plans.items()
+               if isinstance(k, tuple) and k[0] == "torch"]
+        assert own and all(p["ex"] for p in own)
+    finally:
+        h.close()
