@@ -16,7 +16,9 @@ cupric's default), microseconds:
 
 cupric takes the same data in each of its three kinds: the DeviceBuffers are DLPack views
 of the PyTorch tensors, the CuPy arrays copies that CuPy allocated (in the same layout),
-so every contender reads the same random inputs. Every contender's result is checked before it
+so every contender reads the same random inputs. The cudnn-frontend Python package, where
+it is installed, is a peer of the convolution forward rows (its graph built once, heuristics
+A then fallback, writing the given output). Every contender's result is checked before it
 is timed (outputs poisoned first; references computed in float64 or float32 by PyTorch).
 
 Then the ResNet-50 convolution layers (forward, batch 32 and 64, float16 and bfloat16
