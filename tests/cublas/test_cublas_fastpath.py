@@ -360,6 +360,22 @@ class _FakeTorch:
         module.Tensor = Tensor
 
 
+def _replayed_in_c(monkeypatch, so, call, out, poison):
+    """Run `call` with the runtime's intake layer forbidden (so only the compiled path can
+    have read the arrays), `out` poisoned first: exactly one cuBLAS call; its result."""
+    from cupric.runtime import intake
+
+    def no_intake(*args, **kwargs):
+        raise AssertionError("the intake layer was asked")
+    with monkeypatch.context() as m:
+        m.setattr(intake, "array_info", no_intake)
+        before = so.emu_calls()
+        out[...] = poison
+        result = call()
+        assert so.emu_calls() == before + 1
+    return result
+
+
 def test_torch_tensors_replay_in_c_without_the_intake_layer(h, emulator, monkeypatch, rng):
     """PyTorch tensors: the first calls read them through the intake layer and file the
     plan under the tensors' own key; later calls read them in C (the intake layer is
@@ -367,7 +383,7 @@ def test_torch_tensors_replay_in_c_without_the_intake_layer(h, emulator, monkeyp
     (requires_grad) falls back to the Python path and its error."""
     import sys
 
-    from cupric.runtime import array_adapters, intake
+    from cupric.runtime import array_adapters
     fake = _FakeTorch()
     monkeypatch.setitem(sys.modules, "torch", fake.module)
     T = fake.module.Tensor
@@ -379,22 +395,14 @@ def test_torch_tensors_replay_in_c_without_the_intake_layer(h, emulator, monkeyp
     for _ in range(2):  # the checked call, then the intake-read replay that files the key
         assert cb.matmul(ta, tb, out=to, handle=h) is to
     assert any(k[0] == "torch" for k in h._fast_plans if isinstance(k, tuple))
-
-    def no_intake(*args, **kwargs):
-        raise AssertionError("the intake layer was asked")
-    with monkeypatch.context() as m:
-        m.setattr(intake, "array_info", no_intake)
-        before = so.emu_calls()
-        out[...] = np.nan
-        assert cb.matmul(ta, tb, out=to, handle=h) is to
-        assert so.emu_calls() == before + 1
-        np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
-        # other tensors of the same layout: the same plan
-        a2 = _rand(rng, (6, 5))
-        out[...] = np.nan
-        cb.matmul(T(a2), tb, out=to, alpha=2.0, handle=h)
-        np.testing.assert_allclose(out, 2 * (a2.astype(np.float64) @ b), rtol=1e-5,
-                                   atol=1e-5)
+    assert _replayed_in_c(monkeypatch, so, lambda: cb.matmul(ta, tb, out=to, handle=h),
+                          out, np.nan) is to
+    np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+    # other tensors of the same layout: the same plan
+    a2 = _rand(rng, (6, 5))
+    _replayed_in_c(monkeypatch, so, lambda: cb.matmul(T(a2), tb, out=to, alpha=2.0, handle=h),
+                   out, np.nan)
+    np.testing.assert_allclose(out, 2 * (a2.astype(np.float64) @ b), rtol=1e-5, atol=1e-5)
     with pytest.raises(TypeError):
         cb.matmul(T(a, requires_grad=True), tb, out=to, handle=h)
     with pytest.raises(ValueError, match="overlaps"):
@@ -436,7 +444,7 @@ def test_cupy_arrays_replay_in_c_when_streams_agree(h, ext, emulator, monkeypatc
     stream here); another current stream leaves the call to the Python path."""
     import sys
 
-    from cupric.runtime import array_adapters, intake
+    from cupric.runtime import array_adapters
     fake = _FakeCupy()
     monkeypatch.setitem(sys.modules, "cupy", fake.module)
     A = fake.module.ndarray
@@ -448,16 +456,9 @@ def test_cupy_arrays_replay_in_c_when_streams_agree(h, ext, emulator, monkeypatc
     for _ in range(2):
         assert cb.matmul(ca, cbm, out=co, handle=h) is co
     assert any(k[0] == "cupy" for k in h._fast_plans if isinstance(k, tuple))
-
-    def no_intake(*args, **kwargs):
-        raise AssertionError("the intake layer was asked")
-    with monkeypatch.context() as m:
-        m.setattr(intake, "array_info", no_intake)
-        before = so.emu_calls()
-        out[...] = np.nan
-        assert cb.matmul(ca, cbm, out=co, handle=h) is co
-        assert so.emu_calls() == before + 1
-        np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+    assert _replayed_in_c(monkeypatch, so, lambda: cb.matmul(ca, cbm, out=co, handle=h),
+                          out, np.nan) is co
+    np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
     fake.current = 0x5000  # a CuPy stream the handle's is not ordered after
     assert ext.matmul(ca, cbm, co, 1, 0, h) is None
 
@@ -469,7 +470,7 @@ def test_bfloat16_torch_tensors_replay_through_gemm_ex_in_c(h, emulator, monkeyp
     writing allocated or given outputs, against float64."""
     import sys
 
-    from cupric.runtime import array_adapters, intake
+    from cupric.runtime import array_adapters
     fake = _FakeTorch()
     monkeypatch.setitem(sys.modules, "torch", fake.module)
     T = fake.module.Tensor
@@ -485,13 +486,7 @@ def test_bfloat16_torch_tensors_replay_through_gemm_ex_in_c(h, emulator, monkeyp
     plans = [k for k in h._fast_plans if isinstance(k, tuple)]
     assert plans and all(k[0] == "torch" for k in plans)
     assert _fastgemm.info(h._fast_plans[plans[0]])["ex"] is True
-
-    def no_intake(*args, **kwargs):
-        raise AssertionError("the intake layer was asked")
-    with monkeypatch.context() as m:
-        m.setattr(intake, "array_info", no_intake)
-        before = so.emu_calls()
-        out[...] = 0xFFC0  # a NaN
-        assert cb.matmul(ta, tb, out=to, alpha=0.5, handle=h) is to
-        assert so.emu_calls() == before + 1
-        np.testing.assert_array_equal(value(out), 0.5 * (a.astype(np.float64) @ b))
+    assert _replayed_in_c(monkeypatch, so,
+                          lambda: cb.matmul(ta, tb, out=to, alpha=0.5, handle=h),
+                          out, 0xFFC0) is to  # poisoned with a bfloat16 NaN
+    np.testing.assert_array_equal(value(out), 0.5 * (a.astype(np.float64) @ b))
