@@ -91,6 +91,8 @@ def floor_div(a, b, c_division: bool = False):
     `c_division`), the exact Python quotient for floats (the compiled formula: the
     quotient of a - fmod(a, b), corrected, rounded). Integer division by zero is
     undefined; here it gives 0."""
+    if _is_bf16(a):  # in f32, rounded once, as compiled
+        return _bf16_via_f32(floor_div, a, b)
     if isinstance(a, np.floating):
         zero = a.dtype.type(0)
         rem = np.fmod(a, b)
@@ -114,6 +116,8 @@ def floor_div(a, b, c_division: bool = False):
 def mod(a, b, c_division: bool = False):
     """`a % b`: the remainder takes the sign of the divisor (of the dividend with
     `c_division`). Integer modulo by zero is undefined; here it gives 0."""
+    if _is_bf16(a):
+        return _bf16_via_f32(mod, a, b)
     if isinstance(a, np.floating):
         r = np.fmod(a, b)
         zero = a.dtype.type(0)
@@ -139,7 +143,7 @@ def power(a, b, t: ScalarType):
     32 bits; their last bits may differ)."""
     if t.kind == "f":
         # Computed in f64 and rounded: at least as accurate as libdevice's pow/powi.
-        return t.dtype.type(np.power(np.float64(a), np.float64(b)))
+        return t(np.power(np.float64(a), np.float64(b)))
     dtype = t.dtype
     if t.kind == "b":
         return np.bool_(True) if not b else np.bool_(a)
@@ -196,6 +200,16 @@ def binary(op: str, a, b, c_division: bool = False):
         count = int(b) & (bits - 1)
         return (a << a.dtype.type(count)) if op == "<<" else (a >> a.dtype.type(count))
     raise ValueError(f"unknown operator {op}")
+
+
+def _is_bf16(value) -> bool:
+    return type(value).__name__ == "bfloat16"  # ml_dtypes' scalar
+
+
+def _bf16_via_f32(fn, a, b):
+    """`fn(a, b)` of two bf16 values computed in f32 and rounded once to bf16."""
+    from cupric.types import bf16
+    return bf16(fn(np.float32(a), np.float32(b)))
 
 
 def _scalar(dtype) -> ScalarType:
