@@ -26,7 +26,7 @@ from _common import CheckError, error_text, finish, print_tables, ratio, table
 
 SIZE = 8192
 SHAPE = (8, 16, 4096, 128)
-SAMPLES, PER_SAMPLE = 7, 3
+SAMPLES, PER_SAMPLE = 9, 3
 
 
 def _time(torch, fns: dict, samples: int = SAMPLES) -> dict:
