@@ -337,8 +337,9 @@ def test_wait_times_out_on_a_stream_that_never_finishes(nccl):
     with pytest.raises(nccl.NcclTimeoutError, match="did not finish within 0.5 s"):
         c.wait(s)
     assert time.monotonic() - start < 2.5
-    assert c.closed                      # aborted
-    s.synchronize()
+    assert c.closed                      # aborted, on a background thread: ncclCommAbort
+    s.synchronize()                      # frees device memory, which waits for the stream
+    assert nccl.join_aborts(30)          # and then finishes
     s.close()
 
 
