@@ -198,14 +198,19 @@ def release_workspaces() -> None:
     -------------
     Waits for calls holding a workspace to queue their work first.
     """
+    import sys
     for ws in list(_WORKSPACES.values()):
         with ws.lock:
+            sort = sys.modules.get("cupric.kernels.sort")
+            if sort is not None:  # its graphs point into the workspace's arrays
+                sort.forget_pass_graphs(ws.ordinal)
             ws.release()
 
 
 def _forget_device(ordinal: int) -> None:
-    """After a reset of device `ordinal`'s context: its workspace and the cached device
-    copies of histogram edges lived in the old context (their frees were dropped)."""
+    """After a reset of device `ordinal`'s context: its workspace, the cached device
+    copies of histogram edges and the radix sort's pass graphs lived in the old context
+    (their releases were retired with it)."""
     with _WORKSPACES_LOCK:
         _WORKSPACES.pop(ordinal, None)
     import sys
@@ -214,6 +219,9 @@ def _forget_device(ordinal: int) -> None:
         with histogram._EDGES_LOCK:
             for key in [k for k in histogram._EDGES if k[0] == ordinal]:
                 del histogram._EDGES[key]
+    sort = sys.modules.get("cupric.kernels.sort")
+    if sort is not None:
+        sort.forget_pass_graphs(ordinal)
 
 
 def _forget_stream(handle) -> None:

@@ -221,6 +221,32 @@ def _scan_launch(call, ws, kern, tiles, x, out, exclusive, aggregates_name,
                 aggregates, prefixes)
 
 
+def scan_arrays(dtype) -> tuple:
+    """The workspace names of the tile counter, aggregates and prefixes of a scan
+    accumulating in `dtype`."""
+    return ("scan.counter", f"scan.aggregates.{np.dtype(dtype)}",
+            f"scan.prefixes.{np.dtype(dtype)}")
+
+
+def scan_node(call, ws, x, out, exclusive, flags, epoch) -> tuple:
+    """(kernel, tiles, block, args) of a scan of 1-D `x` into 1-D `out` for a node of
+    a CUDA graph: the workspace's counter, aggregates and prefixes, and the graph's own
+    look-back `flags` (int32, at least `tiles` of them) tagged with `epoch` (the graph
+    clears them, so its epochs restart on every replay without meeting the
+    workspace's). Hold `ws`."""
+    n = x.size
+    tiles = -(-n // TILE)
+    dtype = out.dtype
+    order = call.order
+    counter_name, aggregates_name, prefixes_name = scan_arrays(dtype)
+    counter = ws.array(counter_name, _U32, 1, order, zero=True)
+    aggregates = ws.array(aggregates_name, dtype, tiles, order)
+    prefixes = ws.array(prefixes_name, dtype, tiles, order)
+    return (scan_kernel(dtype), tiles, BLOCK,
+            (x, out, bool(exclusive), np.int32(epoch), counter, flags, aggregates,
+             prefixes))
+
+
 def _default_dtype(dtype: np.dtype) -> np.dtype:
     """NumPy's cumsum dtype: small integers and bools widen to 64 bits."""
     if dtype.kind in "bi":

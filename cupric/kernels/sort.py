@@ -496,10 +496,12 @@ def radix_sort(x, out=None, *, descending=False, stream=None):
     scratch of 2 key arrays and 2 x 256 counters per 2048-key tile; 4 passes of 3
     launches (histogram, scan, scatter) plus 2 key transforms: about 12 reads and 5
     writes of the keys, O(n) work (cupy.sort's one-sweep radix sort moves the keys fewer
-    times; both measured in BENCHMARKS.md). Host cost: 14 launches; the
-    scratch lives in the device's workspace up to `RADIX_WORKSPACE_KEYS` keys (reused
-    from call to call, no allocation; `cupric.kernels.release_workspaces` frees it),
-    beyond that it is allocated per call.
+    times; both measured in BENCHMARKS.md). The scratch lives in the device's workspace
+    up to `RADIX_WORKSPACE_KEYS` keys (reused from call to call, no allocation;
+    `cupric.kernels.release_workspaces` frees it), and the 12 launches of the digit
+    passes replay as one CUDA graph made at the first sort of that many keys
+    (`PASS_GRAPHS`): host cost of three launches. Beyond the limit the scratch is
+    allocated per call and the 14 launches are queued one by one.
 
     Examples
     --------
@@ -538,9 +540,113 @@ def radix_sort(x, out=None, *, descending=False, stream=None):
         if counts.size != RADIX * tiles:
             counts = vector_prefix(counts, RADIX * tiles)
             offsets = vector_prefix(offsets, RADIX * tiles)
-        _radix_passes(call, ws, src, dst, keys, spare, counts, offsets, to_keys,
-                      from_keys, flip, n, tiles)
+        if PASS_GRAPHS[0]:
+            # The four digit passes depend only on the workspace and the key count:
+            # one replay of a graph made once for them, between the two key transforms.
+            blocks = call.blocks(n, BLOCK)
+            call.launch(to_keys, blocks, BLOCK, src, keys, flip)
+            _pass_graph(call, ws, keys, spare, counts, offsets, n, tiles).launch(
+                call.stream)
+            call.launch(from_keys, blocks, BLOCK, keys, dst, flip)
+        else:
+            _radix_passes(call, ws, src, dst, keys, spare, counts, offsets, to_keys,
+                          from_keys, flip, n, tiles)
     return result
+
+
+#: Radix sorts past `TILE_SORT_KEYS` whose scratch is in the workspace replay their
+#: four digit passes (12 launches and a clear of the scan's look-back flags) as one
+#: CUDA graph, made once per device and key count for the workspace arrays of the
+#: moment: a sort then costs three launches of host time instead of 14. Set
+#: ``PASS_GRAPHS[0] = False`` to queue every launch instead.
+PASS_GRAPHS = [True]
+#: (device ordinal, key count) -> `_PassGraph`; at most `PASS_GRAPHS_KEPT` of them.
+_PASS_GRAPHS: dict = {}
+PASS_GRAPHS_KEPT = 8
+
+
+class _PassGraph:
+    """The executable graph of one key count's digit passes and the workspace arrays it
+    was made with (valid while each is still the workspace's array of that name).
+
+    Owns the graph and its executable; `close` frees them."""
+
+    __slots__ = ("exec", "graph", "arrays")
+
+    def __init__(self, graph, exec_, arrays) -> None:
+        self.graph = graph
+        self.exec = exec_
+        self.arrays = arrays  # ((name, array), ...) as the workspace held them
+
+    def valid(self, ws) -> bool:
+        held = ws.arrays
+        for name, arr in self.arrays:
+            if held.get(name) is not arr:
+                return False
+        return True
+
+    def launch(self, stream) -> None:
+        self.exec.launch(stream)
+
+    def close(self) -> None:
+        self.exec.close()
+        self.graph.close()
+
+
+_GRAPH_ARRAYS = ("radix.keys", "radix.spare", "radix.counts", "radix.offsets",
+                 "radix.graph_flags")
+
+
+def _pass_graph(call, ws, keys, spare, counts, offsets, n, tiles) -> _PassGraph:
+    """The `_PassGraph` of `n` keys on the call's device for the workspace's current
+    arrays, made (and the oldest one freed past `PASS_GRAPHS_KEPT`) when there is none.
+    Hold `ws`."""
+    from cupric.kernels.scan import TILE as SCAN_TILE
+    from cupric.kernels.scan import scan_arrays, scan_node
+    key = (ws.ordinal, n)
+    known = _PASS_GRAPHS.get(key)
+    if known is not None and known.valid(ws):
+        return known
+    order = call.order
+    flags = ws.array("radix.graph_flags", np.int32, -(-RADIX * tiles // SCAN_TILE), order)
+    from cupric.runtime.graph import Graph
+    graph = Graph.create()
+    try:
+        ntiles = np.int64(tiles)
+        last = (graph.add_memset(flags, 0, width=4),)
+        for epoch, shift in enumerate(_SHIFTS, 1):
+            # Each pass's scan tags its flags with its own epoch: those of the passes
+            # before are below it (stale), and the clear at the start of every replay
+            # makes the epochs restart at 1.
+            hist = graph.add_kernel(radix_histogram_kernel, tiles, RADIX_BLOCK, keys, counts,
+                                    shift, ntiles, depends_on=last)
+            kern, scan_tiles, block, args = scan_node(call, ws, counts, offsets, True,
+                                                      flags, epoch)
+            scan = graph.add_kernel(kern, scan_tiles, block, *args, depends_on=(hist,))
+            last = (graph.add_kernel(radix_scatter_kernel, tiles, RADIX_BLOCK, keys, spare,
+                                     offsets, shift, ntiles, depends_on=(scan,)),)
+            keys, spare = spare, keys
+        names = _GRAPH_ARRAYS + scan_arrays(np.uint32)
+        made = _PassGraph(graph, graph.instantiate(),
+                          tuple((name, ws.arrays.get(name)) for name in names))
+    except BaseException:
+        graph.close()
+        raise
+    old = _PASS_GRAPHS.pop(key, None)
+    if old is not None:
+        old.close()
+    while len(_PASS_GRAPHS) >= PASS_GRAPHS_KEPT:
+        _PASS_GRAPHS.pop(next(iter(_PASS_GRAPHS))).close()
+    _PASS_GRAPHS[key] = made
+    return made
+
+
+def forget_pass_graphs(ordinal=None) -> None:
+    """Free the digit-pass graphs of device `ordinal` (every device: None). Called when
+    the workspace is released and when the device's context is reset (whose retired
+    releases then do nothing)."""
+    for key in [k for k in _PASS_GRAPHS if ordinal is None or k[0] == ordinal]:
+        _PASS_GRAPHS.pop(key).close()
 
 
 def _radix_passes(call, ws, src, dst, keys, spare, counts, offsets, to_keys, from_keys,

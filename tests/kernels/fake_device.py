@@ -213,8 +213,12 @@ class FakeGpu:
         monkeypatch.setattr(_common, "_sm_count", lambda ordinal: sms)
         monkeypatch.setattr(_common, "_WORKSPACES", {})
         monkeypatch.delenv("CUPRIC_SIMULATOR", raising=False)
-        from cupric.kernels import histogram
+        from cupric.kernels import histogram, sort
         monkeypatch.setattr(histogram, "_EDGES", {})  # device copies of bin edges
+        # The radix sort's digit passes launch one by one (no driver graphs here; a
+        # test replaces `Graph` to check those).
+        monkeypatch.setattr(sort, "PASS_GRAPHS", [False])
+        monkeypatch.setattr(sort, "_PASS_GRAPHS", {})
         # Kernels that launched before (on a GPU lane) start without their launch state
         # here and get it back afterwards; `close` clears what the fakes left.
         for kern in _kernels():

@@ -403,3 +403,103 @@ def test_float16_foreign_arrays_copied_and_filled_as_bits(gpu):
     assert copy == "copy_kernel" and copied[:2] == (src.data_ptr(), 64)
     assert fill == "fill_kernel" and filled[:2] == (out.data_ptr(), 64)
     assert filled[3] == np.float16(1.5).view(np.uint16)
+
+
+class _FakeGraph:
+    """`cupric.runtime.graph.Graph` stand-in: records nodes, instantiates to `_FakeExec`."""
+
+    made: list = []
+
+    def __init__(self):
+        self.nodes, self.closed = [], False
+        _FakeGraph.made.append(self)
+
+    @classmethod
+    def create(cls, device=None):
+        return cls()
+
+    def add_memset(self, dst, value, *, width=1, count=None, depends_on=()):
+        self.nodes.append(("memset", dst.ptr, value, width, len(depends_on)))
+        return len(self.nodes)
+
+    def add_kernel(self, kernel, grid, block, *args, depends_on=()):
+        self.nodes.append((kernel.__name__, grid, block, args, tuple(depends_on)))
+        return len(self.nodes)
+
+    def instantiate(self):
+        return _FakeExec(self)
+
+    def close(self):
+        self.closed = True
+
+
+class _FakeExec:
+    def __init__(self, graph):
+        self.graph, self.launches, self.closed = graph, [], False
+
+    def launch(self, stream=None):
+        self.launches.append(stream)
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.fixture
+def graphs(gpu, monkeypatch):
+    from cupric.kernels import sort
+    from cupric.runtime import graph
+    monkeypatch.setattr(graph, "Graph", _FakeGraph)
+    monkeypatch.setattr(sort, "PASS_GRAPHS", [True])
+    monkeypatch.setattr(_FakeGraph, "made", [])
+    return _FakeGraph.made
+
+
+def test_radix_passes_replay_one_graph_per_key_count(gpu, graphs):
+    from cupric.kernels import sort
+    keys, out = gpu.array(20_000, "f4"), gpu.array(20_000, "f4")
+    sort.radix_sort(keys, out, stream=4)
+    sort.radix_sort(keys, out, stream=4)
+    graph, = graphs  # made once, replayed twice
+    exe = sort._PASS_GRAPHS[(0, 20_000)].exec
+    assert exe.launches == [4, 4] and exe.graph is graph
+    # Around each replay, the two key transforms: 3 operations per sort, not 14.
+    assert [name for name, *_ in gpu.launches] == ["to_keys_kernel", "from_keys_kernel"] * 2
+    kinds = [node[0] for node in graph.nodes]
+    assert kinds == ["memset"] + ["radix_histogram_kernel", "scan_kernel",
+                                  "radix_scatter_kernel"] * 4
+    tiles = -(-20_000 // sort.RADIX_TILE)
+    ws = _common._workspace(0)
+    # The scans tag the graph's own flags with epochs 1..4, cleared by the first node.
+    flags = ws.arrays["radix.graph_flags"]
+    assert graph.nodes[0][1:4] == (flags.ptr, 0, 4)
+    scans = [node for node in graph.nodes if node[0] == "scan_kernel"]
+    assert [int(node[3][3]) for node in scans] == [1, 2, 3, 4]
+    assert all(node[3][5] is flags for node in scans)
+    # Keys and spare swap each pass: the last scatter writes back into the keys.
+    scatters = [node for node in graph.nodes if node[0] == "radix_scatter_kernel"]
+    assert scatters[-1][3][1].ptr == ws.arrays["radix.keys"].ptr
+    assert all(node[1] == tiles for node in scatters)
+
+
+def test_radix_pass_graphs_follow_the_workspace(gpu, graphs):
+    from cupric import kernels
+    from cupric.kernels import sort
+    small, big = gpu.array(20_000, "u4"), gpu.array(90_000, "u4")
+    sort.radix_sort(small, gpu.array(20_000, "u4"))
+    first = sort._PASS_GRAPHS[(0, 20_000)]
+    sort.radix_sort(big, gpu.array(90_000, "u4"))  # the workspace grows
+    sort.radix_sort(small, gpu.array(20_000, "u4"))  # its arrays changed: made again
+    assert len(graphs) == 3 and first.exec.closed and graphs[0].closed
+    assert sort._PASS_GRAPHS[(0, 20_000)] is not first
+    kept = list(sort._PASS_GRAPHS.values())
+    kernels.release_workspaces()  # the owner frees them with the workspace
+    assert sort._PASS_GRAPHS == {} and all(g.exec.closed and g.graph.closed for g in kept)
+
+
+def test_radix_pass_graphs_kept_are_bounded(gpu, graphs, monkeypatch):
+    from cupric.kernels import sort
+    monkeypatch.setattr(sort, "PASS_GRAPHS_KEPT", 2)
+    for n in (30_000, 20_000, 10_000):
+        sort.radix_sort(gpu.array(n, "u4"), gpu.array(n, "u4"))
+    assert sorted(k[1] for k in sort._PASS_GRAPHS) == [10_000, 20_000]
+    assert graphs[0].closed and not graphs[1].closed
