@@ -25,7 +25,7 @@ from cupric.device import FULL_MASK, blockIdx, cp_async, gridDim, local, mma, sh
 from cupric.device import math as dmath
 from cupric.device import syncthreads, threadIdx, warp
 from cupric.kernels._common import Call
-from cupric.kernels.gemm_tc import allow_dynamic_shared, as_words, bf16_dtypes, require_aligned
+from cupric.kernels.gemm_tc import allow_dynamic_shared, bf16_dtypes, require_aligned
 from cupric.types import f32, i32, u16, u32
 
 __all__ = ["attention", "kernel", "shared_bytes", "threads", "BLOCK_M", "BLOCK_MS",
@@ -359,7 +359,7 @@ def attention(q, k, v, out=None, *, causal: bool = False, scale: float | None = 
     scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
     bits = np.dtype(np.uint16)
     flat = [call.flat(x, name, bits) for x, name in zip(arrays, ("q", "k", "v"))]
-    flat_out = as_words(call.flat(dst, "out"))
+    flat_out = call.flat(dst, "out").view(np.uint32)
     require_aligned(call, {"q": flat[0], "k": flat[1], "v": flat[2], "out": flat_out})
     kern = kernel(head_dim, causal, block_m, fused=scale > 0)
     nbytes = shared_bytes(head_dim, block_m)

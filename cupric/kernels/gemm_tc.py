@@ -22,12 +22,11 @@ import numpy as np
 
 import cupric
 from cupric.device import blockIdx, cp_async, local, mma, shared, syncthreads, threadIdx
-from cupric.kernels._common import Call, Foreign
+from cupric.kernels._common import Call
 from cupric.types import f32, i32, u16, u32
 
-__all__ = ["matmul", "kernel", "allow_dynamic_shared", "require_aligned", "as_words",
-           "bf16_dtypes", "Config", "DEFAULT", "KINDS", "BM", "BN", "BK", "STAGES",
-           "THREADS"]
+__all__ = ["matmul", "kernel", "allow_dynamic_shared", "require_aligned", "bf16_dtypes",
+           "Config", "DEFAULT", "KINDS", "BM", "BN", "BK", "STAGES", "THREADS"]
 
 
 @dataclass(frozen=True)
@@ -287,15 +286,6 @@ def allow_dynamic_shared(kern, signature: str, nbytes: int) -> None:
     _RAISED.add(key)
 
 
-def as_words(flat):
-    """A flat array of 16-bit items (`Call.flat`'s result: NumPy on the simulator, a
-    DeviceBuffer, or a PyTorch/CuPy `Foreign`) read as u32 words, two items each: the
-    kernels store results in pairs."""
-    if isinstance(flat, Foreign):  # its own view() is a launch view: borrow the memory
-        flat = flat.buffer()
-    return flat.view(np.uint32)
-
-
 def require_aligned(call, arrays: dict) -> None:
     """ValueError unless every device array starts on a 16-byte boundary, as the kernels'
     16-byte `cp.async` copies and paired stores need (fresh allocations always do)."""
@@ -387,7 +377,7 @@ def matmul(a, b, out=None, *, kind: str = "bf16", config: Config = DEFAULT, stre
     flat_b = call.flat(bm, "b", bits)
     flat_out = call.flat(dst, "out")
     if out_kind == "bf16":  # pairs of results leave as one u32 word (n is even)
-        flat_out = as_words(flat_out)
+        flat_out = flat_out.view(np.uint32)
     require_aligned(call, {"a": flat_a, "b": flat_b, "out": flat_out})
     kern = kernel(kind, out_kind, config)
     if not call.simulator:
