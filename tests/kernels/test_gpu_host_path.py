@@ -130,3 +130,76 @@ def test_histogram_plans(rng):
         np.testing.assert_array_equal(_host(counts), expect_counts)
         np.testing.assert_array_equal(edges, expect_edges)
         edges[:] = 0  # the caller's copy
+
+
+@pytest.mark.parametrize("kind", ["torch", "cupy"])
+def test_every_ready_kernel_on_foreign_arrays(rng, kind):
+    """PyTorch tensors and CuPy arrays (read as `Foreign`: handed to the launchers or as
+    launch views) give NumPy's results, outputs poisoned first."""
+    require_lowering("sort")
+    from cupric.kernels import elementwise, histogram, reduce, scan, sort, transpose
+    if kind == "torch":
+        torch = pytest.importorskip("torch")
+
+        def dev(a):
+            return torch.from_numpy(np.ascontiguousarray(a)).cuda()
+
+        def host(t):
+            torch.cuda.synchronize()
+            return t.cpu().numpy()
+    else:
+        cp = pytest.importorskip("cupy")
+
+        def dev(a):
+            return cp.asarray(a)
+
+        def host(a):
+            cp.cuda.Device().synchronize()
+            return cp.asnumpy(a)
+
+    def poisoned(shape, dtype):
+        return dev(np.full(shape, -7, dtype) if np.dtype(dtype).kind in "iu" else
+                   np.full(shape, np.nan, dtype))
+
+    n = 70_001
+    a, b = random_array(rng, n, "f4"), random_array(rng, n, "f4")
+    x, y = dev(a), dev(b)
+    out = poisoned(n, "f4")
+    elementwise.vecadd(x, y, out=out)
+    np.testing.assert_array_equal(host(out), a + b)
+    yy = dev(b)
+    elementwise.saxpy(0.5, x, yy, out=yy)  # in place
+    np.testing.assert_allclose(host(yy), 0.5 * a.astype(np.float64) + b, rtol=1e-6,
+                               atol=1e-6)
+    total = poisoned((), "f4")
+    reduce.sum(x, out=total)
+    scale = np.abs(a.astype(np.float64)).sum()
+    np.testing.assert_allclose(host(total), a.astype(np.float64).sum(), rtol=0,
+                               atol=1e-5 * scale)
+    out = poisoned(n, "f4")
+    scan.inclusive_scan(x, out=out)
+    np.testing.assert_allclose(host(out), np.cumsum(a.astype(np.float64)), rtol=0,
+                               atol=1e-5 * scale)
+    for m in (1000, 8192, n):  # one tile, and the graph of digit passes
+        out = poisoned(m, "f4")
+        sort.radix_sort(x[:m], out, descending=True)
+        np.testing.assert_array_equal(host(out), np.sort(a[:m])[::-1])
+    counts = poisoned(64, "i8")
+    histogram.histogram(x, 64, (-30.0, 30.0), out=counts)
+    np.testing.assert_array_equal(host(counts), np.histogram(a, 64, (-30.0, 30.0))[0])
+    m2 = random_array(rng, (300, 257), "f4")
+    t = poisoned((257, 300), "f4")
+    transpose.transpose(dev(m2), out=t)
+    np.testing.assert_array_equal(host(t), m2.T)
+    half = random_array(rng, 999, "f2")
+    copied = poisoned(999, "f2")
+    elementwise.memcpy(dev(half), out=copied)
+    np.testing.assert_array_equal(host(copied), half)
+    # A strided vector (every other element): the general launch path, the same result.
+    strided = x[::2]
+    out = poisoned(strided.shape[0], "f4")
+    elementwise.vecadd(strided, strided, out=out)
+    np.testing.assert_array_equal(host(out), a[::2] * 2)
+    if kind == "torch":
+        with pytest.raises(TypeError):  # a host tensor: refused before any launch
+            elementwise.vecadd(torch.from_numpy(a), x)
