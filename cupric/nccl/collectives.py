@@ -69,6 +69,16 @@ class Collectives:
             state[1].append(self)
         return handle, self._c_comm()
 
+    def _queue(self, name: str, stream, arrays, pointers, *args) -> None:
+        """Order `stream` after the arrays' producers, then queue the NCCL call `name`
+        with ``(*pointers, *args, comm, stream)`` (device addresses as pointers) and
+        raise its error."""
+        handle, comm = self._begin(stream, arrays)
+        from . import lib
+        status = getattr(lib.lib, name)(*[_p(lib, a) for a in pointers], *args, comm,
+                                        _p(lib, handle))
+        self._finish(status, comm, name)
+
     def _finish(self, status: int, comm, what: str) -> None:
         if status == 0:
             return
@@ -164,11 +174,7 @@ class Collectives:
         code = reduction_op(op)
         s, r = self._equal_pair(send, out, stream, "all_reduce", out is None)
         dtype, count = self._wire(s, s.size, code)
-        handle, comm = self._begin(stream, (s, r))
-        from . import lib
-        status = lib.lib.ncclAllReduce(_p(lib, s.ptr), _p(lib, r.ptr), count, dtype, code,
-                                       comm, _p(lib, handle))
-        self._finish(status, comm, "ncclAllReduce")
+        self._queue("ncclAllReduce", stream, (s, r), (s.ptr, r.ptr), count, dtype, code)
         return send if out is None else out
 
     def reduce(self, send, out=None, *, root: int = 0, op: str = "sum", stream=None):
@@ -180,11 +186,7 @@ class Collectives:
         s, r = self._equal_pair(send, out, stream, "reduce",
                                 out is None and root == self._rank)
         dtype, count = self._wire(s, s.size, code)
-        handle, comm = self._begin(stream, (s, r))
-        from . import lib
-        status = lib.lib.ncclReduce(_p(lib, s.ptr), _p(lib, r.ptr), count, dtype, code,
-                                    root, comm, _p(lib, handle))
-        self._finish(status, comm, "ncclReduce")
+        self._queue("ncclReduce", stream, (s, r), (s.ptr, r.ptr), count, dtype, code, root)
         return send if out is None else out
 
     def broadcast(self, send, out=None, *, root: int = 0, stream=None):
@@ -193,11 +195,7 @@ class Collectives:
         root = self._check_rank(root, "root")
         s, r = self._equal_pair(send, out, stream, "broadcast", out is None)
         dtype, count = self._wire(s, s.size, None)
-        handle, comm = self._begin(stream, (s, r))
-        from . import lib
-        status = lib.lib.ncclBroadcast(_p(lib, s.ptr), _p(lib, r.ptr), count, dtype, root,
-                                       comm, _p(lib, handle))
-        self._finish(status, comm, "ncclBroadcast")
+        self._queue("ncclBroadcast", stream, (s, r), (s.ptr, r.ptr), count, dtype, root)
         return send if out is None else out
 
     def all_gather(self, send, out=None, *, stream=None):
@@ -216,11 +214,7 @@ class Collectives:
                                      f"send.size = {n * s.size} elements, got {r.size}")
         self._disjoint(s, r, r.ptr + self._rank * s.nbytes, "all_gather")
         dtype, count = self._wire(s, s.size, None)
-        handle, comm = self._begin(stream, (s, r))
-        from . import lib
-        status = lib.lib.ncclAllGather(_p(lib, s.ptr), _p(lib, r.ptr), count, dtype, comm,
-                                       _p(lib, handle))
-        self._finish(status, comm, "ncclAllGather")
+        self._queue("ncclAllGather", stream, (s, r), (s.ptr, r.ptr), count, dtype)
         return out
 
     def reduce_scatter(self, send, out=None, *, op: str = "sum", stream=None):
@@ -246,11 +240,8 @@ class Collectives:
         if r.ptr != s.ptr + self._rank * r.nbytes:
             self._disjoint(r, s, None, "reduce_scatter")
         dtype, count = self._wire(r, r.size, code)
-        handle, comm = self._begin(stream, (s, r))
-        from . import lib
-        status = lib.lib.ncclReduceScatter(_p(lib, s.ptr), _p(lib, r.ptr), count, dtype,
-                                           code, comm, _p(lib, handle))
-        self._finish(status, comm, "ncclReduceScatter")
+        self._queue("ncclReduceScatter", stream, (s, r), (s.ptr, r.ptr), count, dtype,
+                    code)
         return out
 
     def all_to_all(self, send, out=None, *, stream=None):
@@ -288,20 +279,14 @@ class Collectives:
         peer = self._check_rank(peer, "peer")
         s = self._array(array, "array", stream, writable=False)
         dtype, count = self._wire(s, s.size, None)
-        handle, comm = self._begin(stream, (s,))
-        from . import lib
-        status = lib.lib.ncclSend(_p(lib, s.ptr), count, dtype, peer, comm, _p(lib, handle))
-        self._finish(status, comm, "ncclSend")
+        self._queue("ncclSend", stream, (s,), (s.ptr,), count, dtype, peer)
 
     def recv(self, array, peer: int, *, stream=None):
         """Receive from rank `peer` into `array` (``ncclRecv``); returns `array`."""
         peer = self._check_rank(peer, "peer")
         r = self._array(array, "array", stream, writable=True)
         dtype, count = self._wire(r, r.size, None)
-        handle, comm = self._begin(stream, (r,))
-        from . import lib
-        status = lib.lib.ncclRecv(_p(lib, r.ptr), count, dtype, peer, comm, _p(lib, handle))
-        self._finish(status, comm, "ncclRecv")
+        self._queue("ncclRecv", stream, (r,), (r.ptr,), count, dtype, peer)
         return array
 
 
