@@ -20,8 +20,8 @@ from typing import Sequence
 # The nvJitLink half lives in the runtime (one binding for the runtime's Linker and the
 # compile path); re-exported here for the compiler's modules.
 from cupric.runtime.linker import (NVJITLINK_DECLARATIONS, NVJITLINK_INPUT_CUBIN,
-                                   NVJITLINK_INPUT_PTX, NVJITLINK_RESULTS, LibraryCallError,
-                                   NvJitLink, NvJitLinkHandle)
+                                   NVJITLINK_INPUT_PTX, NVJITLINK_RESULTS, BoxedHandle,
+                                   LibraryCallError, NvJitLink, NvJitLinkHandle)
 
 __all__ = [
     "DECLARATIONS", "LibraryCallError", "Nvvm", "NvvmProgram", "NvJitLink", "NvJitLinkHandle",
@@ -165,32 +165,21 @@ class Nvvm:
         return NvvmProgram(self)
 
 
-class NvvmProgram:
+class NvvmProgram(BoxedHandle):
     """One libNVVM program: modules in, PTX and a log out.
 
     Destroyed by `close()` or at the end of a ``with`` block; each method raises
     `LibraryCallError` on an error status (read `log()` for libNVVM's messages).
     """
 
-    __slots__ = ("_ffi", "_lib", "_box")
+    __slots__ = ()
+    _what = "libNVVM program"
 
     def __init__(self, nvvm: Nvvm) -> None:
         self._ffi, self._lib = nvvm.ffi, nvvm.lib
         box = self._ffi.new("nvvmProgram *")
         _check(self._lib.nvvmCreateProgram(box), "nvvmCreateProgram", NVVM_RESULTS)
         self._box = box
-
-    def __enter__(self) -> NvvmProgram:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    @property
-    def _handle(self):
-        if self._box[0] == self._ffi.NULL:
-            raise ValueError("the libNVVM program is destroyed")
-        return self._box[0]
 
     def add_module(self, data: bytes, name: str, *, lazy: bool = False) -> None:
         """Add IR text or bitcode; ``lazy`` links in only what other modules use

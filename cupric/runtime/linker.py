@@ -21,7 +21,7 @@ import weakref
 from typing import Sequence
 
 __all__ = ["Linker", "LinkerOptions", "LinkerError", "link", "INPUT_KINDS", "is_available",
-           "NvJitLink", "NvJitLinkHandle", "LibraryCallError", "NVJITLINK_DECLARATIONS",
+           "NvJitLink", "NvJitLinkHandle", "BoxedHandle", "LibraryCallError", "NVJITLINK_DECLARATIONS",
            "NVJITLINK_RESULTS", "NVJITLINK_INPUT_CUBIN", "NVJITLINK_INPUT_PTX"]
 
 # nvJitLink's header maps each name to a versioned symbol (`__nvJitLinkCreate_13_5`) through
@@ -139,11 +139,37 @@ class NvJitLink:
         return NvJitLinkHandle(self, options)
 
 
-class NvJitLinkHandle:
+class BoxedHandle:
+    """A C library's handle kept in a one-element cffi box (``self._box``), as libNVVM's
+    and nvJitLink's create and destroy functions take it: `_handle` reads it (raising
+    once destroyed); subclasses destroy it in `close()`, also run at the end of a
+    ``with`` block."""
+
+    __slots__ = ("_ffi", "_lib", "_box")
+    _what = "handle"  # named in the error after destruction
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def _handle(self):
+        if self._box[0] == self._ffi.NULL:
+            raise ValueError(f"the {self._what} is destroyed")
+        return self._box[0]
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class NvJitLinkHandle(BoxedHandle):
     """One nvJitLink link: inputs in, a cubin and logs out. Destroyed by `close()` or at
     the end of a ``with`` block."""
 
-    __slots__ = ("_ffi", "_lib", "_box")
+    __slots__ = ()
+    _what = "nvJitLink handle"
 
     def __init__(self, linker: NvJitLink, options: Sequence[str]) -> None:
         self._ffi, self._lib = linker.ffi, linker.lib
@@ -156,18 +182,6 @@ class NvJitLinkHandle:
         _check(self._lib.nvJitLinkCreate(box, len(options), array), "nvJitLinkCreate")
         del keep
         self._box = box
-
-    def __enter__(self) -> NvJitLinkHandle:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    @property
-    def _handle(self):
-        if self._box[0] == self._ffi.NULL:
-            raise ValueError("the nvJitLink handle is destroyed")
-        return self._box[0]
 
     def add_data(self, kind: int, data: bytes, name: str) -> None:
         """Add one input (`NVJITLINK_INPUT_PTX`, `NVJITLINK_INPUT_CUBIN`, ...). PTX is
