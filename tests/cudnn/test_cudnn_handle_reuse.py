@@ -112,3 +112,15 @@ def test_a_reset_forgets_the_kept_handles_without_a_driver_call(fake):
 
 def test_the_public_name():
     assert cudnn.release_idle_handles is H.release_idle_handles
+
+
+def test_the_soaks_handle_cycles_make_one_raw_handle(fake):
+    # 1,000 create/close cycles on changing streams (the soak's handle phase): one
+    # cudnnCreate, no cudnnDestroy, and nothing left open but the one kept raw handle.
+    from cupric.runtime import resource
+    live = resource.live_count()
+    for i in range(1000):
+        h = H.Handle.create(stream=0x1000 + 16 * i)
+        h.close()
+    assert _kinds(fake).count("create") == 1 and "destroy" not in _kinds(fake)
+    assert len(H._idle[0]) == 1 and resource.live_count() == live
