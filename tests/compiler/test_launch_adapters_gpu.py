@@ -83,6 +83,13 @@ def check_parts(obj):
         expected = (ptr, shape, strides, dtype, stream)
     except Exception:  # the interface refuses this array: so must the adapter
         expected = None
+    if expected is not None and expected[3] == np.dtype("V2") \
+            and str(getattr(obj, "dtype", "")) == "torch.bfloat16" and aa._ml_bfloat16():
+        # The one deliberate difference: the interface says raw "<V2" items, the torch
+        # adapter knows them as bfloat16 (kernels type them `cupric.types.bf16`).
+        expected = expected[:3] + (aa._ml_bfloat16(),) + expected[4:]
+        assert adapter.read(obj) == expected
+        return expected
     assert adapter.read(obj) == expected
     if expected is not None:
         got = []
@@ -123,7 +130,8 @@ def test_torch_parts_match_the_interface(torch):
         assert check_parts(case) is not None
     assert check_parts(torch.empty(0, device="cuda"))[0] == 0
     bf16 = check_parts(base.bfloat16())  # None where this PyTorch's interface lacks bf16
-    assert bf16 is None or bf16[3] == np.dtype("V2")   # raw 2-byte items ("<V2")
+    # Raw 2-byte items ("<V2") through the interface; bfloat16 where ml_dtypes is present.
+    assert bf16 is None or bf16[3] in (np.dtype("V2"), aa._ml_bfloat16())
     # Outside the adapter's case: the interface refuses them too.
     assert check_parts(torch.ones(4, device="cuda", requires_grad=True)) is None
     assert check_parts(torch.ones(4)) is None
@@ -264,7 +272,6 @@ def test_torch_errors_are_unchanged(torch, rt):
     bad_args = [
         (np.float32(1), torch.ones(4), y),                                  # host tensor
         (np.float32(1), torch.ones(4, device="cuda", requires_grad=True), y),
-        (np.float32(1), torch.ones(4, device="cuda", dtype=torch.bfloat16), y),  # no bf16 type
         (np.float32(1), np.ones(4, np.float32), y),                          # NumPy array
     ]
     for args in bad_args:
@@ -272,6 +279,21 @@ def test_torch_errors_are_unchanged(torch, rt):
         with adapters_off(torch.Tensor):
             without = _launch_error(_axpy_py, *args)
         assert with_adapters is not None and with_adapters == without, args[1]
+
+
+def test_a_torch_bf16_tensor_is_typed_bf16_and_refused_for_an_f32_parameter(torch, rt):
+    # The interface path sees raw "<V2" items; the adapter types them bf16. Either way a
+    # bf16 tensor for an f32 array parameter is refused before the launch, and the
+    # adapter's message names bf16.
+    y = torch.zeros(4, device="cuda")
+    x = torch.ones(4, device="cuda", dtype=torch.bfloat16)
+    with_adapters = _launch_error(_axpy_py, np.float32(1), x, y)
+    with adapters_off(torch.Tensor):
+        without = _launch_error(_axpy_py, np.float32(1), x, y)
+    assert with_adapters is not None and without is not None
+    if aa._ml_bfloat16() is not None:
+        assert "bf16" in with_adapters[1] or "bfloat16" in with_adapters[1], with_adapters
+    assert torch.count_nonzero(y).item() == 0   # nothing was launched
 
 
 def test_another_device_passes_as_before(torch):
