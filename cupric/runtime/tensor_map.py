@@ -125,15 +125,14 @@ def encode_tiled(ptr: int, dims: tuple, row_bytes: int, kind: str, box: tuple,
     d = driver()
     promo = {0: "NONE", 64: "L2_64B", 128: "L2_128B", 256: "L2_256B"}[l2_promotion]
     u32, u64 = d.cuuint32_t, d.cuuint64_t
-    err, encoded = d.cuTensorMapEncodeTiled(
+    encoded = check(d.cuTensorMapEncodeTiled(
         getattr(d.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{DATA_TYPES[kind]}"), 2,
         int(ptr), [u64(int(dims[0])), u64(int(dims[1]))], [u64(int(row_bytes))],
         [u32(int(box[0])), u32(int(box[1]))], [u32(1), u32(1)],
         d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         getattr(d.CUtensorMapSwizzle, SWIZZLES[swizzle]),
         getattr(d.CUtensorMapL2promotion, f"CU_TENSOR_MAP_L2_PROMOTION_{promo}"),
-        d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
-    check(err)
+        d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE))
     return np.array([int(w) for w in encoded.opaque], dtype=np.uint64)
 
 

@@ -96,15 +96,19 @@ def image_of(a, b, a_kmajor, b_kmajor, swizzle):
     """Shared-memory bytes (as u32 words) holding A (64 x 16) and B^T (n x 16) in the
     canonical layouts, and their (leading, stride) offsets."""
     n = b.shape[1]
-    words = np.zeros((B_AT + n * 16 * 2 * 8) // 2, np.uint16)
     lay_a = layout(64, a_kmajor, swizzle)
     lay_b = layout(n, b_kmajor, swizzle)
+    placed = []
     for mat, base, kmaj, (lead, stride) in ((a, 0, a_kmajor, lay_a),
                                             (b.T, B_AT, b_kmajor, lay_b)):
         r, k = np.meshgrid(np.arange(mat.shape[0]), np.arange(16), indexing="ij")
         off = operand_offset(r, k, k_major=kmaj, swizzle=swizzle, leading=lead,
                              stride=stride)
-        words[swizzled(base + off, swizzle) // 2] = mat
+        placed.append((swizzled(base + off, swizzle) // 2, mat))
+    # Only as many bytes as the layouts reach (below 48 KiB of shared memory).
+    words = np.zeros(-(-(int(placed[1][0].max()) + 1) // 512) * 512, np.uint16)
+    for where, mat in placed:
+        words[where] = mat
     return words.view(np.uint32), lay_a, lay_b
 
 
