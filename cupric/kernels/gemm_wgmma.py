@@ -26,7 +26,7 @@ import cupric
 from cupric.device import (blockIdx, mbarrier, mma, shared, syncthreads, threadIdx, tma,
                            unroll, wgmma)
 from cupric.kernels._common import Call
-from cupric.kernels.gemm_tc import allow_dynamic_shared
+from cupric.kernels.gemm_tc import allow_dynamic_shared, bf16_dtypes
 from cupric.types import i32, u16, u64
 
 __all__ = ["Config", "DEFAULT", "matmul", "kernel", "KINDS"]
@@ -253,7 +253,8 @@ def _maps(call: Call, a, b, kind: str, b_layout: str, config: Config):
     box_b = (64, _BK) if b_layout == "kn" else (_BK, config.bn)
     if call.simulator:
         from cupric.simulator.tma import tensor_map as sim_map
-        return sim_map(a, box_a), sim_map(b, box_b)
+        bits = np.dtype(np.uint16)
+        return sim_map(a.view(bits), box_a), sim_map(b.view(bits), box_b)
     return (_device_map(a, box_a, kind, call.stream), _device_map(b, box_b, kind, call.stream))
 
 
@@ -266,11 +267,12 @@ def matmul(a, b, out=None, *, kind: str = "bf16", b_layout: str = "kn",
     ----------
     a : device array (NumPy array on the simulator), shape (m, k), C-contiguous
     b : device array, shape (k, n) (``b_layout="kn"``) or (n, k) (``"nk"``), C-contiguous
-        bfloat16 as uint16 (or int16) bit patterns for ``kind="bf16"``, float16 for
-        ``kind="f16"``. Rows must be a multiple of 16 bytes apart (k, and n for "kn", a
+        bfloat16 (PyTorch's, or ml_dtypes' in NumPy) or its bits as uint16 / int16 for
+        ``kind="bf16"``, float16 for ``kind="f16"``. Rows must be a multiple of 16 bytes apart (k, and n for "kn", a
         multiple of 8), as the TMA copies need; m, n and k need not fit the tile.
     out : device array, optional
-        Shape (m, n), uint16 or int16: bfloat16 bit patterns (nearest even). Default: new.
+        Shape (m, n): bfloat16 (float16 for ``kind="f16"``) or its bits as uint16 / int16,
+        rounded to nearest even from the f32 sums. Default: new, of a's dtype.
     kind : {"bf16", "f16"}
     b_layout : {"kn", "nk"}
     config : Config
@@ -278,7 +280,7 @@ def matmul(a, b, out=None, *, kind: str = "bf16", b_layout: str = "kn",
 
     Returns
     -------
-    out, or a new uint16 array of bfloat16 bits.
+    out, or a new array of a's dtype.
 
     Raises
     ------
@@ -301,7 +303,7 @@ def matmul(a, b, out=None, *, kind: str = "bf16", b_layout: str = "kn",
         raise ValueError(f"gemm_wgmma: kind must be 'bf16' or 'f16', got {kind!r}")
     if b_layout not in ("kn", "nk"):
         raise ValueError(f"gemm_wgmma: b_layout must be 'kn' or 'nk', got {b_layout!r}")
-    dtypes = (want, np.dtype(np.int16)) if kind == "bf16" else (want,)
+    dtypes = bf16_dtypes() if kind == "bf16" else (want,)
     am = call.array(a, "a", dtypes=dtypes, ndim=2)
     bm = call.array(b, "b", dtypes=dtypes, ndim=2)
     m, k = int(am.shape[0]), int(am.shape[1])
@@ -318,11 +320,11 @@ def matmul(a, b, out=None, *, kind: str = "bf16", b_layout: str = "kn",
         raise ValueError(f"gemm_wgmma: {m}x{k} @ {k}x{n} has more than 2^31 - 1 elements in "
                          f"one operand")
     bits = np.dtype(np.uint16)
-    if out is None:
-        dst, result = call.output(None, "out", (m, n), bits)
+    if out is None:  # the operands' own type: bfloat16 (or its bits), float16
+        dst, result = call.output(None, "out", (m, n), am.dtype)
     else:
         dst = call.array(out, "out", writable=True, ndim=2,
-                         dtypes=(bits, np.dtype(np.int16)))
+                         dtypes=dtypes if kind == "bf16" else (want, bits, np.dtype(np.int16)))
         if tuple(int(s) for s in dst.shape) != (m, n):
             raise ValueError(f"gemm_wgmma: out has shape {tuple(dst.shape)}; expected "
                              f"{(m, n)}")

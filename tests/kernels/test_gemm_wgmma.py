@@ -65,6 +65,17 @@ def test_simulator_matches_numpy(kind, layout, shape, bn, rng, simulator):
     check(out, kind, exact, scale, k)
 
 
+def test_ml_dtypes_bfloat16_in_and_out(rng, simulator):
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 NumPy arrays")
+    a = rng.standard_normal((40, 24)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((24, 16)).astype(ml_dtypes.bfloat16)
+    out = gemm_wgmma.matmul(a, b, config=gemm_wgmma.Config(bn=64, stages=2))
+    assert out.dtype == ml_dtypes.bfloat16 and out.shape == (40, 16)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    scale = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+    check(out.view(np.uint16), "bf16", exact, scale, 24)
+
+
 def test_argument_errors(simulator):
     a = np.zeros((16, 24), np.uint16)
     with pytest.raises(ValueError, match="inner dimensions differ"):
@@ -113,8 +124,11 @@ def test_gpu_matches_float64_and_cublas(layout, m, n, k):
     b = torch.randn(*((k, n) if layout == "kn" else (n, k)), device="cuda",
                     generator=gen).to(torch.bfloat16)
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    gemm_wgmma.matmul(a.view(torch.int16), b.view(torch.int16), out.view(torch.int16),
-                      b_layout=layout)
+    if m % 2:   # bfloat16 tensors as they come
+        gemm_wgmma.matmul(a, b, out, b_layout=layout)
+    else:       # or their bits
+        gemm_wgmma.matmul(a.view(torch.int16), b.view(torch.int16), out.view(torch.int16),
+                          b_layout=layout)
     torch.cuda.synchronize()
     bb = b if layout == "kn" else b.T
     exact = a.double() @ bb.double()
@@ -128,13 +142,13 @@ def test_gpu_matches_float64_and_cublas(layout, m, n, k):
 
 
 @gpu
-def test_gpu_f16(rng):
+def test_gpu_f16():
     torch = pytest.importorskip("torch", reason="PyTorch holds the operands")
     m, n, k = 300, 264, 200
     a = torch.randn(m, k, device="cuda").half()
     b = torch.randn(k, n, device="cuda").half()
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
-    gemm_wgmma.matmul(a, b, out.view(torch.int16), kind="f16")
+    gemm_wgmma.matmul(a, b, out, kind="f16")
     torch.cuda.synchronize()
     exact = a.double() @ b.double()
     bound = 2.0 ** -11 * exact.abs() + k * 2.0 ** -22 * (a.double().abs() @ b.double().abs())
