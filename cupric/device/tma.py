@@ -7,7 +7,9 @@ One thread issues a copy of a box (the tensor map's box shape) at element coordi
 so tiles past a matrix's edge need no special case. The bytes land in shared memory
 swizzled as the tensor map says (the layout `wgmma` descriptors read) and are counted on
 the barrier given, whose phase completes when they are all there. The tensor map travels
-as a kernel argument: the 16 x u64 device array of a `TensorMap` (its `.array`).
+as a kernel argument: the 16 x u64 device array of a `TensorMap` (its `.array`); a thread
+calls `tma.acquire(map)` before its first copy with it (the host wrote it through another
+proxy).
 """
 
 from __future__ import annotations
@@ -46,6 +48,12 @@ tma = Namespace(
         "tma.fence_proxy_async(): orders this thread's ordinary shared-memory accesses "
         "before later accesses of the asynchronous proxy (TMA copies, wgmma) "
         "(fence.proxy.async.shared::cta)."),
+    acquire=Intrinsic(
+        "tma.acquire",
+        "tma.acquire(tensor_map): makes the tensor map, written to global memory by the "
+        "host, visible to this thread's copies (fence.proxy.tensormap::generic.acquire.sys "
+        "[map], 128). Each block calls it in the threads that issue copies, before the "
+        "first copy with the map."),
     prefetch=Intrinsic(
         "tma.prefetch",
         "tma.prefetch(tensor_map): brings the tensor map into the copy engine's cache "

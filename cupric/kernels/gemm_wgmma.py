@@ -134,6 +134,8 @@ def _make_kernel(kind: str, n_major: bool, cfg: Config):
         if wg == 0:
             wgmma.lower_registers(low)
             if tid == 0:
+                tma.acquire(map_a)
+                tma.acquire(map_b)
                 for kt in range(ktiles):
                     s = kt % stages
                     if kt >= stages:

@@ -339,7 +339,7 @@ def _tma_wait(s, n):
     return None
 
 
-@implements("tma.prefetch")
+@implements("tma.prefetch", "tma.acquire")
 def _tma_prefetch(s, tmap):
     _tensor(tmap, "tma.prefetch")
 

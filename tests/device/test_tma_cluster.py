@@ -35,6 +35,8 @@ def copy_kernel(src_map, dst_map, out, x, y, x2, y2, bx):
         mbarrier.fence_init()
     syncthreads()
     if tid == 0:
+        tma.acquire(src_map)
+        tma.acquire(dst_map)
         mbarrier.arrive_expect_tx(bars, 0, bx * 16 * 2)
         tma.load_2d(sm, pad, src_map, x, y, bars, 0)
     mbarrier.wait(bars, 0, 0)

@@ -230,6 +230,7 @@ def everything(out, words, tmap):
         mbarrier.init(bars, 0, 1)
         mbarrier.init(bars, 1, 1)
         mbarrier.fence_init()
+        tma.acquire(tmap)
         tma.prefetch(tmap)
         mbarrier.arrive_expect_tx(bars, 0, 2048)
         tma.load_2d(sm, 0, tmap, 0, 0, bars, 0)
@@ -274,6 +275,7 @@ def everything_ptx():
     "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes",
     "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group",
     "cp.async.bulk.commit_group", "cp.async.bulk.wait_group.read 0", "prefetch.tensormap",
+    "fence.proxy.tensormap::generic.acquire.sys",
     "mbarrier.init.shared::cta.b64", "fence.mbarrier_init.release.cluster",
     "mbarrier.arrive.expect_tx.shared::cta.b64", "mbarrier.try_wait.parity.shared::cta.b64",
     "mbarrier.arrive.shared::cta.b64", "mbarrier.arrive.release.cluster.shared::cluster.b64",

@@ -444,6 +444,25 @@ def _prefetch_lower(cg, call, args):
 register("tma.prefetch", _prefetch_infer, _prefetch_lower)
 
 
+def _acquire_infer(call):
+    if len(call.arg_types) != 1 or call.keywords:
+        raise TypeError("tma.acquire(tensor_map)")
+    _global_array(call, 0, "tma.acquire")
+    return NONE
+
+
+def _acquire_lower(cg, call, args):
+    tmap = cg.b.cast("ptrtoint", args[0].data, ll.i64)
+    # The host's copy wrote the map through the generic proxy; the copy engine reads it
+    # through the tensormap proxy.
+    _asm(cg, MARK_SM90 + "fence.proxy.tensormap::generic.acquire.sys [$0], 128;", [], ["l"],
+         [tmap])
+    return _none(call)
+
+
+register("tma.acquire", _acquire_infer, _acquire_lower)
+
+
 def _address_infer(call):
     if len(call.arg_types) != 2 or call.keywords:
         raise TypeError("tma.shared_address(smem, index)")
