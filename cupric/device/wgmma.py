@@ -78,14 +78,16 @@ def operand_offset(row: int, k: int, *, k_major: bool, swizzle: int, leading: in
 
 
 def _mma_doc(n: int, kind: str) -> str:
-    return (f"wgmma.m64n{n}k16_{kind}(acc, a_desc, b_desc, scale_d=1, trans_a=0, trans_b=0) "
+    return (f"wgmma.m64n{n}k16_{kind}(acc, a, b_desc, scale_d=1, trans_a=0, trans_b=0) "
             f"-> acc: D (64x{n}, f32) = A (64x16, {kind}) @ B (16x{n}, {kind}) + scale_d * "
-            f"acc, A and B in shared memory through matrix descriptors (u64), acc a tuple "
-            f"of {n // 2} f32 per thread (wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}"
-            f".{kind}; sm_90a). scale_d=0 ignores acc (a run-time value). trans_a / "
-            f"trans_b (constants): 1 reads A M-major / B N-major instead of K-major. The "
-            f"four warps of a warpgroup issue it together; the result is ready only after "
-            f"wgmma.wait.")
+            f"acc, B in shared memory through a matrix descriptor (u64), A through one too "
+            f"or in registers (a tuple of 4 u32: warp w holds rows 16w..16w+15 as the A "
+            f"fragment of mma.m16n8k16), acc a tuple of {n // 2} f32 per thread "
+            f"(wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind}; sm_90a). "
+            f"scale_d=0 ignores acc (a run-time value). trans_a / trans_b (constants): 1 "
+            f"reads A M-major / B N-major instead of K-major (trans_a with A in shared "
+            f"memory only). The four warps of a warpgroup issue it together; the result is "
+            f"ready only after wgmma.wait.")
 
 
 _MMAS = {f"m64n{n}k16_{kind}": Intrinsic(f"wgmma.m64n{n}k16_{kind}", _mma_doc(n, kind))

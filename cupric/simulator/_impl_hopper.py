@@ -6,7 +6,8 @@ static arrays follow, 1024-byte aligned, in declaration order, so that descripto
 swizzles (XOR of address bits 4-6 with bits 7-9) and `tma.shared_address` agree as on a
 GPU. A wgmma is computed when it is issued, each thread its own part of D from the
 operands the descriptors name (products summed in float64, rounded once to float32), so
-it needs no exchange between threads; `wgmma.wait` only hands the accumulator back. TMA
+it needs no exchange between threads (with A in registers the lanes of each warp exchange
+their fragments, a warp collective); `wgmma.wait` only hands the accumulator back. TMA
 copies land when issued and count their bytes on the barrier at once; `mbarrier.wait`
 blocks the thread until the phase completes (the block's threads run at once).
 Clusters: `cupric.kernels.clusters.launch_cluster` sets the cluster shape.
@@ -20,7 +21,8 @@ import numpy as np
 
 from ..device.wgmma import SWIZZLE_MODES, accumulator_coords, descriptor_bits, operand_offset
 from ._array import SimArray, unwrap
-from ._impl import _collective, _user_site
+from ._impl import _collective, _user_site, _warp_op
+from ._live import FULL, WARP_OPS
 from ._state import implements
 from .errors import DeadlockError, SimulatorError
 from .tma import lookup
@@ -134,27 +136,67 @@ def read_operand(space: _Space, desc: int, rows: int, k_major: bool, kind: str) 
     return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
-def _mma_impl(n: int, kind: str):
-    def impl(s, acc, a_desc, b_desc, scale_d=1, trans_a=0, trans_b=0):
+def _product(a_rows: np.ndarray, b: np.ndarray, coords: np.ndarray, acc, scale_d):
+    """One thread's D values: rows of A (indexed by coords[:, 0]) times rows of B^T."""
+    d = (a_rows[coords[:, 0]] * b[coords[:, 1]]).sum(axis=1)
+    if scale_d:
+        d = d + np.asarray(acc, np.float32).astype(np.float64)
+    return tuple(np.float32(v) for v in d.astype(np.float32))
+
+
+def _warp_compute(n: int, kind: str):
+    """The warp-level step of a wgmma with A in registers: the 32 lanes' fragments make the
+    warp's 16 rows of A (the mma.m16n8k16 A layout)."""
+    from ._impl_mma import _gather
+
+    def compute(group: int, args: dict) -> dict:
+        if group != FULL:
+            raise SimulatorError(f"wgmma.m64n{n}k16_{kind} needs all 32 lanes of each warp, "
+                                 f"got mask {group:#010x}")
+        a = _gather(f"m16n8k16_{kind}", "a", 16, 16, {lane: args[lane][1] for lane in args},
+                    kind)
+        first = args[0]
+        b = read_operand(first[5], first[2], n, not first[4], kind)
+        out = {}
+        for lane, (acc, _, _, scale, _, _, lin) in args.items():
+            coords = np.array(accumulator_coords(n, lin & 127))
+            coords[:, 0] -= 16 * ((lin & 127) >> 5)
+            out[lane] = _product(a, b, coords, acc, scale)
+        return out
+
+    return compute
+
+
+def _mma_core(n: int, kind: str):
+    name = f"wgmma.m64n{n}k16_{kind}"
+    WARP_OPS[name] = _warp_compute(n, kind)
+
+    def core(s, site, acc, a, b_desc, scale_d=1, trans_a=0, trans_b=0):
         acc = tuple(acc)
         if len(acc) != n // 2:
-            raise _fail(f"wgmma.m64n{n}k16_{kind}: acc holds {len(acc)} values, not {n // 2}")
+            raise SimulatorError(f"{name}: acc holds {len(acc)} values, not {n // 2}",
+                                 filename=site[0], line=site[1])
         space = _space(s)
-        a = read_operand(space, a_desc, 64, not trans_a, kind)
+        if isinstance(a, tuple):  # A in registers: the warp exchanges its fragments
+            if trans_a:
+                raise SimulatorError(f"{name}: A in registers cannot be transposed",
+                                     filename=site[0], line=site[1])
+            return _warp_op(s, site, name, FULL, (acc, a, b_desc, int(scale_d),
+                                                  int(trans_b), space, s.lin))
+        a_rows = read_operand(space, a, 64, not trans_a, kind)
         b = read_operand(space, b_desc, n, not trans_b, kind)
-        coords = np.array(accumulator_coords(n, s.lin & 127))
-        d = (a[coords[:, 0]] * b[coords[:, 1]]).sum(axis=1)
-        if scale_d:
-            d = d + np.asarray(acc, np.float32).astype(np.float64)
-        return tuple(np.float32(v) for v in d.astype(np.float32))
-    return impl
+        return _product(a_rows, b, np.array(accumulator_coords(n, s.lin & 127)), acc,
+                        scale_d)
+
+    core.__name__ = f"_wgmma_m64n{n}k16_{kind}"
+    return core
 
 
 def _register_mmas() -> None:
     from ..device.wgmma import N_SIZES, TYPES
     for n in N_SIZES:
         for kind in TYPES:
-            implements(f"wgmma.m64n{n}k16_{kind}")(_mma_impl(n, kind))
+            _collective(f"wgmma.m64n{n}k16_{kind}")(_mma_core(n, kind))
 
 
 _register_mmas()

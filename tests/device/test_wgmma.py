@@ -184,6 +184,102 @@ def run_wgmma(n, kind, swizzle, a_kmajor, b_kmajor, rng, on_gpu=False, scale=1):
     return out, want
 
 
+def a_fragments(abits: np.ndarray) -> np.ndarray:
+    """(128, 4) u32: thread t's A registers, warp t // 32 holding rows 16w..16w+15 as the
+    A fragment of mma.m16n8k16 (two 16-bit values a word, the first in the low half)."""
+    from cupric.device.mma import fragment_coords
+    out = np.zeros((128, 4), np.uint32)
+    for t in range(128):
+        w, lane = t >> 5, t & 31
+        vals = [int(abits[16 * w + r, c]) for r, c in fragment_coords("m16n8k16_bf16", "a",
+                                                                        lane)]
+        out[t] = [vals[2 * j] | vals[2 * j + 1] << 16 for j in range(4)]
+    return out
+
+
+def registers_kernel(n, kind, swizzle, b_kmajor, lay_b):
+    op = getattr(wgmma, f"m64n{n}k16_{kind}")
+    tb = int(not b_kmajor)
+    b_lead, b_stride = lay_b
+
+    def kern(image, frags, out):
+        sm = shared.dynamic(u32)
+        pad = ((1024 - (tma.shared_address(sm, 0) & 1023)) & 1023) >> 2
+        tid = threadIdx.x
+        i = tid
+        while i < image.shape[0]:
+            sm[pad + i] = image[i]
+            i += 128
+        tma.fence_proxy_async()
+        syncthreads()
+        db = wgmma.descriptor(sm, pad + B_AT // 4, swizzle=swizzle, leading=b_lead,
+                              stride=b_stride)
+        a = (frags[tid, 0], frags[tid, 1], frags[tid, 2], frags[tid, 3])
+        acc = wgmma.accumulator(n)
+        wgmma.fence()
+        acc = op(acc, a, db, trans_b=tb)
+        wgmma.commit()
+        acc = wgmma.wait(0, acc)
+        for j in unroll(n // 8):
+            for q in unroll(4):
+                out[tid, 4 * j + q] = acc[4 * j + q]
+
+    return kern
+
+
+def run_registers(n, kind, swizzle, b_kmajor, rng, on_gpu=False):
+    a = rng.standard_normal((64, 16)).astype(np.float32)
+    b = rng.standard_normal((16, n)).astype(np.float32)
+    if kind == "bf16":
+        abits, bbits = bf16_bits(a), bf16_bits(b)
+        av, bv = bf16_values(abits), bf16_values(bbits)
+    else:
+        abits = a.astype(np.float16).view(np.uint16)
+        bbits = b.astype(np.float16).view(np.uint16)
+        av, bv = (x.view(np.float16).astype(np.float32) for x in (abits, bbits))
+    image, _, lay_b = image_of(abits, bbits, True, b_kmajor, swizzle)
+    kern = registers_kernel(n, kind, swizzle, b_kmajor, lay_b)
+    frags = a_fragments(abits)
+    out = np.full((128, n // 2), np.nan, np.float32)
+    if on_gpu:
+        from cupric.runtime import to_device
+        dev = [to_device(x) for x in (image, frags, out)]
+        cupric.kernel(kern, arch="sm_90a")[1, 128, None, image.nbytes + 1024](*dev)
+        out = dev[2].to_numpy()
+    else:
+        launch(kern, (1, 1, 1), (128, 1, 1), (image, frags, out),
+               shared_bytes=image.nbytes + 1024)
+    exact = av.astype(np.float64) @ bv.astype(np.float64)
+    want = np.array([[exact[rc] for rc in accumulator_coords(n, t)] for t in range(128)])
+    return out, want
+
+
+@pytest.mark.parametrize("n, kind, swizzle, b_kmajor", [
+    (64, "bf16", 128, True), (32, "f16", 64, False), (256, "bf16", 32, True),
+    (8, "bf16", 0, False)])
+def test_simulator_wgmma_a_in_registers(n, kind, swizzle, b_kmajor, rng):
+    out, want = run_registers(n, kind, swizzle, b_kmajor, rng)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+@gpu
+@pytest.mark.parametrize("n, kind, swizzle, b_kmajor", [
+    (64, "bf16", 128, True), (32, "f16", 64, False), (96, "bf16", 32, True),
+    (8, "bf16", 0, False)])
+def test_gpu_wgmma_a_in_registers(n, kind, swizzle, b_kmajor, rng):
+    out, want = run_registers(n, kind, swizzle, b_kmajor, rng, on_gpu=True)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_in_registers_ptx():
+    kern = registers_kernel(64, "bf16", 128, True, (16, 1024))
+    ptx = cupric.kernel(kern).inspect_ptx(
+        "Array[u32, 1, 'C'], Array[u32, 2, 'C'], Array[f32, 2, 'C']", arch="sm_90a")
+    line = next(x for x in ptx.splitlines() if "wgmma.mma_async" in x)
+    # d, {a0..a3}, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-b
+    assert line.count("{") == 3 and line.rstrip(" ;}").endswith("1, 1, 0")
+
+
 @pytest.mark.parametrize("a_kmajor", [True, False])
 @pytest.mark.parametrize("k_major, swizzle", MODES)
 def test_simulator_wgmma_every_layout(a_kmajor, k_major, swizzle, rng):

@@ -171,6 +171,19 @@ def _acc_values(cg, kv: KValue, n: int, node) -> list:
     return cg.convert(kv, _acc_type(n), node).vals
 
 
+def _registers_a(call) -> bool:
+    """Whether A comes as a register fragment (a tuple of 4 u32) rather than a descriptor;
+    a tuple of anything else is a TypeError."""
+    t = call.arg_types[1]
+    if not isinstance(t, TupleType):
+        return False
+    if len(t.elements) != 4 or not all(_is_int(e) and (isinstance(e, WeakType) or
+                                                       e.bits == 32) for e in t.elements):
+        raise TypeError(f"A in registers is a tuple of 4 u32 (pairs of 16-bit values, the "
+                        f"mma.m16n8k16 A fragment of the warp's 16 rows), got {t!r}")
+    return True
+
+
 def _mma_rule(n: int, kind: str) -> None:
     what = f"wgmma.m64n{n}k16_{kind}"
     h = n // 2
@@ -182,7 +195,11 @@ def _mma_rule(n: int, kind: str) -> None:
         if len(call.arg_types) == 4 and "scale_d" in call.keywords:
             raise TypeError(f"{what}: scale_d given twice")
         _check_acc(call, 0, n, what)
-        _int_arg(call, 1, what, "a_desc (a u64 from wgmma.descriptor)")
+        if _registers_a(call):
+            if call.keyword("trans_a", 0, (0, 1, False, True)):
+                raise TypeError(f"{what}: A in registers cannot be transposed (trans_a)")
+        else:
+            _int_arg(call, 1, what, "a (a u64 from wgmma.descriptor, or 4 u32 registers)")
         _int_arg(call, 2, what, "b_desc (a u64 from wgmma.descriptor)")
         if len(call.arg_types) == 4:
             _int_arg(call, 3, what, "scale_d")
@@ -193,7 +210,6 @@ def _mma_rule(n: int, kind: str) -> None:
 
     def lower(cg, call, args):
         acc = _acc_values(cg, args[0], n, call.node)
-        da = _scalar(cg, args[1], u64, call.node)
         db = _scalar(cg, args[2], u64, call.node)
         if len(args) == 4:
             scale = _scalar(cg, args[3], i32, call.node)
@@ -201,8 +217,18 @@ def _mma_rule(n: int, kind: str) -> None:
             scale = const_int(ll.i32, int(call.keyword("scale_d", 1)))
         ta = int(call.keyword("trans_a", 0))
         tb = int(call.keyword("trans_b", 0))
-        text = (f"{MARK_SM90A}{{ .reg .pred p; setp.ne.b32 p, ${h + 2}, 0; "
-                f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} {_regs(0, h)}, "
+        head = f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} {_regs(0, h)}"
+        if _registers_a(call):
+            # A from registers: its fragment (4 x u32) replaces the descriptor, and the
+            # instruction has no trans-a.
+            regs = cg.convert(args[1], TupleType([u32] * 4), call.node).vals
+            text = (f"{MARK_SM90A}{{ .reg .pred p; setp.ne.b32 p, ${h + 5}, 0; {head}, "
+                    f"{_regs(h, 4)}, ${h + 4}, p, 1, 1, {tb}; }}")
+            cons = ["=f"] * h + ["r"] * 4 + ["l", "r"] + [str(k) for k in range(h)]
+            out = _asm(cg, text, [ll.float] * h, cons, regs + [db, scale] + acc)
+            return KValue(call.result_type, out)
+        da = _scalar(cg, args[1], u64, call.node)
+        text = (f"{MARK_SM90A}{{ .reg .pred p; setp.ne.b32 p, ${h + 2}, 0; {head}, "
                 f"${h}, ${h + 1}, p, 1, 1, {ta}, {tb}; }}")
         cons = ["=f"] * h + ["l", "l", "r"] + [str(k) for k in range(h)]
         out = _asm(cg, text, [ll.float] * h, cons, [da, db, scale] + acc)
