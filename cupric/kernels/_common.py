@@ -395,9 +395,15 @@ class Call:
             else:
                 arr = np.asarray(obj)
         else:
-            arr = self._device_array(obj, name)
-            if writable and arr.readonly:
-                raise ValueError(f"{self.op}: {name} is read-only")
+            reader = _READERS.get(obj.__class__)
+            arr = reader[0](obj, reader[1], self) if reader is not None and _FOREIGN[0] \
+                else None
+            if arr is not None:  # a PyTorch tensor or CuPy array, read once
+                self._foreign = True
+            else:
+                arr = self._device_array(obj, name)
+                if writable and arr.readonly:
+                    raise ValueError(f"{self.op}: {name} is read-only")
         if dtypes is not None and arr.dtype not in _dtype_set(dtypes):
             names = ", ".join(str(d) for d in dtypes)
             raise TypeError(f"{self.op}: {name} has dtype {arr.dtype}; expected one of "
@@ -447,6 +453,8 @@ class Call:
                 arr = arr.reshape(-1)
             return arr if dtype is None else arr.view(dtype)
         if arr.__class__ is Foreign:  # C-contiguous by construction
+            if dtype is None and len(arr.shape) == 1:
+                return arr
             return arr.flat(dtype)
         if arr.ndim == 1:  # strided too: the kernels take 1-D strides
             if dtype is None or dtype is arr.dtype:
@@ -494,23 +502,14 @@ class Call:
         adapter = _ADAPTERS.get(cls, _UNSEEN)
         if adapter is _UNSEEN:
             adapter = _adapter_for(cls)
-        if adapter is not None and _FOREIGN[0]:
-            kind = adapter.kind
-            if kind == "torch":
-                arr = _read_torch(obj, adapter, self)
-                if arr is not None and _single_device():
-                    self._foreign = True
-                    return arr
-            elif kind == "cupy":
-                arr = _read_cupy(obj, adapter, self)
-                if arr is not None and _single_device():
-                    # CuPy's interface names its current stream as every array's
-                    # producer: the launcher taking the array orders the launch after
-                    # it; before a view of the array is used, the call does (`_settle`).
-                    if adapter.current_stream is not None and self._cupy is None:
-                        self._cupy = adapter
-                    self._foreign = True
-                    return arr
+        if adapter is not None and adapter.kind in _FOREIGN_KINDS and _single_device():
+            # From now on `array` reads this class itself (the devices of a one-GPU
+            # machine need no check); here only the first time.
+            reader = _READERS[cls] = (_FOREIGN_KINDS[adapter.kind], adapter)
+            arr = reader[0](obj, adapter, self) if _FOREIGN[0] else None
+            if arr is not None:
+                self._foreign = True
+                return arr
         if isinstance(obj, np.ndarray):
             raise TypeError(f"{self.op}: {name} is a host NumPy array; copy it to the "
                             f"device first (cupric.runtime.to_device({name}))")
@@ -561,6 +560,12 @@ from cupric.runtime.memory import DeviceBuffer as _DeviceBuffer  # noqa: E402
 from cupric.kernels._foreign import _DIRECT, _FOREIGN, Foreign  # noqa: E402,F401
 from cupric.kernels._foreign import read_cupy as _read_cupy  # noqa: E402
 from cupric.kernels._foreign import read_torch as _read_torch  # noqa: E402
+
+#: Adapter kinds read as `Foreign` -> their reader.
+_FOREIGN_KINDS = {"torch": _read_torch, "cupy": _read_cupy}
+#: Array class -> (reader, adapter) of the classes `Call.array` reads as `Foreign`
+#: (filled on one-GPU machines as each class is first seen).
+_READERS: dict = {}
 
 
 def vector(buf, dtype=None):

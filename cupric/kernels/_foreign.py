@@ -171,6 +171,11 @@ def read_cupy(a, adapter, call):
         contiguous = _is_c_contiguous(shape, a.strides, dtype.itemsize)
     if not contiguous:
         return None
+    if call._cupy is None and adapter.current_stream is not None:
+        # CuPy's interface names its current stream as every array's producer: the
+        # launcher taking the array orders the launch after it; before a view of the
+        # array is used, the call does (`Call._settle`).
+        call._cupy = adapter
     return Foreign(a, "cupy", shape, dtype, size, len(shape) == 1 and _DIRECT["cupy"],
                    call)
 

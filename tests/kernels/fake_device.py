@@ -210,6 +210,7 @@ class FakeGpu:
         monkeypatch.setattr(_common, "on_simulator", lambda: False)
         monkeypatch.setattr(_common, "device_ordinal", lambda: 0)
         monkeypatch.setattr(_common, "_single_device", lambda: True)
+        monkeypatch.setattr(_common, "_READERS", {})  # the fake classes' readers
         monkeypatch.setattr(_common, "_sm_count", lambda ordinal: sms)
         monkeypatch.setattr(_common, "_WORKSPACES", {})
         monkeypatch.delenv("CUPRIC_SIMULATOR", raising=False)
