@@ -238,3 +238,37 @@ def test_gpu_clusters(size):
     out = to_device(np.full((16, 7), -1, np.int32))
     launch_cluster(cupric.kernel(neighbours), "Array[i32, 2, 'C']", 16, 64, size, out)
     assert np.array_equal(out.to_numpy(), expected_neighbours(16, size))
+
+
+def test_encode_tiled_passes_the_driver_its_types(monkeypatch):
+    """The host encoding with a stand-in for cuTensorMapEncodeTiled that checks the
+    argument types cuda.bindings wants (cuuint64_t dims and strides, cuuint32_t box and
+    element strides), and the words coming back."""
+    d = pytest.importorskip("cuda.bindings.driver", reason="cuda-bindings holds the types")
+    import cupric.runtime.native as native
+    from cupric.runtime.tensor_map import encode_tiled
+    seen = {}
+
+    class Encoded:
+        opaque = [d.cuuint64_t(7 * i) for i in range(16)]
+
+    class FakeDriver:
+        def __getattr__(self, name):
+            return getattr(d, name)
+
+        def cuTensorMapEncodeTiled(self, dtype, rank, address, dims, strides, box,
+                                   element_strides, interleave, swizzle, promotion, fill):
+            assert all(isinstance(x, d.cuuint64_t) for x in dims + strides)
+            assert all(isinstance(x, d.cuuint32_t) for x in box + element_strides)
+            seen.update(dtype=dtype, rank=rank, address=address, swizzle=swizzle,
+                        dims=[int(x) for x in dims], strides=[int(x) for x in strides],
+                        box=[int(x) for x in box])
+            return (d.CUresult.CUDA_SUCCESS, Encoded())
+
+    monkeypatch.setattr(native, "driver", lambda: FakeDriver())
+    words = encode_tiled(0x7000, (136, 48), 272, "bf16", (64, 16), 128)
+    assert words.dtype == np.uint64 and list(words) == [7 * i for i in range(16)]
+    assert seen["dtype"] == d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+    assert seen["swizzle"] == d.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B
+    assert (seen["rank"], seen["address"], seen["dims"], seen["strides"], seen["box"]) == (
+        2, 0x7000, [136, 48], [272], [64, 16])
