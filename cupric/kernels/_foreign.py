@@ -23,11 +23,12 @@ class Foreign:
     Made by `Call.array` for non-empty C-contiguous CUDA arrays of the adapters' kinds
     on a one-GPU machine (a 1-D PyTorch tensor's stride is left to the launcher taking
     it, or checked by `Call._settle` before a view of it; anything else takes the
-    intake layer's borrow, with its checks and errors). A launch gets the array itself where it is 1-D in its own dtype
-    (the kernel's compiled launcher reads PyTorch tensors and CuPy arrays directly,
-    with no DeviceBuffer made), else a DeviceBuffer view over the same memory made for
-    that launch only. Any other DeviceBuffer attribute (``view``, ``reshape``, ...) is
-    answered by a borrow that keeps the array alive (`buffer`).
+    intake layer's borrow, with its checks and errors). A launch gets the array itself
+    where it is 1-D in its own dtype (the kernel's compiled launcher reads PyTorch
+    tensors and CuPy arrays directly, with no DeviceBuffer made), else a DeviceBuffer
+    view over the same memory made for that launch only. Any other DeviceBuffer
+    attribute (``view``, ``reshape``, ...) is answered by a borrow that keeps the array
+    alive (`buffer`).
 
     Safety
     ------

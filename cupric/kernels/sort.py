@@ -618,8 +618,8 @@ def _pass_graph(call, ws, keys, spare, counts, offsets, n, tiles) -> _PassGraph:
             # Each pass's scan tags its flags with its own epoch: those of the passes
             # before are below it (stale), and the clear at the start of every replay
             # makes the epochs restart at 1.
-            hist = graph.add_kernel(radix_histogram_kernel, tiles, RADIX_BLOCK, keys, counts,
-                                    shift, ntiles, depends_on=last)
+            hist = graph.add_kernel(radix_histogram_kernel, tiles, RADIX_BLOCK, keys,
+                                    counts, shift, ntiles, depends_on=last)
             kern, scan_tiles, block, args = scan_node(call, ws, counts, offsets, True,
                                                       flags, epoch)
             scan = graph.add_kernel(kern, scan_tiles, block, *args, depends_on=(hist,))
