@@ -43,7 +43,9 @@ failure:
   or the rounded size refused for memory): free it with ``free``;
 * ``block(nbytes, stream, handle)``: the same, returned as the owner object
   (`allocation._Allocation`) with its release already in the live table, or the error
-  code; ``configure`` (module level) hands it the owner type and the table;
+  code; ``buffer(layout, stream, handle)`` the `DeviceBuffer` over it, its slots filled
+  from `memory._layout`'s tuple; ``configure`` (module level) hands both the types and
+  the table;
 * ``put(ptr, nbytes, stream, ctx, device)``: True when the cache kept the block (never a
   driver call: safe in a finalizer), False when it is off or at its limit;
 * ``take(device, stream)``: the cached blocks of a device (-1: all) and stream (None:
@@ -73,8 +75,8 @@ SYMBOLS = ("cuCtxGetCurrent", "cuCtxGetDevice", "cuMemAlloc_v2", "cuMemAllocAsyn
 
 
 def _configure(module) -> None:
-    # `block` makes the allocation module's owner objects and enters their releases itself.
-    from .allocation import _configure_extension
+    # `block` and `buffer` make the memory modules' objects and enter their releases.
+    from .memory import _configure_extension
     _configure_extension(module)
 
 
@@ -116,11 +118,11 @@ class Entry:
     of freed blocks (see the module docstring)."""
 
     __slots__ = ("device", "alloc", "free", "cached_alloc", "put", "take", "forget", "cache",
-                 "block")
+                 "block", "buffer")
 
     def __init__(self, module, addresses) -> None:
         (self.device, self.alloc, self.free, self.cached_alloc, self.put, self.take,
-         self.forget, self.cache, self.block) = module.make(*addresses)
+         self.forget, self.cache, self.block, self.buffer) = module.make(*addresses)
 
 
 def native() -> Entry | None:

@@ -293,34 +293,42 @@ static PyObject *py_cached_alloc(PyObject *self, PyObject *const *args, Py_ssize
 
 /* What `configure` hands over for `block`: the owner type every DeviceBuffer holds, the
    offsets of its slots, the table of live releases and the two release functions. */
-static PyTypeObject *alloc_type;
+static PyTypeObject *alloc_type, *buffer_type;
 static PyObject *live, *free_cached, *free_async, *async_kind, *label_format;
 static Py_ssize_t off_ptr, off_handle, off_nbytes, off_device, off_owner, off_closed,
     off_finalizer, off_kind;
+static Py_ssize_t b_alloc, b_ptr, b_shape, b_strides, b_dtype, b_itemsize, b_size, b_nbytes,
+    b_ndim, b_readonly, b_stream, b_base;
 
 #define SET_SLOT(obj, off, value) (*(PyObject **)((char *)(obj) + (off)) = (value))
 
 /* configure(Allocation type, live table, release of a cached block, release of another
-   stream-ordered block, the ASYNC kind, the label format) */
+   stream-ordered block, the ASYNC kind, the label format, DeviceBuffer type) */
 static PyObject *py_configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6 || !PyType_Check(args[0]) || !PyDict_CheckExact(args[1])
-        || !PyCallable_Check(args[2]) || !PyCallable_Check(args[3])) {
+    if (nargs != 7 || !PyType_Check(args[0]) || !PyDict_CheckExact(args[1])
+        || !PyCallable_Check(args[2]) || !PyCallable_Check(args[3]) || !PyType_Check(args[6])) {
         PyErr_SetString(PyExc_TypeError, "configure(Allocation, live, free_cached, free_async, "
-                        "kind, label)");
+                        "kind, label, DeviceBuffer)");
         return NULL;
     }
-    PyTypeObject *A = (PyTypeObject *)args[0];
+    PyTypeObject *A = (PyTypeObject *)args[0], *B = (PyTypeObject *)args[6];
     if (slot_offset(A, "ptr", &off_ptr) || slot_offset(A, "_handle", &off_handle)
         || slot_offset(A, "nbytes", &off_nbytes) || slot_offset(A, "device", &off_device)
         || slot_offset(A, "owner", &off_owner) || slot_offset(A, "_closed", &off_closed)
-        || slot_offset(A, "_finalizer", &off_finalizer) || slot_offset(A, "kind", &off_kind))
+        || slot_offset(A, "_finalizer", &off_finalizer) || slot_offset(A, "kind", &off_kind)
+        || slot_offset(B, "_alloc", &b_alloc) || slot_offset(B, "ptr", &b_ptr)
+        || slot_offset(B, "shape", &b_shape) || slot_offset(B, "strides", &b_strides)
+        || slot_offset(B, "dtype", &b_dtype) || slot_offset(B, "itemsize", &b_itemsize)
+        || slot_offset(B, "size", &b_size) || slot_offset(B, "nbytes", &b_nbytes)
+        || slot_offset(B, "ndim", &b_ndim) || slot_offset(B, "readonly", &b_readonly)
+        || slot_offset(B, "_stream", &b_stream) || slot_offset(B, "_base", &b_base))
         return NULL;
-    PyObject *old[6] = {(PyObject *)alloc_type, live, free_cached, free_async, async_kind,
-                        label_format};
-    for (int i = 0; i < 6; i++) Py_INCREF(args[i]);
+    PyObject *old[7] = {(PyObject *)alloc_type, live, free_cached, free_async, async_kind,
+                        label_format, (PyObject *)buffer_type};
+    for (int i = 0; i < 7; i++) Py_INCREF(args[i]);
     alloc_type = A; live = args[1]; free_cached = args[2]; free_async = args[3];
-    async_kind = args[4]; label_format = args[5];
-    for (int i = 0; i < 6; i++) Py_XDECREF(old[i]);
+    async_kind = args[4]; label_format = args[5]; buffer_type = B;
+    for (int i = 0; i < 7; i++) Py_XDECREF(old[i]);
     Py_RETURN_NONE;
 }
 
@@ -328,10 +336,7 @@ static PyObject *py_configure(PyObject *module, PyObject *const *args, Py_ssize_
    stream (`stream` as given, `handle` its int handle), its release entered in the live
    table, or the int error of `get_block` (nothing allocated then). The whole of
    memory._allocate_cached's hot path, in one call. */
-static PyObject *py_block(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    Entry *e = (Entry *)PyCapsule_GetPointer(self, CAPSULE);
-    if (e == NULL) return NULL;
-    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "block(nbytes, stream, handle)"); return NULL; }
+static PyObject *make_block(Entry *e, PyObject *const *args) {
     if (alloc_type == NULL) { PyErr_SetString(PyExc_RuntimeError, "block: configure() first"); return NULL; }
     size_t nbytes;
     uintptr_t stream;
@@ -394,6 +399,45 @@ fail:
         PyErr_Restore(type, value, tb);
         return NULL;
     }
+}
+
+static PyObject *py_block(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Entry *e = (Entry *)PyCapsule_GetPointer(self, CAPSULE);
+    if (e == NULL) return NULL;
+    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "block(nbytes, stream, handle)"); return NULL; }
+    return make_block(e, args);
+}
+
+/* buffer(layout, stream, handle) -> a new C-contiguous DeviceBuffer over a new block (see
+   `block`), its slots filled from `layout` (memory._layout's tuple: shape, strides,
+   dtype, itemsize, size, nbytes, ndim, ...), or the int error of `get_block`. The whole of
+   memory._new_buffer's stream-ordered path, in one call. */
+static PyObject *py_buffer(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Entry *e = (Entry *)PyCapsule_GetPointer(self, CAPSULE);
+    if (e == NULL) return NULL;
+    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "buffer(layout, stream, handle)"); return NULL; }
+    PyObject *layout = args[0];
+    if (buffer_type == NULL || !PyTuple_CheckExact(layout) || PyTuple_GET_SIZE(layout) < 7)
+        return PyLong_FromLong(NEED_PYTHON);
+    PyObject *block_args[3] = {PyTuple_GET_ITEM(layout, 5), args[1], args[2]};
+    PyObject *alloc = make_block(e, block_args);
+    if (alloc == NULL || !Py_IS_TYPE(alloc, alloc_type)) return alloc;
+    PyObject *buf = buffer_type->tp_alloc(buffer_type, 0);
+    if (buf == NULL) { Py_DECREF(alloc); return NULL; }  /* its finalizer frees the block */
+    PyObject *p = *(PyObject **)((char *)alloc + off_ptr);
+    Py_INCREF(p); SET_SLOT(buf, b_ptr, p);
+    SET_SLOT(buf, b_alloc, alloc);                       /* the reference made above */
+    const Py_ssize_t *offs[7] = {&b_shape, &b_strides, &b_dtype, &b_itemsize, &b_size,
+                                 &b_nbytes, &b_ndim};
+    for (int i = 0; i < 7; i++) {
+        PyObject *item = PyTuple_GET_ITEM(layout, i);
+        Py_INCREF(item);
+        SET_SLOT(buf, *offs[i], item);
+    }
+    Py_INCREF(Py_False); SET_SLOT(buf, b_readonly, Py_False);
+    Py_INCREF(args[1]); SET_SLOT(buf, b_stream, args[1]);
+    Py_INCREF(Py_None); SET_SLOT(buf, b_base, Py_None);
+    return buf;
 }
 
 /* put(ptr, nbytes, stream, ctx, device) -> 1 when the cache took the block, else 0 (the
@@ -539,11 +583,13 @@ static PyMethodDef cache_def = {"cache", (PyCFunction)(void (*)(void))py_cache, 
                                 "cache(enabled, limit) -> (enabled, limit, bytes, blocks, hits, misses)"};
 static PyMethodDef block_def = {"block", (PyCFunction)(void (*)(void))py_block, METH_FASTCALL,
                                 "block(nbytes, stream, handle) -> Allocation or error code"};
+static PyMethodDef buffer_def = {"buffer", (PyCFunction)(void (*)(void))py_buffer, METH_FASTCALL,
+                                 "buffer(layout, stream, handle) -> DeviceBuffer or error code"};
 
-#define NFUNCS 9
+#define NFUNCS 10
 static PyMethodDef *const FUNCS[NFUNCS] = {&device_def, &alloc_def, &free_def, &cached_alloc_def,
                                            &put_def, &take_def, &forget_def, &cache_def,
-                                           &block_def};
+                                           &block_def, &buffer_def};
 #define NSYMBOLS 8
 
 /* make(*addresses in SYMBOLS order) -> the functions of FUNCS, bound to those addresses
@@ -582,9 +628,9 @@ static PyObject *py_make(PyObject *module, PyObject *const *args, Py_ssize_t nar
 
 static PyMethodDef methods[] = {
     {"make", (PyCFunction)(void (*)(void))py_make, METH_FASTCALL,
-     "make(*addresses) -> (device, alloc, free, cached_alloc, put, take, forget, cache, block)"},
+     "make(*addresses) -> (device, alloc, free, cached_alloc, put, take, forget, cache, block, buffer)"},
     {"configure", (PyCFunction)(void (*)(void))py_configure, METH_FASTCALL,
-     "configure(Allocation, live, free_cached, free_async, kind, label)"},
+     "configure(Allocation, live, free_cached, free_async, kind, label, DeviceBuffer)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -421,11 +421,6 @@ def _allocate_cached(fast, nbytes: int, stream, answer=None) -> _Allocation:
     return _allocate_bindings(nbytes, stream, None)
 
 
-def _configure_extension(module) -> None:
-    """Hand the allocation extension what its ``block`` builds and where it records it."""
-    module.configure(_Allocation, _live, _free_cached, _free_async, ASYNC, _LABEL)
-
-
 def _allocate_bindings(nbytes: int, stream, pool) -> _Allocation:
     # The path through cuda.bindings: without the compiled one, and for what it leaves.
     device = _device_of_context()

@@ -22,7 +22,7 @@ import numpy as np
 from . import allocation as _allocation
 from ._driver import check, driver
 from ._fastalloc import Entry as _FastEntry
-from ._lifetime import _pending
+from ._lifetime import _live, _pending
 from .allocation import (  # noqa: F401  (re-exported: the runtime's names for these)
     ASYNC, BORROWED, EMPTY, LEGACY_STREAM, PER_THREAD_STREAM, SYNC, CacheStats, _Allocation,
     _allocate, _allocate_bindings, _allocate_cached, _context_for_free, _device_of_context,
@@ -206,14 +206,16 @@ def _new_buffer(shape, dtype, stream=None, pool=None, cls=None) -> DeviceBuffer:
         if layout[7] is not shape or layout[8] is not dtype:  # the very same objects:
             layout = _layout(shape, dtype)                    # else _layout's checks
     fast = _allocation._fast
-    if (stream is not None and pool is None and fast.__class__ is _FastEntry and layout[5]
-            and not _pending):
-        # `allocation._allocate`'s stream-ordered path, inlined: every output of every
-        # library call comes here. An error code (nothing was allocated) is handled there.
-        alloc = fast.block(layout[5], stream,
+    if (cls is None and stream is not None and pool is None and fast.__class__ is _FastEntry
+            and layout[5] and not _pending):
+        # The stream-ordered path in one C call (the block and this very object): every
+        # output of every library call comes here. An error code (nothing was allocated)
+        # is handled by `allocation._allocate_cached`.
+        self = fast.buffer(layout, stream,
                            stream if stream.__class__ is int else stream_handle(stream))
-        if alloc.__class__ is not _Allocation:
-            alloc = _allocate_cached(fast, layout[5], stream, alloc)
+        if self.__class__ is DeviceBuffer:
+            return self
+        alloc = _allocate_cached(fast, layout[5], stream, self)
     else:
         alloc = _allocate(layout[5], stream, pool)
     self = object.__new__(DeviceBuffer if cls is None else cls)
@@ -225,6 +227,13 @@ def _new_buffer(shape, dtype, stream=None, pool=None, cls=None) -> DeviceBuffer:
     self._stream = stream
     self._base = None
     return self
+
+
+def _configure_extension(module) -> None:
+    """Hand the allocation extension what its ``block`` and ``buffer`` build, and the table
+    where it records their releases."""
+    module.configure(_Allocation, _live, _free_cached, _free_async, ASYNC, _LABEL,
+                     DeviceBuffer)
 
 
 def empty(shape, dtype=np.float64, stream=None) -> DeviceBuffer:

@@ -351,3 +351,34 @@ def test_a_rounded_size_that_does_not_fit_is_tried_exactly(cached):
     frees = _calls(cached, FREE_ASYNC)
     buf.close()
     assert _calls(cached, FREE_ASYNC) == frees + 1 and m.cache_stats().cached_blocks == 0
+
+
+@pytest.mark.parametrize("shape, dtype", [((16, 32), np.float32), ((), np.int64), (7, "u1"),
+                                          ((2, 3, 4), np.complex64)])
+def test_the_compiled_buffer_equals_the_python_one(cached, shape, dtype):
+    made = m.empty(shape, dtype, stream=STREAM)  # one C call: block and DeviceBuffer
+    twin = m._new_buffer(shape, dtype, STREAM, cls=m.DeviceBox)  # the Python path
+    assert type(made) is m.DeviceBuffer and type(twin) is m.DeviceBox
+    for name in ("shape", "strides", "dtype", "itemsize", "size", "nbytes", "ndim",
+                 "readonly", "stream", "base"):
+        assert getattr(made, name) == getattr(twin, name), name
+    assert made.ptr == made._alloc.ptr and made.ptr != twin.ptr
+    assert made._alloc.kind == m.ASYNC and made._alloc.owns_handle and not made.closed
+    assert _live_release(made)[0] is m._free_cached
+    made.close()
+    twin.close()
+
+
+def test_the_compiled_buffer_keeps_reference_counts_balanced(cached):
+    import sys
+    layout = m._layout((8, 8), np.float32)
+    m.empty((8, 8), np.float32, stream=STREAM).close()
+    # The layout's own tuples and the stream handle: objects no one else touches meanwhile
+    # (small ints and dtypes are shared by the whole interpreter).
+    watched = (layout[0], layout[1], STREAM)
+    before = [sys.getrefcount(item) for item in watched]
+    for _ in range(500):
+        buf = m.empty((8, 8), np.float32, stream=STREAM)
+        view = buf[1:]
+        del buf, view
+    assert [sys.getrefcount(item) for item in watched] == before
