@@ -24,7 +24,7 @@ import numpy as np
 
 import cupric
 from cupric.device import (blockIdx, mbarrier, mma, shared, syncthreads, threadIdx, tma,
-                           unroll, wgmma)
+                           unroll, vstore, wgmma)
 from cupric.kernels._common import Call
 from cupric.kernels.gemm_tc import allow_dynamic_shared, bf16_dtypes
 from cupric.types import i32, u16, u64
@@ -180,15 +180,27 @@ def _make_kernel(kind: str, n_major: bool, cfg: Config):
             lane = tid & 31
             row = row0 + c * 64 + ((tid >> 5) & 3) * 16 + (lane >> 2)
             col = col0 + 2 * (lane & 3)
+            half_n = n >> 1
+            even = (n & 1) == 0
             for j in unroll(pairs):
                 for h in unroll(2):
                     r = row + 8 * h
                     cc = col + 8 * j
                     if r < m:
-                        if cc < n:
-                            out[r * n + cc] = _round(acc[4 * j + 2 * h])
-                        if cc + 1 < n:
-                            out[r * n + cc + 1] = _round(acc[4 * j + 2 * h + 1])
+                        lo = acc[4 * j + 2 * h]
+                        hi = acc[4 * j + 2 * h + 1]
+                        if even:
+                            # cc is even, so with n even the pair shares one 4-byte word:
+                            # one rounding of both and one store.
+                            if cc < n:
+                                w = pack(lo, hi)
+                                vstore(out, 2 * (r * half_n + (cc >> 1)),
+                                       (u16(w & 0xFFFF), u16(w >> 16)))
+                        else:
+                            if cc < n:
+                                out[r * n + cc] = _round(lo)
+                            if cc + 1 < n:
+                                out[r * n + cc + 1] = _round(hi)
 
     return gemm_wgmma
 
