@@ -11,7 +11,6 @@ statistics are checked against the fake's own counts.
 from __future__ import annotations
 
 import gc
-import threading
 
 import numpy as np
 import pytest
@@ -21,7 +20,8 @@ from cupric.runtime import allocation as al
 from cupric.runtime import memory as m
 from cupric.runtime.errors import ClosedError, CudaOutOfMemoryError
 
-from test_memory_fastalloc import CTX0, CTX1, STREAM, entry, fake_lib  # noqa: F401
+from test_memory_fastalloc import (  # noqa: F401  (fixtures)
+    CTX0, CTX1, STREAM, close_from_threads, entry, fake_lib)
 
 OTHER = STREAM + 0x100  # another (non-special) stream handle
 ALLOC_ASYNC, FREE_ASYNC, BAD_FREES, CAPTURE_QUERIES = 1, 4, 5, 6
@@ -157,18 +157,7 @@ def test_close_twice_and_views_put_the_block_back_once(cached):
 
 def test_concurrent_closes_put_the_block_back_once(cached):
     for _ in range(30):
-        buf = m.empty(32, np.uint8, stream=STREAM)
-        barrier = threading.Barrier(4)
-
-        def close():
-            cached.fake_set_current(CTX0, 0)
-            barrier.wait()
-            buf.close()
-        threads = [threading.Thread(target=close) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        close_from_threads(cached, m.empty(32, np.uint8, stream=STREAM))
     assert m.cache_stats().cached_blocks == 1
 
 

@@ -13,16 +13,11 @@ import gc
 import numpy as np
 import pytest
 
+from test_memory_fastalloc_gpu import rt, streams  # noqa: F401  (fixtures)
+
 pytestmark = pytest.mark.gpu
 
 N = 4096  # float32 items: 16 KiB
-
-
-@pytest.fixture(scope="module")
-def rt():
-    from cupric import runtime
-    runtime.Device(0).make_current()
-    return runtime
 
 
 @pytest.fixture
@@ -39,15 +34,6 @@ def m(rt):
     _lifetime.drain()
     memory.release_cached()
     assert memory.cache_stats().cached_blocks == 0
-
-
-@pytest.fixture
-def streams(rt):
-    made = [rt.Device(0).create_stream(non_blocking=True) for _ in range(2)]
-    yield made
-    for s in made:
-        s.synchronize()
-        s.close()
 
 
 def test_reuse_on_the_same_stream_with_correct_contents(m, streams, rng):

@@ -293,21 +293,26 @@ def test_cycles_are_collected_and_freed(fast):
     assert fast.fake_live() == start
 
 
+def close_from_threads(lib, buf, count: int = 4) -> None:
+    """Close `buf` from `count` threads at once (each with device 0's fake context)."""
+    barrier = threading.Barrier(count)
+
+    def close():
+        lib.fake_set_current(CTX0, 0)  # contexts are current per thread
+        barrier.wait()
+        buf.close()
+    threads = [threading.Thread(target=close) for _ in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def test_concurrent_close_frees_once(fast):
     start = fast.fake_live()
     for _ in range(50):
         buf = m.empty(32, np.uint8, stream=STREAM)
-        barrier = threading.Barrier(4)
-
-        def close():
-            fast.fake_set_current(CTX0, 0)  # contexts are current per thread
-            barrier.wait()
-            buf.close()
-        threads = [threading.Thread(target=close) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        close_from_threads(fast, buf)
         assert buf.closed
     assert fast.fake_live() == start
 
