@@ -16,6 +16,7 @@ Clusters: `cupric.kernels.clusters.launch_cluster` sets the cluster shape.
 from __future__ import annotations
 
 import threading
+import weakref
 
 import numpy as np
 
@@ -519,7 +520,9 @@ def _arrive_cluster(s, bar, index, rank):
     _arrive(s, b, "mbarrier.arrive_cluster")
 
 
-_CLUSTER_BARRIERS: dict = {}
+# Per set of live threads (one launch): cluster index -> the threads waiting at its
+# barrier. Weak keys: a launch that fails leaves nothing behind.
+_CLUSTER_BARRIERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 @_collective("cluster.sync")
@@ -532,12 +535,12 @@ def _cluster_sync(s, site):
         raise DeadlockError("cluster.sync with clusters of several blocks needs them live: "
                             "launch with launch_cluster", filename=site[0], line=site[1])
     cid = tuple(s.bid[k] // shape[k] for k in range(3))
-    key = (id(s.live), cid)
-    waiting = _CLUSTER_BARRIERS.setdefault(key, [])
+    clusters = _CLUSTER_BARRIERS.setdefault(s.live, {})
+    waiting = clusters.setdefault(cid, [])
     waiting.append(s)
     if len(waiting) < size * s.launch.nthreads:
         return s.live._block(s, ("cluster.sync", site))
-    del _CLUSTER_BARRIERS[key]
+    del clusters[cid]
     others = [w for w in waiting if w is not s]
     s.live._release(others, [None] * len(others))
     return None
