@@ -419,7 +419,8 @@ class Call:
         `arr` is `self.array(out, name)` when the caller made it already."""
         if type(shape) is not tuple:
             shape = tuple(int(s) for s in shape)
-        dtype = np.dtype(dtype)
+        if not isinstance(dtype, np.dtype):
+            dtype = np.dtype(dtype)
         if out is None:
             if self.simulator:
                 arr = np.empty(shape, dtype)
@@ -434,7 +435,7 @@ class Call:
             arr = self.array(out, name, writable=True)
         elif arr.readonly:
             raise ValueError(f"{self.op}: {name} is read-only")
-        if tuple(arr.shape) != shape:
+        if arr.shape != shape and tuple(arr.shape) != shape:
             shape = tuple(int(s) for s in shape)
             raise ValueError(f"{self.op}: {name} has shape {tuple(arr.shape)}; expected "
                              f"{shape}")
