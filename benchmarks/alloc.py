@@ -51,15 +51,6 @@ def _python_batch(fn):
     return batch
 
 
-def _allocation_module():
-    # The module that holds the compiled allocation path (`_fast`) and its cache.
-    import importlib
-    try:
-        return importlib.import_module("cupric.runtime.allocation")
-    except ImportError:  # before memory.py was split
-        return importlib.import_module("cupric.runtime.memory")
-
-
 def _toggled(fast, enabled: bool, fn):
     """A batch of `fn` with the allocation cache switched on or off around it."""
     def batch(calls):
@@ -74,10 +65,10 @@ def _toggled(fast, enabled: bool, fn):
 
 def _rows(results: dict) -> list:
     from cupric import runtime as rt
+    from cupric.runtime import allocation as al  # the compiled path (`_fast`) and its cache
     from cupric.runtime import memory as m
     from cupric.runtime import pool as pl
 
-    al = _allocation_module()
     f32 = np.float32
     stream = rt.Device(0).create_stream(non_blocking=True)
     results["_keep"].append(stream)
@@ -237,13 +228,12 @@ def run(json_path: str | None = None) -> dict:
     results["device"] = rt.Device(0).name
     pool = pl.current_pool(0)
     from cupric.runtime import memory as m
-    release = getattr(m, "release_cached", lambda: 0)
 
     def settled() -> int:
         # Freed buffers' blocks wait in the allocation cache: hand them back first.
         gc.collect()
         _lifetime.drain()
-        release()
+        m.release_cached()
         rt.synchronize()
         return pool.used
     for part, key in ((_rows, "alloc_free_16KiB_us"), (_matmul_rows, "matmul_64_us")):
@@ -254,15 +244,13 @@ def run(json_path: str | None = None) -> dict:
             results.setdefault("pool_used_delta", {})[key] = settled() - used
         except Exception as exc:  # reported in the table and JSON, never hidden
             results[f"{key}_error"] = f"{type(exc).__name__}: {exc}"[:500]
-    al = _allocation_module()
+    from cupric.runtime import allocation as al
     fast = getattr(al, "_fast", None)
     if "compiled_path" not in results:
         from cupric.runtime import _fastalloc
         results["compiled_path"] = (fast is not None and fast is not al._UNSET,
                                     _fastalloc.build_error())
-    stats = getattr(m, "cache_stats", None)
-    if stats is not None:
-        results["cache_stats"] = str(stats())
+    results["cache_stats"] = str(m.cache_stats())
     results.pop("_keep")
     leaked = {k: v for k, v in results.get("pool_used_delta", {}).items() if v}
     if leaked:
