@@ -115,6 +115,18 @@ def image_of(a, b, a_kmajor, b_kmajor, swizzle):
 _KERNELS: dict = {}
 
 
+@cupric.device_function
+def stage_image(sm, image, pad):
+    """The block's 128 threads copy the operand image into shared memory from word `pad`
+    on, and make it visible to the tensor cores (ordinary stores, then the async proxy)."""
+    i = threadIdx.x
+    while i < image.shape[0]:
+        sm[pad + i] = image[i]
+        i += 128
+    tma.fence_proxy_async()
+    syncthreads()
+
+
 def wgmma_kernel(n, kind, swizzle, a_kmajor, b_kmajor, lay_a, lay_b):
     key = (n, kind, swizzle, a_kmajor, b_kmajor, lay_a, lay_b)
     if key in _KERNELS:
@@ -128,12 +140,7 @@ def wgmma_kernel(n, kind, swizzle, a_kmajor, b_kmajor, lay_a, lay_b):
         sm = shared.dynamic(u32)
         pad = ((1024 - (tma.shared_address(sm, 0) & 1023)) & 1023) >> 2
         tid = threadIdx.x
-        i = tid
-        while i < image.shape[0]:
-            sm[pad + i] = image[i]
-            i += 128
-        tma.fence_proxy_async()
-        syncthreads()
+        stage_image(sm, image, pad)
         da = wgmma.descriptor(sm, pad, swizzle=swizzle, leading=a_lead, stride=a_stride)
         db = wgmma.descriptor(sm, pad + B_AT // 4, swizzle=swizzle, leading=b_lead,
                               stride=b_stride)
@@ -206,12 +213,7 @@ def registers_kernel(n, kind, swizzle, b_kmajor, lay_b):
         sm = shared.dynamic(u32)
         pad = ((1024 - (tma.shared_address(sm, 0) & 1023)) & 1023) >> 2
         tid = threadIdx.x
-        i = tid
-        while i < image.shape[0]:
-            sm[pad + i] = image[i]
-            i += 128
-        tma.fence_proxy_async()
-        syncthreads()
+        stage_image(sm, image, pad)
         db = wgmma.descriptor(sm, pad + B_AT // 4, swizzle=swizzle, leading=b_lead,
                               stride=b_stride)
         a = (frags[tid, 0], frags[tid, 1], frags[tid, 2], frags[tid, 3])

@@ -454,39 +454,27 @@ register("tma.wait", _tma_wait_infer, lambda cg, call, args: (_asm(
     _none(call))[1])
 
 
-def _prefetch_infer(call):
-    if len(call.arg_types) != 1 or call.keywords:
-        raise TypeError("tma.prefetch(tensor_map)")
-    _global_array(call, 0, "tma.prefetch")
-    return NONE
+def _map_rule(name: str, text: str) -> None:
+    """An operation on a tensor map alone; `text` names its address $0."""
+
+    def infer(call):
+        if len(call.arg_types) != 1 or call.keywords:
+            raise TypeError(f"{name}(tensor_map)")
+        _global_array(call, 0, name)
+        return NONE
+
+    def lower(cg, call, args):
+        tmap = cg.b.cast("ptrtoint", args[0].data, ll.i64)
+        _asm(cg, MARK_SM90 + text, [], ["l"], [tmap])
+        return _none(call)
+
+    register(name, infer, lower)
 
 
-def _prefetch_lower(cg, call, args):
-    tmap = cg.b.cast("ptrtoint", args[0].data, ll.i64)
-    _asm(cg, MARK_SM90 + "prefetch.tensormap [$0];", [], ["l"], [tmap])
-    return _none(call)
-
-
-register("tma.prefetch", _prefetch_infer, _prefetch_lower)
-
-
-def _acquire_infer(call):
-    if len(call.arg_types) != 1 or call.keywords:
-        raise TypeError("tma.acquire(tensor_map)")
-    _global_array(call, 0, "tma.acquire")
-    return NONE
-
-
-def _acquire_lower(cg, call, args):
-    tmap = cg.b.cast("ptrtoint", args[0].data, ll.i64)
-    # The host's copy wrote the map through the generic proxy; the copy engine reads it
-    # through the tensormap proxy.
-    _asm(cg, MARK_SM90 + "fence.proxy.tensormap::generic.acquire.sys [$0], 128;", [], ["l"],
-         [tmap])
-    return _none(call)
-
-
-register("tma.acquire", _acquire_infer, _acquire_lower)
+_map_rule("tma.prefetch", "prefetch.tensormap [$0];")
+# The host's copy wrote the map through the generic proxy; the copy engine reads it
+# through the tensormap proxy.
+_map_rule("tma.acquire", "fence.proxy.tensormap::generic.acquire.sys [$0], 128;")
 
 
 def _address_infer(call):
