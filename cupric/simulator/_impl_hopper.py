@@ -10,12 +10,12 @@ it needs no exchange between threads (with A in registers the lanes of each warp
 their fragments, a warp collective); `wgmma.wait` only hands the accumulator back. TMA
 copies land when issued and count their bytes on the barrier at once; `mbarrier.wait`
 blocks the thread until the phase completes (the block's threads run at once).
-Clusters: `cupric.kernels.clusters.launch_cluster` sets the cluster shape.
+Clusters take their shape from `cupric.simulator.clusters` (set by
+`cupric.kernels.clusters.launch_cluster`).
 """
 
 from __future__ import annotations
 
-import threading
 import weakref
 
 import numpy as np
@@ -26,13 +26,13 @@ from ._impl import _collective, _user_site, _warp_op
 from ._live import FULL, WARP_OPS
 from ._state import implements
 from .errors import DeadlockError, SimulatorError
+from .clusters import cluster_shape
 from .tma import lookup
 
-__all__ = ["cluster_shape", "read_operand", "swizzled"]
+__all__ = ["read_operand", "swizzled"]
 
 _KEY = "cupric.hopper"  # this module's per-block state, kept in BlockState.shared
 _SWIZZLE_OF_MODE = {mode: width for width, mode in SWIZZLE_MODES.items()}
-_local = threading.local()
 
 
 def _fail(message: str, site=None):
@@ -393,25 +393,6 @@ def _shared_address(s, smem, index):
 
 
 # -- clusters ------------------------------------------------------------------------------
-
-def cluster_shape() -> tuple:
-    """The cluster shape of the simulated launch running on this OS thread."""
-    return getattr(_local, "shape", (1, 1, 1))
-
-
-class use_cluster_shape:
-    """Context manager: simulated launches inside it run with clusters of `shape`."""
-
-    def __init__(self, shape: tuple) -> None:
-        self.shape = tuple(shape)
-
-    def __enter__(self):
-        self.previous = cluster_shape()
-        _local.shape = self.shape
-
-    def __exit__(self, *exc) -> None:
-        _local.shape = self.previous
-
 
 def _i32(v) -> np.int32:
     return np.int32(v)
