@@ -16,7 +16,43 @@ from __future__ import annotations
 
 from ._intrinsic import Intrinsic, Namespace
 
-__all__ = ["tma"]
+__all__ = ["tma", "check_box", "SWIZZLES"]
+
+#: Swizzle width in bytes -> the name of the driver's CUtensorMapSwizzle value.
+SWIZZLES = {0: "CU_TENSOR_MAP_SWIZZLE_NONE", 32: "CU_TENSOR_MAP_SWIZZLE_32B",
+            64: "CU_TENSOR_MAP_SWIZZLE_64B", 128: "CU_TENSOR_MAP_SWIZZLE_128B"}
+
+
+def check_box(dims: tuple, row_bytes: int, itemsize: int, box, swizzle: int) -> tuple:
+    """`box` as a tuple of two ints when the copy engine accepts it for a 2-D tensor of
+    `dims` = (x, y) elements whose rows are `row_bytes` apart; ValueError otherwise.
+
+    The rules (cuTensorMapEncodeTiled): 1 to 256 elements per box axis; the box's rows a
+    multiple of 16 bytes and, with a swizzle, no wider than it; rows of the tensor a
+    multiple of 16 bytes apart."""
+    if swizzle not in SWIZZLES:
+        raise ValueError(f"tensor map: swizzle must be one of {sorted(SWIZZLES)} (bytes), "
+                         f"got {swizzle!r}")
+    try:
+        box = tuple(int(b) for b in box)
+    except TypeError:
+        raise ValueError(f"tensor map: box must be two ints (x, y), got {box!r}") from None
+    if len(box) != 2 or not all(1 <= b <= 256 for b in box):
+        raise ValueError(f"tensor map: box must be two ints (x, y) in 1..256, got {box!r}")
+    inner = box[0] * itemsize
+    if inner % 16:
+        raise ValueError(f"tensor map: a box row of {box[0]} elements is {inner} bytes, not "
+                         f"a multiple of 16")
+    if swizzle and inner > swizzle:
+        raise ValueError(f"tensor map: a box row of {inner} bytes is wider than the "
+                         f"{swizzle}-byte swizzle")
+    if not all(1 <= d < 2 ** 32 for d in dims):
+        raise ValueError(f"tensor map: dimensions {dims} must lie in 1..2^32-1")
+    if dims[1] > 1 and (row_bytes % 16 or row_bytes >= 2 ** 40):
+        raise ValueError(f"tensor map: rows {row_bytes} bytes apart; TMA needs a multiple of "
+                         f"16 bytes (pad the rows, e.g. k a multiple of 8 for 2-byte items)")
+    return box
+
 
 tma = Namespace(
     "tma",

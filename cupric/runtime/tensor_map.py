@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["TensorMap", "tensor_map", "check_box", "SWIZZLES", "DATA_TYPES"]
+from cupric.device.tma import SWIZZLES, check_box
 
-#: Swizzle width in bytes -> the name of the driver's CUtensorMapSwizzle value.
-SWIZZLES = {0: "CU_TENSOR_MAP_SWIZZLE_NONE", 32: "CU_TENSOR_MAP_SWIZZLE_32B",
-            64: "CU_TENSOR_MAP_SWIZZLE_64B", 128: "CU_TENSOR_MAP_SWIZZLE_128B"}
+__all__ = ["TensorMap", "tensor_map", "check_box", "SWIZZLES", "DATA_TYPES"]
 
 #: Element kind -> the name of the driver's CUtensorMapDataType value. NumPy dtypes map to
 #: their own kind; "bf16" names bfloat16 held as uint16 bit patterns.
@@ -29,37 +27,6 @@ _KIND_OF = {np.dtype(np.uint8): "u8", np.dtype(np.int8): "u8", np.dtype(np.uint1
             np.dtype(np.uint64): "u64", np.dtype(np.int64): "i64",
             np.dtype(np.float16): "f16", np.dtype(np.float32): "f32",
             np.dtype(np.float64): "f64"}
-
-
-def check_box(dims: tuple, row_bytes: int, itemsize: int, box, swizzle: int) -> tuple:
-    """`box` as a tuple of two ints when the copy engine accepts it for a 2-D tensor of
-    `dims` = (x, y) elements whose rows are `row_bytes` apart; ValueError otherwise.
-
-    The rules (cuTensorMapEncodeTiled): 1 to 256 elements per box axis; the box's rows a
-    multiple of 16 bytes and, with a swizzle, no wider than it; rows of the tensor a
-    multiple of 16 bytes apart."""
-    if swizzle not in SWIZZLES:
-        raise ValueError(f"tensor map: swizzle must be one of {sorted(SWIZZLES)} (bytes), "
-                         f"got {swizzle!r}")
-    try:
-        box = tuple(int(b) for b in box)
-    except TypeError:
-        raise ValueError(f"tensor map: box must be two ints (x, y), got {box!r}") from None
-    if len(box) != 2 or not all(1 <= b <= 256 for b in box):
-        raise ValueError(f"tensor map: box must be two ints (x, y) in 1..256, got {box!r}")
-    inner = box[0] * itemsize
-    if inner % 16:
-        raise ValueError(f"tensor map: a box row of {box[0]} elements is {inner} bytes, not "
-                         f"a multiple of 16")
-    if swizzle and inner > swizzle:
-        raise ValueError(f"tensor map: a box row of {inner} bytes is wider than the "
-                         f"{swizzle}-byte swizzle")
-    if not all(1 <= d < 2 ** 32 for d in dims):
-        raise ValueError(f"tensor map: dimensions {dims} must lie in 1..2^32-1")
-    if dims[1] > 1 and (row_bytes % 16 or row_bytes >= 2 ** 40):
-        raise ValueError(f"tensor map: rows {row_bytes} bytes apart; TMA needs a multiple of "
-                         f"16 bytes (pad the rows, e.g. k a multiple of 8 for 2-byte items)")
-    return box
 
 
 class TensorMap:

@@ -13,6 +13,8 @@ import weakref
 
 import numpy as np
 
+from ..device.tma import check_box
+
 __all__ = ["SimTensorMap", "tensor_map", "lookup", "TAG"]
 
 #: The first word of a simulated tensor map ("cupricTM" in ASCII).
@@ -52,10 +54,8 @@ def tensor_map(source, box, *, swizzle: int = 128) -> SimTensorMap:
     TypeError
         `source` is not a 2-D C-contiguous NumPy array of 1, 2, 4 or 8-byte items.
     ValueError
-        A box the copy engine refuses (see `cupric.runtime.tensor_map.check_box`).
+        A box the copy engine refuses (see `cupric.device.tma.check_box`).
     """
-    from cupric.runtime.tensor_map import check_box
-
     if not isinstance(source, np.ndarray) or source.ndim != 2 or \
             not source.flags.c_contiguous or source.itemsize not in (1, 2, 4, 8):
         raise TypeError("simulator tensor_map: source must be a 2-D C-contiguous NumPy array "
