@@ -34,7 +34,7 @@ def launch_cluster(kern, signature: str, grid, block, cluster, *args, shared_byt
     from cupric.kernels._common import on_simulator
     if on_simulator():
         from cupric.simulator import launch as simulate
-        from cupric.simulator.clusters import use_cluster_shape
+        from cupric.simulator.hooks import use_cluster_shape
         with use_cluster_shape(shape):
             simulate(kern.py_func, grid3, block, args, shared_bytes=shared_bytes,
                      mode="grid")

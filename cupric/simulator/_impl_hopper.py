@@ -26,7 +26,7 @@ from ._impl import _collective, _user_site, _warp_op
 from ._live import FULL, WARP_OPS
 from ._state import implements
 from .errors import DeadlockError, SimulatorError
-from .clusters import cluster_shape
+from .clusters import cluster_shape, use_cluster_shape  # noqa: F401  (simulator.hooks)
 from .tma import lookup
 
 __all__ = ["read_operand", "swizzled"]
