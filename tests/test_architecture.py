@@ -23,7 +23,7 @@ MAX_LINES = 700
 #: declaration tables belong here for good; the entries marked "issue 16" are modules
 #: still to be split by concept, which issue 16 leaves open.
 LONG_MODULES = {
-    # issue 16, still to be split by concept (being split this session or not assigned):
+    # issue 16: still to be split by concept (not assigned this session, or under way):
     "cupric/compiler/_fastcall.py": "issue 16: C source of the compiled launcher",
     "cupric/compiler/codegen/function.py": "issue 16: not yet split",
     "cupric/compiler/typing/infer.py": "issue 16: not yet split",
@@ -36,10 +36,9 @@ KNOWN_PRIVATE_USES: set[tuple[str, str]] = {
     ("cupric.compiler.arguments", "cupric.simulator._launch"),
     ("cupric.compiler.arguments", "cupric.simulator._twin"),
     ("cupric.compiler.specialization", "cupric.simulator._scan"),
-    # issue 16: runtime.native.driver / Allocation; the context's device has no public name yet
+    # issue 16: runtime.native.driver; the context's device has no public name yet
     ("cupric.compiler.kernel", "cupric.runtime._driver"),
     ("cupric.compiler.kernel", "cupric.runtime.memory._device_of_context"),
-    ("cupric.kernels._common", "cupric.runtime.memory._Allocation"),
 }
 
 
