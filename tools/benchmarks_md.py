@@ -26,7 +26,7 @@ OUTPUT = os.path.join(ROOT, "BENCHMARKS.md")
 
 #: Section order; benchmarks not listed follow in name order.
 ORDER = ("launch_overhead", "host_cost", "bandwidth", "alloc", "compile_latency", "saxpy",
-         "kernels", "rng", "gemm", "tensor_cores", "conv", "path_tracer")
+         "kernels", "rng", "gemm", "tensor_cores", "gemm_wgmma", "conv", "path_tracer")
 
 HEADER = """\
 # Benchmarks
