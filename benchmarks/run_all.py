@@ -30,11 +30,11 @@ import tempfile
 import time
 
 BENCHMARKS = ["launch_overhead", "host_cost", "bandwidth", "alloc", "compile_latency",
-              "saxpy", "kernels", "rng", "gemm", "tensor_cores", "gemm_wgmma", "conv", "path_tracer",
-              "train_digits", "first_epoch"]
+              "saxpy", "kernels", "rng", "gemm", "tensor_cores", "gemm_wgmma", "conv",
+              "path_tracer", "train_digits", "first_epoch"]
 #: Seconds a benchmark may run before it is stopped and recorded as failed.
-TIMEOUT = {"host_cost": 300, "tensor_cores": 300, "gemm_wgmma": 180, "kernels": 240, "path_tracer": 240, "train_digits": 300,
-           "first_epoch": 420}
+TIMEOUT = {"host_cost": 300, "tensor_cores": 300, "gemm_wgmma": 180, "kernels": 240,
+           "path_tracer": 240, "train_digits": 300, "first_epoch": 420}
 DEFAULT_TIMEOUT = 180
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
