@@ -31,15 +31,7 @@ LONG_MODULES = {
 
 #: Cross-package private uses still in the tree: (importing module, what it uses). Empty
 #: is the goal; each entry has a public replacement waiting (docs/internals.md, Layers).
-KNOWN_PRIVATE_USES: set[tuple[str, str]] = {
-    # issue 16: simulator.hooks.run / twin_of / needs
-    ("cupric.compiler.arguments", "cupric.simulator._launch"),
-    ("cupric.compiler.arguments", "cupric.simulator._twin"),
-    ("cupric.compiler.specialization", "cupric.simulator._scan"),
-    # issue 16: runtime.native.driver; the context's device has no public name yet
-    ("cupric.compiler.kernel", "cupric.runtime._driver"),
-    ("cupric.compiler.kernel", "cupric.runtime.memory._device_of_context"),
-}
+KNOWN_PRIVATE_USES: set[tuple[str, str]] = set()
 
 
 def _modules():

@@ -98,8 +98,7 @@ def simulate(kern, grid, block, shared_bytes, args) -> None:
         A simulated thread failed (assert, index out of bounds, trap).
     """
     from cupric.runtime.launch import SM90_LIMITS, check_config
-    from cupric.simulator._launch import run
-    from cupric.simulator._twin import twin_of
+    from cupric.simulator.hooks import run, twin_of
 
     args = tuple(args)
     arg_types = kern.bind_types(args)

@@ -23,6 +23,7 @@ from cupric.compiler.launcher import _config, _Launcher, _Simulate  # noqa: F401
 from cupric.compiler.specialization import (Specialization,  # noqa: F401
                                             _readonly_types, param_types)
 from cupric.runtime import intake as _intake
+from cupric.runtime.native import current_device_ordinal, driver_available
 
 __all__ = ["kernel", "device_function", "Kernel", "DeviceFunction", "Specialization",
            "KernelArgumentError"]
@@ -175,7 +176,6 @@ def _simulator_reason() -> str | None:
     from cupric._config import simulator_requested
     if simulator_requested():
         return _CHOSEN
-    from cupric.runtime._driver import driver_available
     if not driver_available():
         return "no CUDA driver on this machine"
     return None
@@ -662,7 +662,6 @@ _MULTI = [None]
 
 
 def _resolve_multi() -> bool:
-    from cupric.runtime._driver import driver_available
     multi = False
     if driver_available():
         from cupric.runtime import device_count
@@ -671,11 +670,10 @@ def _resolve_multi() -> bool:
     return multi
 
 
-def _current_device() -> int:
-    """The current device's ordinal (device 0's primary context is made current when no
-    context is, as the launch would), one C call with the runtime's compiled path."""
-    from cupric.runtime.memory import _device_of_context
-    return _device_of_context()
+#: The current device's ordinal (device 0's primary context is made current when no
+#: context is, as the launch would), one C call with the runtime's compiled path; bound
+#: here so that a launch pays no extra call for it.
+_current_device = current_device_ordinal
 
 
 def _use_simulator() -> bool:

@@ -128,7 +128,7 @@ class Specialization:
             function = module.get_function(self.kernel.symbol)
             # A kernel that can reach grid_sync launches cooperatively: the driver
             # then guarantees (or refuses) that all its blocks are resident at once.
-            from cupric.simulator._scan import needs
+            from cupric.simulator.hooks import needs
             cooperative = "grid" in needs(self.kernel.py_func)
             prepared = function.prepare(param_types(self.arg_types),
                                         cooperative=cooperative)

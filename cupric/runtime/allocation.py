@@ -65,9 +65,13 @@ def _load_fast():
     return entry
 
 
-def _device_of_context() -> int:
+def current_device_ordinal() -> int:
     """Make sure a context is current in this thread (device 0's primary context when
     none is, as the Runtime API does) and return the ordinal of its device.
+
+    Public for the other packages (`cupric.runtime.native.current_device_ordinal`: the
+    kernel launch asks it on machines with several GPUs); the runtime's own modules call
+    it as `_device_of_context`, the name tests replace.
 
     Cost
     ----
@@ -83,6 +87,10 @@ def _device_of_context() -> int:
             return device
     from .context import current_device
     return current_device().ordinal
+
+
+#: The runtime's own name of `current_device_ordinal`.
+_device_of_context = current_device_ordinal
 
 
 def _ready():
