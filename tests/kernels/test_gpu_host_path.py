@@ -142,7 +142,8 @@ def test_every_ready_kernel_on_foreign_arrays(rng, kind):
         torch = pytest.importorskip("torch")
 
         def dev(a):
-            return torch.from_numpy(np.ascontiguousarray(a)).cuda()
+            # np.array keeps 0-d arrays 0-d (np.ascontiguousarray makes them 1-d).
+            return torch.from_numpy(np.array(a, order="C")).cuda()
 
         def host(t):
             torch.cuda.synchronize()

@@ -52,7 +52,7 @@ def test_reuse_on_the_same_stream_with_correct_contents(m, streams, rng):
 
 
 def test_no_reuse_on_another_stream(m, streams):
-    a, b = streams
+    a, b = streams[:2]
     buf = m.empty(N, np.float32, stream=a)
     ptr = buf.ptr
     buf.fill(1.0, stream=a)
