@@ -22,15 +22,12 @@ MAX_LINES = 700
 #: Modules allowed over `MAX_LINES`, each with the reason. Only generated code and
 #: declaration tables belong here for good; the entries marked "issue 16" are modules
 #: still to be split by concept, which issue 16 leaves open.
-LONG_MODULES = {
-    # issue 16: still to be split by concept (not assigned this session, or under way):
-    "cupric/compiler/_fastcall.py": "issue 16: C source of the compiled launcher",
-    "cupric/compiler/codegen/function.py": "issue 16: not yet split",
-    "cupric/compiler/typing/infer.py": "issue 16: not yet split",
+LONG_MODULES: dict[str, str] = {
+    # None today. Generated code or a declaration table may be listed, with the reason.
 }
 
-#: Cross-package private uses still in the tree: (importing module, what it uses). Empty
-#: is the goal; each entry has a public replacement waiting (docs/internals.md, Layers).
+#: Cross-package private uses still in the tree: (importing module, what it uses), each
+#: with the issue that removes it. None today.
 KNOWN_PRIVATE_USES: set[tuple[str, str]] = set()
 
 
