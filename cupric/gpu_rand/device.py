@@ -161,22 +161,10 @@ def xoroshiro128p_u64(s):
 
 
 @_device
-def xoroshiro128p_u32(s):
-    x, s = xoroshiro128p_u64(s)
-    return u32(x >> 32), s
-
-
-@_device
 def xoroshiro128pp_u64(s):
     s0, s1 = s
     x = s0 + s1
     return ((x << 17) | (x >> 47)) + s0, xoroshiro128pp_step(s)
-
-
-@_device
-def xoroshiro128pp_u32(s):
-    x, s = xoroshiro128pp_u64(s)
-    return u32(x), s
 
 
 @_device
@@ -187,22 +175,9 @@ def xoroshiro128ss_u64(s):
 
 
 @_device
-def xoroshiro128ss_u32(s):
-    x, s = xoroshiro128ss_u64(s)
-    return u32(x), s
-
-
-@_device
 def xoroshiro64s_u32(s):
     s0, s1 = s
     return s0 * 0x9E3779BB, xoroshiro64_step(s)
-
-
-@_device
-def xoroshiro64s_u64(s):
-    lo, s = xoroshiro64s_u32(s)
-    hi, s = xoroshiro64s_u32(s)
-    return u64(lo) | (u64(hi) << 32), s
 
 
 @_device
@@ -213,23 +188,9 @@ def xoroshiro64ss_u32(s):
 
 
 @_device
-def xoroshiro64ss_u64(s):
-    lo, s = xoroshiro64ss_u32(s)
-    hi, s = xoroshiro64ss_u32(s)
-    return u64(lo) | (u64(hi) << 32), s
-
-
-@_device
 def xoshiro128p_u32(s):
     s0, s1, s2, s3 = s
     return s0 + s3, xoshiro128_step(s)
-
-
-@_device
-def xoshiro128p_u64(s):
-    lo, s = xoshiro128p_u32(s)
-    hi, s = xoshiro128p_u32(s)
-    return u64(lo) | (u64(hi) << 32), s
 
 
 @_device
@@ -240,13 +201,6 @@ def xoshiro128pp_u32(s):
 
 
 @_device
-def xoshiro128pp_u64(s):
-    lo, s = xoshiro128pp_u32(s)
-    hi, s = xoshiro128pp_u32(s)
-    return u64(lo) | (u64(hi) << 32), s
-
-
-@_device
 def xoshiro128ss_u32(s):
     s0, s1, s2, s3 = s
     x = s1 * 5
@@ -254,22 +208,9 @@ def xoshiro128ss_u32(s):
 
 
 @_device
-def xoshiro128ss_u64(s):
-    lo, s = xoshiro128ss_u32(s)
-    hi, s = xoshiro128ss_u32(s)
-    return u64(lo) | (u64(hi) << 32), s
-
-
-@_device
 def xoshiro256p_u64(s):
     s0, s1, s2, s3 = s
     return s0 + s3, xoshiro256_step(s)
-
-
-@_device
-def xoshiro256p_u32(s):
-    x, s = xoshiro256p_u64(s)
-    return u32(x >> 32), s
 
 
 @_device
@@ -280,12 +221,6 @@ def xoshiro256pp_u64(s):
 
 
 @_device
-def xoshiro256pp_u32(s):
-    x, s = xoshiro256pp_u64(s)
-    return u32(x >> 32), s
-
-
-@_device
 def xoshiro256ss_u64(s):
     s0, s1, s2, s3 = s
     x = s1 * 5
@@ -293,21 +228,9 @@ def xoshiro256ss_u64(s):
 
 
 @_device
-def xoshiro256ss_u32(s):
-    x, s = xoshiro256ss_u64(s)
-    return u32(x >> 32), s
-
-
-@_device
 def xoshiro512p_u64(s):
     s0, s1, s2, s3, s4, s5, s6, s7 = s
     return s0 + s2, xoshiro512_step(s)
-
-
-@_device
-def xoshiro512p_u32(s):
-    x, s = xoshiro512p_u64(s)
-    return u32(x >> 32), s
 
 
 @_device
@@ -318,22 +241,56 @@ def xoshiro512pp_u64(s):
 
 
 @_device
-def xoshiro512pp_u32(s):
-    x, s = xoshiro512pp_u64(s)
-    return u32(x >> 32), s
-
-
-@_device
 def xoshiro512ss_u64(s):
     s0, s1, s2, s3, s4, s5, s6, s7 = s
     x = s1 * 5
     return ((x << 7) | (x >> 57)) * 9, xoshiro512_step(s)
 
 
-@_device
-def xoshiro512ss_u32(s):
-    x, s = xoshiro512ss_u64(s)
-    return u32(x >> 32), s
+# The other width of each output, made from the native one, once per generator: 64-bit
+# generators give the high 32 bits (xoroshiro128+, every xoshiro256/512) or the low 32
+# bits (xoroshiro128++ and **), as the host half does; 32-bit generators give two draws,
+# the first in the low half.
+
+def _named(fn, name: str):
+    fn.__name__ = fn.__qualname__ = name
+    return _device(fn)
+
+
+def _u32_from_u64(next_u64, name: str, high: bool):
+    if high:
+        def next_u32(s):
+            x, s = next_u64(s)
+            return u32(x >> 32), s
+    else:
+        def next_u32(s):
+            x, s = next_u64(s)
+            return u32(x), s
+    return _named(next_u32, name)
+
+
+def _u64_from_u32(next_u32, name: str):
+    def next_u64(s):
+        lo, s = next_u32(s)
+        hi, s = next_u32(s)
+        return u64(lo) | (u64(hi) << 32), s
+    return _named(next_u64, name)
+
+
+xoroshiro128p_u32 = _u32_from_u64(xoroshiro128p_u64, "xoroshiro128p_u32", high=True)
+xoshiro256p_u32 = _u32_from_u64(xoshiro256p_u64, "xoshiro256p_u32", high=True)
+xoshiro256pp_u32 = _u32_from_u64(xoshiro256pp_u64, "xoshiro256pp_u32", high=True)
+xoshiro256ss_u32 = _u32_from_u64(xoshiro256ss_u64, "xoshiro256ss_u32", high=True)
+xoshiro512p_u32 = _u32_from_u64(xoshiro512p_u64, "xoshiro512p_u32", high=True)
+xoshiro512pp_u32 = _u32_from_u64(xoshiro512pp_u64, "xoshiro512pp_u32", high=True)
+xoshiro512ss_u32 = _u32_from_u64(xoshiro512ss_u64, "xoshiro512ss_u32", high=True)
+xoroshiro128pp_u32 = _u32_from_u64(xoroshiro128pp_u64, "xoroshiro128pp_u32", high=False)
+xoroshiro128ss_u32 = _u32_from_u64(xoroshiro128ss_u64, "xoroshiro128ss_u32", high=False)
+xoroshiro64s_u64 = _u64_from_u32(xoroshiro64s_u32, "xoroshiro64s_u64")
+xoroshiro64ss_u64 = _u64_from_u32(xoroshiro64ss_u32, "xoroshiro64ss_u64")
+xoshiro128p_u64 = _u64_from_u32(xoshiro128p_u32, "xoshiro128p_u64")
+xoshiro128pp_u64 = _u64_from_u32(xoshiro128pp_u32, "xoshiro128pp_u64")
+xoshiro128ss_u64 = _u64_from_u32(xoshiro128ss_u32, "xoshiro128ss_u64")
 
 
 @_device
