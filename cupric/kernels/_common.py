@@ -16,7 +16,8 @@ from cupric._config import simulator_requested
 __all__ = ["on_simulator", "Call", "Foreign", "Workspace", "release_workspaces",
            "blocks_for", "covering_blocks", "sm_count", "device_ordinal", "same_shape",
            "same_dtype", "NUMERIC", "FLOATS", "INTEGERS", "SORTABLE", "NUMERIC_BOOL",
-           "MAX_GRID_X", "vector", "vector_prefix"]
+           "MAX_GRID_X", "vector", "vector_prefix", "Plans", "direct", "direct_views",
+           "order_cupy", "forget_plans", "launch_now"]
 
 #: dtypes every generic kernel accepts (cupric's scalar types).
 INTEGERS = tuple(np.dtype(t) for t in ("i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8"))
@@ -314,6 +315,9 @@ class Call:
     A DeviceBuffer: a few attribute reads. A PyTorch tensor or CuPy array: six or so of
     its own attributes and one small object; the launch hands the array itself to the
     kernel's compiled launcher. Other kinds: the intake layer's read and a borrow.
+    Kernels whose common call has arrays of one kind and dtype check them first through
+    a cached plan (`Plans`, `direct`, `direct_views`), without a `Call`, and come here
+    only when the plan refuses them.
     """
 
     __slots__ = ("op", "simulator", "stream", "_scratch", "_handle", "_ordered",
@@ -475,17 +479,7 @@ class Call:
         if self._foreign:
             args = tuple([(a.obj if a.direct else a.launch_view())
                           if a.__class__ is Foreign else a for a in args])
-        # What `kern[grid, block, stream, shared_bytes](*args)` runs, without building
-        # the launch configuration object: the kernel's generated launcher for its common
-        # signature (it sends anything else to the general path), else the general path.
-        fast = kern._fast
-        if fast is not None:
-            dispatch = fast.dispatch  # several array kinds: this call's kind's launcher
-            if dispatch is not None and len(args) > dispatch[0]:
-                fast = dispatch[1].get(args[dispatch[0]].__class__, fast)
-            fast(grid, block, self.stream, shared_bytes, args)
-        else:
-            kern._launch(grid, block, self.stream, shared_bytes, args)
+        launch_now(kern, grid, block, self.stream, shared_bytes, args)
 
     def _device_array(self, obj, name: str):
         """`obj` as a DeviceBuffer through the runtime's intake layer
@@ -567,6 +561,9 @@ _FOREIGN_KINDS = {"torch": _read_torch, "cupy": _read_cupy}
 #: Array class -> (reader, adapter) of the classes `Call.array` reads as `Foreign`
 #: (filled on one-GPU machines as each class is first seen).
 _READERS: dict = {}
+
+from cupric.kernels._plans import Plans, direct, direct_views, forget_plans  # noqa: E402,F401
+from cupric.kernels._plans import launch_now, order_cupy  # noqa: E402,F401
 
 
 def vector(buf, dtype=None):

@@ -20,7 +20,9 @@ import threading
 import numpy as np
 
 import cupric
-from cupric.kernels._common import NUMERIC, NUMERIC_BOOL, Call, same_dtype, same_shape
+from cupric.kernels._common import (MAX_GRID_X, NUMERIC, NUMERIC_BOOL, Call, Plans,
+                                    blocks_for, direct, launch_now, same_dtype,
+                                    same_shape)
 from cupric.kernels.templates import elementwise
 
 __all__ = ["vecadd", "saxpy", "memcpy", "fill", "map", "vecadd_kernel", "saxpy_kernel",
@@ -86,6 +88,13 @@ saxpy_scalar_kernel = elementwise(
     doc="out[i] = a * x[i] + y[i], one element per thread and trip (float16 arrays).")
 
 
+#: Items one block of vecadd and saxpy covers (`quad_geometry`'s covering grid).
+_QUAD = STREAM_BLOCK * UNROLL
+#: Plans of the arrays vecadd and saxpy hand their kernels as they are (`_common.direct`).
+_VECADD_PLANS = Plans(NUMERIC)
+_SAXPY_PLANS = Plans(NUMERIC)
+
+
 def quad_geometry(call: Call, out, block: int) -> tuple:
     """(blocks, threads per block) of a four-elements-a-thread kernel writing `out`.
 
@@ -97,6 +106,14 @@ def quad_geometry(call: Call, out, block: int) -> tuple:
     if out.dtype.itemsize >= 4:
         return call.covering_blocks(out.size, block, UNROLL), block
     return call.blocks(out.size, BLOCK, UNROLL), BLOCK
+
+
+def _quad(dtype: np.dtype, n: int) -> tuple:
+    """`quad_geometry(call, out, STREAM_BLOCK)` for `n` > 0 items of `dtype` on the GPU,
+    without a `Call` (vecadd's and saxpy's plans)."""
+    if dtype.itemsize >= 4:
+        return min(-(-n // _QUAD), MAX_GRID_X), STREAM_BLOCK
+    return blocks_for(n, BLOCK, UNROLL, simulator=False), BLOCK
 
 
 def _common_layout(op: str, first: str, a, second: str, b) -> tuple:
@@ -151,9 +168,11 @@ def vecadd(a, b, out=None, stream=None):
     ----
     One launch; reads 2 and writes 1 array: bandwidth-bound (beside a device-to-device
     copy and the same kernel in CUDA C on the same grid: BENCHMARKS.md). Host cost: the
-    launch plus the checks (benchmarks/host_cost.py);
-    CuPy, PyTorch and numba-cuda arrays are read through their own attributes.
-    Integer sums wrap.
+    launch plus the checks (benchmarks/host_cost.py); with `out` given and the arrays of
+    one kind and dtype (DeviceBuffers, or on a one-GPU machine PyTorch tensors or CuPy
+    arrays), the checks are a cached plan's few attribute reads (`_common.direct`) and
+    the arrays go to the kernel's launcher as they are. Other CuPy, PyTorch and
+    numba-cuda arrays are read through their own attributes. Integer sums wrap.
 
     Examples
     --------
@@ -162,6 +181,16 @@ def vecadd(a, b, out=None, stream=None):
     >>> vecadd(a, a).to_numpy()                                 # doctest: +SKIP
     array([0., 2., 4., 6., 8.], dtype=float32)
     """
+    if out is not None:
+        plan = direct(_VECADD_PLANS, (a, b, out), stream, out)
+        if plan is not None:  # the arrays as they are, checked (see `direct`)
+            dtype, n = plan
+            if dtype.char == "e":  # float16
+                launch_now(vecadd_scalar_kernel, blocks_for(n, BLOCK, simulator=False),
+                           BLOCK, stream, 0, (a, b, out))
+            else:
+                launch_now(vecadd_kernel, *_quad(dtype, n), stream, 0, (a, b, out))
+            return out
     call = Call("vecadd", stream)
     a = call.array(a, "a", dtypes=NUMERIC)
     b = call.array(b, "b", dtypes=NUMERIC)
@@ -201,12 +230,27 @@ def saxpy(a, x, y, out=None, stream=None):
     Cost
     ----
     One launch, 3 arrays moved: bandwidth-bound. Floats use a fused multiply-add, so
-    results may differ from NumPy's two roundings in the last bit.
+    results may differ from NumPy's two roundings in the last bit. Host cost as
+    `vecadd`'s (with `out` given, a cached plan's checks).
 
     Examples
     --------
     >>> saxpy(2.0, x, y, out=y)          # y = 2x + y in place       # doctest: +SKIP
     """
+    if out is not None:
+        update = out is y
+        plan = direct(_SAXPY_PLANS, (x, y) if update else (x, y, out), stream, out)
+        if plan is not None:  # the arrays as they are, checked (see `direct`)
+            dtype, n = plan
+            alpha = _scalar("saxpy", a, dtype, "a")
+            if dtype.char == "e":  # float16 (out may be y)
+                launch_now(saxpy_scalar_kernel, blocks_for(n, BLOCK, simulator=False),
+                           BLOCK, stream, 0, (alpha, x, y, out))
+            elif update:
+                launch_now(saxpy_update_kernel, *_quad(dtype, n), stream, 0, (alpha, x, y))
+            else:
+                launch_now(saxpy_kernel, *_quad(dtype, n), stream, 0, (alpha, x, y, out))
+            return out
     call = Call("saxpy", stream)
     update = out is not None and out is y
     x = call.array(x, "x", dtypes=NUMERIC)

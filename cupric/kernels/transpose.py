@@ -11,7 +11,7 @@ import numpy as np
 
 import cupric
 from cupric.device import blockIdx, shared, syncthreads, threadIdx
-from cupric.kernels._common import NUMERIC, Call
+from cupric.kernels._common import NUMERIC, Call, Plans, direct_views, launch_now, order_cupy
 from cupric.types import f16, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
 
 __all__ = ["transpose", "transpose_kernel", "TILE_DIM", "BLOCK_ROWS"]
@@ -86,6 +86,8 @@ _TYPES = {np.dtype(k): v for k, v in (("i1", i8), ("i2", i16), ("i4", i32), ("i8
                                       ("f2", f16), ("f4", f32), ("f8", f64))}
 _KERNELS: dict = {}
 _LOCK = threading.Lock()
+#: Plans of the C-contiguous arrays `transpose` flattens itself (`_common.direct_views`).
+_PLANS = Plans(NUMERIC)
 
 
 def transpose_kernel(dtype, tile_dim: int = TILE_DIM, flat: bool = False):
@@ -127,13 +129,29 @@ def transpose(a, out=None, stream=None, *, tile_dim=TILE_DIM):
     One launch of 32x8-thread blocks, one per tile; reads and writes each element
     once, both coalesced: bandwidth-bound (BENCHMARKS.md compares it with a
     device-to-device copy and the same kernel in CUDA C; interior tiles skip the
-    per-element bounds test).
+    per-element bounds test). With `out` given and C-contiguous arrays of one kind and
+    dtype, the host checks are a cached plan's (`_common.direct_views`) and the launch
+    takes two 1-D views of the arrays.
 
     Examples
     --------
     >>> transpose(to_device(np.ones((3, 5), np.float32))).shape     # doctest: +SKIP
     (5, 3)
     """
+    if out is not None and tile_dim in (32, 64):
+        plan = direct_views(_PLANS, (a, out), stream, out)
+        if plan is not None:  # C-contiguous arrays of one class and dtype, checked
+            dtype, (fa, fo), cupy = plan
+            shape = a.shape
+            if len(shape) == 2 and out.shape == (shape[1], shape[0]):
+                rows, cols = int(shape[0]), int(shape[1])
+                if cupy is not None:
+                    order_cupy(cupy, stream)
+                launch_now(transpose_kernel(dtype, tile_dim, True),
+                           ((cols + tile_dim - 1) // tile_dim,
+                            (rows + tile_dim - 1) // tile_dim), (32, BLOCK_ROWS), stream,
+                           0, (fa, fo, np.int64(rows), np.int64(cols)))
+                return out
     call = Call("transpose", stream)
     src = call.array(a, "a", dtypes=NUMERIC, ndim=2)
     rows, cols = int(src.shape[0]), int(src.shape[1])

@@ -44,7 +44,12 @@ class FakeCupyArray:
             step *= max(n, 1)
         self.strides = self._c_strides = tuple(reversed(strides))
         self.size = int(np.prod(self.shape, dtype=np.int64))
+        self.ndim = len(self.shape)
         self.readonly = readonly
+
+    @property
+    def _c_contiguous(self) -> bool:  # a plain field of CuPy's, kept up to date there
+        return self.strides == self._c_strides
 
     @property
     def __cuda_array_interface__(self):
@@ -211,6 +216,7 @@ class FakeGpu:
         monkeypatch.setattr(_common, "device_ordinal", lambda: 0)
         monkeypatch.setattr(_common, "_single_device", lambda: True)
         monkeypatch.setattr(_common, "_READERS", {})  # the fake classes' readers
+        _common.forget_plans()  # plans of the fake classes (and device count) start afresh
         monkeypatch.setattr(_common, "_sm_count", lambda ordinal: sms)
         monkeypatch.setattr(_common, "_WORKSPACES", {})
         monkeypatch.delenv("CUPRIC_SIMULATOR", raising=False)
@@ -229,6 +235,8 @@ class FakeGpu:
     def close(self) -> None:
         """Forget every launch handle and launcher made with the fakes (kernels made
         during the fake's use keep nothing of it); run before the monkeypatch's undo."""
+        from cupric.kernels import _common
+        _common.forget_plans()
         for kern in _kernels():
             if any(isinstance(spec._prepared, FakePrepared)
                    for spec in kern._variants.values()):

@@ -259,14 +259,14 @@ def test_foreign_arrays_reach_the_launch_themselves(gpu, kind):
     bits = call.flat(fx, "x", np.dtype("u4")).launchable()  # another dtype: a launch view
     assert (bits.ptr, bits.shape, bits.dtype) == (fx.ptr, (1000,), np.dtype("u4"))
     seen = []
-    real = _common.Call.launch
+    real = _common.launch_now
 
-    def spy(self, kern, grid, block, *args, **kw):
+    def spy(kern, grid, block, stream, shared_bytes, args):
         seen.append(args)
-        return real(self, kern, grid, block, *args, **kw)
+        return real(kern, grid, block, stream, shared_bytes, args)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(_common.Call, "launch", spy)
+        mp.setattr(elementwise, "launch_now", spy)
         elementwise.vecadd(x, y, out=out)
     # The arrays themselves reach the launch (its launcher reads them), no borrow.
     assert [a.launchable() if a.__class__ is _common.Foreign else a for a in seen[0]] == \
