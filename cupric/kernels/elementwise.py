@@ -185,7 +185,10 @@ def vecadd(a, b, out=None, stream=None):
         plan = direct(_VECADD_PLANS, (a, b, out), stream, out)
         if plan is not None:  # the arrays as they are, checked (see `direct`)
             dtype, n = plan
-            if dtype.char == "e":  # float16
+            if dtype.itemsize >= 4:  # `_quad`'s covering grid, inline
+                launch_now(vecadd_kernel, min(-(-n // _QUAD), MAX_GRID_X), STREAM_BLOCK,
+                           stream, 0, (a, b, out))
+            elif dtype.char == "e":  # float16
                 launch_now(vecadd_scalar_kernel, blocks_for(n, BLOCK, simulator=False),
                            BLOCK, stream, 0, (a, b, out))
             else:
@@ -246,10 +249,15 @@ def saxpy(a, x, y, out=None, stream=None):
             if dtype.char == "e":  # float16 (out may be y)
                 launch_now(saxpy_scalar_kernel, blocks_for(n, BLOCK, simulator=False),
                            BLOCK, stream, 0, (alpha, x, y, out))
-            elif update:
-                launch_now(saxpy_update_kernel, *_quad(dtype, n), stream, 0, (alpha, x, y))
+                return out
+            if dtype.itemsize >= 4:  # `_quad`'s covering grid, inline
+                blocks, threads = min(-(-n // _QUAD), MAX_GRID_X), STREAM_BLOCK
             else:
-                launch_now(saxpy_kernel, *_quad(dtype, n), stream, 0, (alpha, x, y, out))
+                blocks, threads = _quad(dtype, n)
+            if update:
+                launch_now(saxpy_update_kernel, blocks, threads, stream, 0, (alpha, x, y))
+            else:
+                launch_now(saxpy_kernel, blocks, threads, stream, 0, (alpha, x, y, out))
             return out
     call = Call("saxpy", stream)
     update = out is not None and out is y

@@ -147,7 +147,9 @@ def transpose(a, out=None, stream=None, *, tile_dim=TILE_DIM):
                 rows, cols = int(shape[0]), int(shape[1])
                 if cupy is not None:
                     order_cupy(cupy, stream)
-                launch_now(transpose_kernel(dtype, tile_dim, True),
+                kern = _KERNELS.get((dtype, tile_dim, True))
+                launch_now(kern if kern is not None else
+                           transpose_kernel(dtype, tile_dim, True),
                            ((cols + tile_dim - 1) // tile_dim,
                             (rows + tile_dim - 1) // tile_dim), (32, BLOCK_ROWS), stream,
                            0, (fa, fo, np.int64(rows), np.int64(cols)))
