@@ -130,6 +130,8 @@ def _common_layout(op: str, first: str, a, second: str, b) -> tuple:
 def _scalar(op: str, value, dtype: np.dtype, name: str):
     """`value` as a NumPy scalar of `dtype`, refusing floats for integer arrays and
     values out of an integer dtype's range (they would wrap silently)."""
+    if value.__class__ is dtype.type:  # a scalar of that type already: in range
+        return value
     if dtype.kind in "iu":
         if isinstance(value, (float, np.floating)) and not float(value).is_integer():
             raise TypeError(f"{op}: {name}={value!r} is not an integer, but the arrays "

@@ -229,3 +229,18 @@ def test_switches_and_the_simulator_turn_plans_off(gpu, monkeypatch):
     # Mixed kinds: the general path.
     monkeypatch.setattr(_common, "on_simulator", lambda: False)
     assert _common.direct(plans, (b, b, gpu.tensor(64, "float32")), None) is None
+
+
+def test_saxpy_scalar_conversion(gpu):
+    x, y, out = gpu.array(64, "f4"), gpu.array(64, "f4"), gpu.array(64, "f4")
+    for alpha in (0.5, np.float32(0.5), np.float64(0.5), 1):
+        elementwise.saxpy(alpha, x, y, out=out)
+        value = gpu.launches[-1][4][0]
+        assert type(value) is np.float32 and value == np.float32(alpha)
+    i, j, k = gpu.array(64, "i4"), gpu.array(64, "i4"), gpu.array(64, "i4")
+    elementwise.saxpy(np.int32(-7), i, j, out=k)
+    assert gpu.launches[-1][4][0] == -7 and type(gpu.launches[-1][4][0]) is np.int32
+    with pytest.raises(ValueError, match="does not fit in int32"):
+        elementwise.saxpy(np.int64(2 ** 40), i, j, out=k)
+    with pytest.raises(TypeError, match="is not an integer"):
+        elementwise.saxpy(np.float32(0.5), i, j, out=k)
