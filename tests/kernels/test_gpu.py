@@ -241,15 +241,17 @@ def test_histogram(rng, dtype, bins, range_):
 
 
 def _record_grids(monkeypatch):
-    """Grids of the ready kernels' launches, recorded on the way to the real launch."""
-    from cupric.kernels import _common
+    """Grids of the ready kernels' launches, recorded on the way to the real launch: every
+    GPU launch goes through `launch_now`, from `Call.launch` or from a cached plan."""
+    from cupric.kernels import _common, elementwise
     grids = []
-    launch = _common.Call.launch
+    launch = _common.launch_now
 
-    def recording(self, kern, grid, block, *args, **kwargs):
+    def recording(kern, grid, block, stream, shared_bytes, args):
         grids.append((grid, block))
-        return launch(self, kern, grid, block, *args, **kwargs)
-    monkeypatch.setattr(_common.Call, "launch", recording)
+        return launch(kern, grid, block, stream, shared_bytes, args)
+    for module in (_common, elementwise):
+        monkeypatch.setattr(module, "launch_now", recording)
     return grids
 
 
