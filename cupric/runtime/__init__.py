@@ -63,7 +63,7 @@ _LAZY = {
     "as_device_array": ("cupric.runtime.interop", "as_device_array"),
     **{name: ("cupric.runtime.memory", name) for name in (
         "empty", "zeros", "empty_like", "zeros_like", "to_device", "device_box",
-        "memory_info")},
+        "memory_info", "release_cached", "cache_stats")},
     **{name: ("cupric.runtime.host", name) for name in (
         "pinned_empty", "pinned_zeros", "pinned_array", "PinnedOptions")},
     **{name: ("cupric.runtime.managed", name) for name in (
