@@ -58,7 +58,7 @@ def summarize(base_runs: list, new_runs: list) -> list:
     rows = []
     for key in sorted(keys, key=str):
         (bench, title, label), column = key
-        ratios = [n[key] / b[key] for b, n in zip(base, new) if b[key] not in (0.0,)]
+        ratios = [n[key] / b[key] for b, n in zip(base, new) if b[key]]
         rows.append((bench, title, label, column,
                      statistics.median(b[key] for b in base),
                      statistics.median(n[key] for n in new),
