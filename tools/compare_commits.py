@@ -66,9 +66,10 @@ def summarize(base_runs: list, new_runs: list) -> list:
     return rows
 
 
-def _run(tree: str, only: str, folder: str, env: dict) -> dict:
+def _run(tree: str, only: str, folder: str, env: dict, quick: bool = False) -> dict:
     subprocess.run([sys.executable, "benchmarks/run_all.py", "--only", only,
-                    "--results-dir", folder], cwd=tree, env=env, check=False)
+                    "--results-dir", folder] + (["--quick"] if quick else []),
+                   cwd=tree, env=env, check=False)
     files = sorted(f for f in os.listdir(folder) if f.endswith(".json"))
     if not files:
         raise RuntimeError(f"no results from {tree} for {only}")
@@ -82,6 +83,8 @@ def main(argv=None) -> int:
     parser.add_argument("--new-tree", default=ROOT, help="the tree to compare (default: this)")
     parser.add_argument("--only", required=True, help="comma-separated benchmark names")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true",
+                        help="the benchmarks' quick mode (fewer sizes and samples)")
     parser.add_argument("--json", help="write the runs and the summary to this file")
     args = parser.parse_args(argv)
     env = dict(os.environ)
@@ -94,7 +97,7 @@ def main(argv=None) -> int:
             for label, tree in order:
                 folder = os.path.join(tmp, f"{label}{r}")
                 os.makedirs(folder)
-                run = _run(tree, args.only, folder, env)
+                run = _run(tree, args.only, folder, env, args.quick)
                 (base_runs if label == "base" else new_runs).append(run)
     rows = summarize(base_runs, new_runs)
     print(f"{'benchmark':16} {'row':60} {'column':14} {'base':>9} {'new':>9} {'new/base':>9}")
