@@ -11,6 +11,7 @@ import numpy as np
 
 import cupric
 from cupric.device import FULL_MASK, atomic, gridDim, shared, syncthreads, threadIdx, warp
+from cupric.kernels._block_scan import block_inclusive_sum
 from cupric.kernels._common import NUMERIC_BOOL, Call
 from cupric.types import f32, f64, i32, i64, u32, u64
 
@@ -65,27 +66,7 @@ def _make_scan(acc):
         for k in range(ITEMS):
             s += tile[first + k]
         # Thread totals: inclusive scan within each warp, then over the warps' totals.
-        v = s
-        d: i32 = 1  # 32-bit loop counters: an i64 local costs two ops each
-        while d < 32:
-            u = warp.shfl_up(FULL_MASK, v, d)
-            if lane >= d:
-                v += u
-            d <<= 1
-        if lane == 31:
-            slots[w] = v
-        syncthreads()
-        if w == 0:
-            wv = slots[lane] if lane < WARPS else zero
-            d = 1
-            while d < 32:
-                u = warp.shfl_up(FULL_MASK, wv, d)
-                if lane >= d:
-                    wv += u
-                d <<= 1
-            if lane < WARPS:
-                slots[lane] = wv
-        syncthreads()
+        v = block_inclusive_sum(s, slots, lane, w, WARPS, zero)
         block_total = slots[WARPS - 1]
         before = warp.shfl_up(FULL_MASK, v, 1)
         if lane == 0:
@@ -120,7 +101,7 @@ def _make_scan(acc):
                     val = zero
                     if look >= 0 and nearer == 0:
                         val = prefixes[look] if f == prefix_ready else aggregates[look]
-                    d = 16
+                    d: i32 = 16  # 32-bit loop counter: an i64 local costs two ops
                     while d > 0:
                         val += warp.shfl_xor(FULL_MASK, val, d)
                         d >>= 1

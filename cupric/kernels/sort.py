@@ -16,6 +16,7 @@ import numpy as np
 import cupric
 from cupric.device import (FULL_MASK, atomic, bits, blockIdx, grid, gridsize, local,
                            shared, syncthreads, syncwarp, threadIdx, warp)
+from cupric.kernels._block_scan import block_inclusive_sum
 from cupric.kernels._common import SORTABLE, Call, vector_prefix
 from cupric.types import i32, i64, u32
 
@@ -244,27 +245,7 @@ def _digit_starts(warp_counts, slots, t, lane, w):
         warp_counts[q, t] = s
         s += c
     total = s
-    v = total
-    d: i32 = 1
-    while d < 32:
-        u = warp.shfl_up(FULL_MASK, v, d)
-        if lane >= d:
-            v += u
-        d <<= 1
-    if lane == 31:
-        slots[w] = v
-    syncthreads()
-    if w == 0:
-        sv = slots[lane] if lane < RADIX_WARPS else u32(0)
-        d = 1
-        while d < 32:
-            u = warp.shfl_up(FULL_MASK, sv, d)
-            if lane >= d:
-                sv += u
-            d <<= 1
-        if lane < RADIX_WARPS:
-            slots[lane] = sv
-    syncthreads()
+    v = block_inclusive_sum(total, slots, lane, w, RADIX_WARPS, u32(0))
     start = v - total
     if w > 0:
         start += slots[w - 1]
