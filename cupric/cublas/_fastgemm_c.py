@@ -473,6 +473,25 @@ static int raise_status(int status, int used_lt) {
     return -1;
 }
 
+/* Runs plan p: 0, or -1 with the cuBLAS error raised (through the check of the route that
+   ran). */
+static int run(const Plan *p, uintptr_t p1, uintptr_t p2, uintptr_t po, double alpha,
+               double beta) {
+    int used_lt;
+    int status = call(p, p1, p2, po, alpha, beta, &used_lt);
+    return status ? raise_status(status, used_lt) : 0;
+}
+
+/* The end of a fast call: releases what it holds (the plan's capsule, the key, the
+   handle) and returns `result` (a new reference; Py_None: take the Python path; NULL:
+   the error set). */
+static PyObject *settle(PyObject *result, PyObject *owner, PyObject *key, PyObject *h) {
+    Py_XDECREF(owner);
+    Py_DECREF(key);
+    Py_DECREF(h);
+    return result;
+}
+
 static void set_stream(PyObject *buf, PyObject *h) {
     if (!Py_IS_TYPE(buf, buffer_type)) return;   /* another library's array: its own */
     PyObject *stream = SLOT(h, off_h_stream);
@@ -504,7 +523,7 @@ static PyObject *fast_matmul(PyObject *module, PyObject *const *args, Py_ssize_t
     if (!scalar(args[3], &alpha) || !scalar(args[4], &beta)) Py_RETURN_NONE;
     PyObject *h = usable_handle(args[5]);
     if (h == NULL) Py_RETURN_NONE;
-    PyObject *result = NULL, *owner = NULL;
+    PyObject *owner = NULL;
     Py_ssize_t first = foreign ? 1 : 0;
     PyObject *key = PyTuple_New(first + 9);
     if (key == NULL) { Py_DECREF(h); return NULL; }
@@ -559,28 +578,17 @@ static PyObject *fast_matmul(PyObject *module, PyObject *const *args, Py_ssize_t
             goto python;
         Py_INCREF(out);
     }
-    int used_lt;
-    int status = p->swap ? call(p, pb, pa, po, alpha, beta, &used_lt)
-                         : call(p, pa, pb, po, alpha, beta, &used_lt);
-    if (status) {
-        raise_status(status, used_lt);
+    if (p->swap ? run(p, pb, pa, po, alpha, beta) : run(p, pa, pb, po, alpha, beta)) {
         Py_DECREF(out);
         goto fail;
     }
     set_stream(out, h);
-    result = out;
-    goto done;
+    return settle(out, owner, key, h);
 python:
     Py_INCREF(Py_None);
-    result = Py_None;
-    goto done;
+    return settle(Py_None, owner, key, h);
 fail:
-    result = NULL;
-done:
-    Py_XDECREF(owner);
-    Py_DECREF(key);
-    Py_DECREF(h);
-    return result;
+    return settle(NULL, owner, key, h);
 }
 
 /* gemm(transa, transb, alpha, a, b, beta, c, handle) -> c, or None for the Python path */
@@ -597,7 +605,7 @@ static PyObject *fast_gemm(PyObject *module, PyObject *const *args, Py_ssize_t n
     if (!scalar(args[2], &alpha) || !scalar(args[5], &beta)) Py_RETURN_NONE;
     PyObject *h = usable_handle(args[7]);
     if (h == NULL) Py_RETURN_NONE;
-    PyObject *result = NULL, *owner = NULL;
+    PyObject *owner = NULL;
     PyObject *key = PyTuple_New(11);
     if (key == NULL) { Py_DECREF(h); return NULL; }
     Py_INCREF(args[0]); PyTuple_SET_ITEM(key, 0, args[0]);
@@ -608,26 +616,14 @@ static PyObject *fast_gemm(PyObject *module, PyObject *const *args, Py_ssize_t n
     int ok = 1;
     uintptr_t pa = open_ptr(a, &ok), pb = open_ptr(b, &ok), pc = open_ptr(c, &ok);
     if (!ok) goto python;
-    int used_lt;
-    int status = call(p, pa, pb, pc, alpha, beta, &used_lt);
-    if (status) {
-        raise_status(status, used_lt);
-        goto fail;
-    }
+    if (run(p, pa, pb, pc, alpha, beta)) goto fail;
     Py_INCREF(c);
-    result = c;
-    goto done;
+    return settle(c, owner, key, h);
 python:
     Py_INCREF(Py_None);
-    result = Py_None;
-    goto done;
+    return settle(Py_None, owner, key, h);
 fail:
-    result = NULL;
-done:
-    Py_XDECREF(owner);
-    Py_DECREF(key);
-    Py_DECREF(h);
-    return result;
+    return settle(NULL, owner, key, h);
 }
 
 static PyMethodDef methods[] = {
