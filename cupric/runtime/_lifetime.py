@@ -353,6 +353,25 @@ class Resource:
         self.close()
 
 
+class DeviceResource(Resource):
+    """A `Resource` of one device whose raw handle is also kept as an int: the base of
+    contexts, streams and events (a subclass sets ``_device`` and ``_ptr`` before
+    `_init_resource`)."""
+
+    __slots__ = ("_device", "_ptr")
+
+    @property
+    def device(self):
+        """The `Device` it belongs to."""
+        return self._device
+
+    @property
+    def ptr(self) -> int:
+        """The raw handle (``CUcontext``, ``CUstream``, ``CUevent``) as an int; 0 and 2
+        are the legacy and the per-thread default streams."""
+        return self._ptr
+
+
 class TrackedResource(Resource):
     """A `Resource` whose release is an entry of the process-wide table, not a
     `weakref.finalize` (see the module docstring): same API and guarantees, cheaper to

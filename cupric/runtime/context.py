@@ -14,7 +14,7 @@ import warnings
 
 from . import _lifetime
 from ._driver import bindings, check, driver
-from ._lifetime import Resource
+from ._lifetime import DeviceResource
 
 __all__ = ["Context", "ContextFlags", "current_device", "current_context", "synchronize",
            "on_reset", "generation"]
@@ -177,7 +177,7 @@ def _release_primary(context_handle, cu_device) -> None:
     check(driver().cuDevicePrimaryCtxRelease(cu_device))
 
 
-class Context(Resource):
+class Context(DeviceResource):
     """A device's primary context (no public constructor: use `Device.primary_context()`).
 
     One `Context` per device lives for the whole process; `close()` releases cupric's
@@ -192,7 +192,7 @@ class Context(Resource):
     (`make_current`), and the driver serializes what it must.
     """
 
-    __slots__ = ("_device", "_ptr")
+    __slots__ = ()
 
     def __init__(self, *args, **kwargs) -> None:
         raise TypeError("Context has no public constructor; use "
@@ -220,16 +220,6 @@ class Context(Resource):
 
     def __repr__(self) -> str:
         return f"<cupric.runtime.Context primary, device {self._device.ordinal}, 0x{self._ptr:x}>"
-
-    @property
-    def device(self):
-        """The `Device` this context belongs to."""
-        return self._device
-
-    @property
-    def ptr(self) -> int:
-        """The `CUcontext` as an int."""
-        return self._ptr
 
     def make_current(self) -> None:
         """Make this context current in the calling thread, if it is not already.

@@ -8,7 +8,7 @@ streams can wait on it on the GPU (`Stream.wait_event`), the host can wait on it
 from __future__ import annotations
 
 from ._driver import check, driver
-from ._lifetime import Resource
+from ._lifetime import DeviceResource
 
 __all__ = ["Event"]
 
@@ -17,7 +17,7 @@ def _destroy_event(handle) -> None:
     check(driver().cuEventDestroy(handle))
 
 
-class Event(Resource):
+class Event(DeviceResource):
     """A CUDA event (no public constructor: use `Device.create_event()` or
     `Stream.record()`).
 
@@ -33,7 +33,7 @@ class Event(Resource):
     0.0123
     """
 
-    __slots__ = ("_device", "_ptr", "_timing")
+    __slots__ = ("_timing",)
 
     def __init__(self, *args, **kwargs) -> None:
         raise TypeError("Event has no public constructor; use Device(n).create_event() "
@@ -80,15 +80,6 @@ class Event(Resource):
         state = ", closed" if self._closed else ""
         timing = "timing" if self._timing else "no timing"
         return f"<cupric.runtime.Event 0x{self._ptr:x}, {timing}{state}>"
-
-    @property
-    def device(self):
-        return self._device
-
-    @property
-    def ptr(self) -> int:
-        """The `CUevent` as an int."""
-        return self._ptr
 
     @property
     def timing(self) -> bool:

@@ -12,7 +12,7 @@ import itertools
 import threading
 
 from ._driver import check, driver
-from ._lifetime import Resource
+from ._lifetime import DeviceResource
 
 __all__ = ["Stream", "HostCallbackError", "as_stream_handle", "stream_parts"]
 
@@ -151,7 +151,7 @@ def stream_parts(stream) -> tuple[int, object | None]:
     return as_stream_handle(stream), stream
 
 
-class Stream(Resource):
+class Stream(DeviceResource):
     """A CUDA stream (no public constructor: use `Device.create_stream()`).
 
     Also `Stream.from_handle(h)` to borrow a stream made elsewhere (PyTorch, CuPy), and
@@ -169,7 +169,7 @@ class Stream(Resource):
     >>> s.synchronize()
     """
 
-    __slots__ = ("_device", "_ptr", "_callback_errors")
+    __slots__ = ("_callback_errors",)
 
     def __init__(self, *args, **kwargs) -> None:
         raise TypeError("Stream has no public constructor; use Device(n).create_stream(), "
@@ -228,16 +228,6 @@ class Stream(Resource):
         kind = {0: "legacy default", 2: "per-thread default"}.get(self._ptr, f"0x{self._ptr:x}")
         state = ", closed" if self._closed else ""
         return f"<cupric.runtime.Stream {kind}, device {self._device.ordinal}{state}>"
-
-    @property
-    def device(self):
-        """The `Device` of this stream."""
-        return self._device
-
-    @property
-    def ptr(self) -> int:
-        """The `CUstream` as an int (0 for the legacy default stream)."""
-        return self._ptr
 
     def __int__(self) -> int:
         return self._ptr
