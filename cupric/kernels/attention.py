@@ -320,7 +320,8 @@ def attention(q, k, v, out=None, *, causal: bool = False, scale: float | None = 
 
     Returns
     -------
-    out, or a new array.
+    out, or a new array of q's shape and dtype: each query row's softmax-weighted sum of
+    the rows of v.
 
     Raises
     ------

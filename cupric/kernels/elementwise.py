@@ -225,7 +225,7 @@ def saxpy(a, x, y, out=None, stream=None):
 
     Returns
     -------
-    out, or a new array.
+    out, or a new array of x's shape and dtype, holding ``a * x + y``.
 
     Raises
     ------
@@ -296,7 +296,7 @@ def memcpy(src, out=None, stream=None):
 
     Returns
     -------
-    out, or a new array.
+    out, or a new array of src's shape and dtype, holding a copy of src.
 
     Cost
     ----
@@ -385,7 +385,8 @@ def map(fn, *arrays, out=None, dtype=None, stream=None):
 
     Returns
     -------
-    out, or a new array.
+    out, or a new array of the inputs' shape (of `dtype`), holding ``fn`` of each
+    position's items.
 
     Raises
     ------

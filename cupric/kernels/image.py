@@ -125,7 +125,7 @@ def rgba2gray(rgba, out=None, stream=None):
 
     Returns
     -------
-    out, or a new array.
+    out, or a new (height, width) array of gray levels.
 
     Raises
     ------

@@ -275,7 +275,8 @@ def inclusive_scan(x, out=None, *, dtype=None, stream=None):
 
     Returns
     -------
-    out, or a new array.
+    out, or a new array of x's shape in the accumulator's dtype, holding the running
+    sums.
 
     Cost
     ----

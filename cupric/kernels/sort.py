@@ -409,7 +409,7 @@ def bitonic_sort(x, out=None, *, descending=False, stream=None):
 
     Returns
     -------
-    out, or a new array.
+    out, or a new array of x's shape and dtype, holding the keys in order.
 
     Cost
     ----
@@ -468,7 +468,8 @@ def radix_sort(x, out=None, *, descending=False, stream=None):
 
     Returns
     -------
-    out, or a new array.
+    out, or a new array of x's shape and dtype, holding the keys in order (equal keys
+    keep their order: the sort is stable).
 
     Cost
     ----
