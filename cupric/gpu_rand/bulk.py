@@ -28,6 +28,9 @@ def default_generator() -> Generator:
     pass each thread its own Generator (`Generator.spawn`) for reproducible results.
     """
     global _default
+    made = _default
+    if made is not None:  # made once, never replaced: no lock on every fill
+        return made
     with _default_lock:
         if _default is None:
             _default = Generator()

@@ -15,6 +15,7 @@ import numpy as np
 
 from . import algorithms as _alg
 from . import distributions as _dist
+from . import plans as _plans
 from .backends import backend_for
 from .host import BitGenerator
 from .splitmix import seed_words
@@ -37,6 +38,9 @@ DEFAULT_STREAMS = 1 << 16
 DIGIT_BITS = 8
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+#: Distribution parameters a fill plan converts itself (anything else, an array say,
+#: goes the general way and meets its checks).
+_PARAMETERS = frozenset({float, int, np.float32, np.float64})
 
 
 def _shape(size) -> tuple[int, ...] | None:
@@ -130,6 +134,9 @@ class Generator:
         self._device_state = None
         self._backend = None
         self._init_inputs: tuple = ()
+        # (distribution, array class, array dtype) -> FillPlan (or None: never planned)
+        # for fills on the device states of now; emptied whenever the states move.
+        self._plans: dict = {}
 
     @classmethod
     def _from_base(cls, alg, seed: int, base: np.ndarray, streams: int) -> "Generator":
@@ -167,6 +174,7 @@ class Generator:
         if self._where == "device":
             self._state = self._backend.to_host(self._device_state)
             self._device_state, self._backend, self._init_inputs = None, None, ()
+            self._plans = {}
         elif self._where == "none":
             self._state = stream_states(self._alg, self._base, self._streams)
         self._where = "host"
@@ -195,6 +203,7 @@ class Generator:
             # The launch is asynchronous: keep its inputs alive as long as the states.
             self._init_inputs = (base, table)
         self._device_state, self._backend, self._where = states, backend, "device"
+        self._plans = {}
         return states
 
     @property
@@ -266,8 +275,33 @@ class Generator:
         if kind.startswith("integers") or kind == "bits64":
             flat = flat.view(np.uint64 if flat.dtype.itemsize == 8 else np.uint32)
         states = self.device_states(target)
-        target.launch(kind, self._alg, self._streams, (states, flat, *device_args))
+        args = (states, flat, *device_args)
+        target.launch(kind, self._alg, self._streams, args)
+        if backend is None and kind in _plans.FAMILIES:
+            self._remember(kind, out, target, args)
         return out
+
+    def _remember(self, kind: str, out, target, args: tuple) -> None:
+        """Make the plan of fills like this one (`plans.make_plan`), once per key."""
+        try:
+            key = (_plans.FAMILIES[kind], out.__class__, out.dtype)
+            if key in self._plans:
+                return
+        except (AttributeError, TypeError):  # no dtype, or an unhashable one: no plan
+            return
+        plan = _plans.make_plan(kind, self._alg, self._streams, target, args, out)
+        if plan is not _plans.RETRY:
+            self._plans[key] = plan
+
+    def _plan(self, family: str, out):
+        """This Generator's `plans.FillPlan` for a `family` fill of `out`, or None."""
+        plans = self._plans
+        if plans:
+            try:
+                return plans.get((family, out.__class__, out.dtype))
+            except (AttributeError, TypeError):
+                return None
+        return None
 
     def _run(self, host_fill, kind, shape, dtype, out, host_args=(), device_args=(),
              backend=None):
@@ -298,7 +332,18 @@ class Generator:
         backend : {None, "cuda", "simulator"}, optional
             Where a fill of `out` runs; None picks the host for NumPy arrays and the GPU
             otherwise. "simulator" runs the device kernels on the CPU over NumPy arrays.
+
+        Cost
+        ----
+        Filling a device array of a class and dtype this Generator filled before (on the
+        default backend) takes its fill plan (`cupric.gpu_rand.plans`): a few attribute
+        reads and one compiled launch; the first such fill, and any the plan does not
+        take, read `out` through the intake layer and launch through the general path.
         """
+        if out is not None and size is None and backend is None:
+            plan = self._plan("uniform", out)
+            if plan is not None and plan.fill(out, plan.zero, plan.one):
+                return out
         return self._float_call(_dist.fill_uniform, "uniform", size, dtype, out, 0.0, 1.0,
                                 backend)
 
@@ -309,6 +354,13 @@ class Generator:
         Device fills may fuse that into one fma, so they can differ from the host in the
         last bit unless low = 0 and high = 1.
         """
+        if out is not None and size is None and backend is None and \
+                low.__class__ in _PARAMETERS and high.__class__ in _PARAMETERS:
+            plan = self._plan("uniform", out)
+            if plan is not None:
+                shift, scale = plan.arguments(low, high, True)
+                if plan.fill(out, shift, scale):
+                    return out
         dt = _float_dtype(_dtype_of(out, dtype))
         scale = float(dt.type(high) - dt.type(low))
         return self._float_call(_dist.fill_uniform, "uniform", size, dt, out, low, scale,
@@ -354,6 +406,10 @@ class Generator:
 
     def standard_normal(self, size=None, dtype=np.float64, out=None, *, backend=None):
         """Standard normal variates (Box–Muller, both values of each pair used)."""
+        if out is not None and size is None and backend is None:
+            plan = self._plan("normal", out)
+            if plan is not None and plan.fill(out, plan.zero, plan.one):
+                return out
         return self._float_call(_dist.fill_normal, "normal", size, dtype, out, 0.0, 1.0,
                                 backend)
 
@@ -362,11 +418,20 @@ class Generator:
         """Normal variates with mean `loc` and standard deviation `scale` (scalars)."""
         if scale < 0:
             raise ValueError(f"scale must be non-negative, got {scale}")
+        if out is not None and size is None and backend is None and \
+                loc.__class__ in _PARAMETERS and scale.__class__ in _PARAMETERS:
+            plan = self._plan("normal", out)
+            if plan is not None and plan.fill(out, *plan.arguments(loc, scale, False)):
+                return out
         return self._float_call(_dist.fill_normal, "normal", size, dtype, out, loc, scale,
                                 backend)
 
     def standard_exponential(self, size=None, dtype=np.float64, out=None, *, backend=None):
         """Standard exponential variates by inversion, -ln(1 - U)."""
+        if out is not None and size is None and backend is None:
+            plan = self._plan("exponential", out)
+            if plan is not None and plan.fill(out, plan.zero, plan.one):
+                return out
         return self._float_call(_dist.fill_exponential, "exponential", size, dtype, out,
                                 0.0, 1.0, backend)
 
@@ -375,6 +440,11 @@ class Generator:
         """Exponential variates with mean `scale`."""
         if scale < 0:
             raise ValueError(f"scale must be non-negative, got {scale}")
+        if out is not None and size is None and backend is None and \
+                scale.__class__ in _PARAMETERS:
+            plan = self._plan("exponential", out)
+            if plan is not None and plan.fill(out, *plan.arguments(0.0, scale, False)):
+                return out
         return self._float_call(_dist.fill_exponential, "exponential", size, dtype, out,
                                 0.0, scale, backend)
 

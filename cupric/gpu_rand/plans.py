@@ -1,0 +1,221 @@
+"""Fill plans: the per-call work of a `Generator` fill into a device array, found once.
+
+A device fill is one kernel launch over the Generator's S streams, one CUDA thread per
+stream: ``(states, out, shift, scale)``. The general path (`Generator._fill`) reads `out`
+through the runtime's intake layer, wraps it in a DeviceBuffer view and launches through
+the kernel's general launch (the 2-D states array keeps it off the kernels' generated
+launchers). Once such a fill ran on the GPU, a `FillPlan` keeps, for one (distribution,
+array class, array dtype) of one Generator, what does not depend on `out`: the launch
+handle of the kernel variant the general path chose (16-byte aligned arrays that do not
+overlap), the grid, and the ABI values of the states. A later fill into an array of that
+class and dtype makes the checks of its array kind in a few attribute reads and goes to
+the compiled launch in one call. Whatever a plan does not take (a closed, read-only,
+non-contiguous, empty or unaligned array, one that overlaps the states, closed states)
+takes the general path, which makes every check again and raises its errors: the values,
+the stream ordering and the errors are the general path's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .backends import BLOCK, CudaBackend, _blocks
+
+__all__ = ["FillPlan", "FAMILIES", "RETRY", "make_plan", "launch_handle"]
+
+#: Kernel kind -> the distribution whose plans it launches (the float fills, whose
+#: kernels all take ``(states, out, shift, scale)``).
+FAMILIES = {f"{family}_f{bits}": family for family in ("uniform", "normal", "exponential")
+            for bits in (32, 64)}
+
+#: `make_plan`'s answer when this call's arrays were not the plan's case (unaligned, or
+#: overlapping the states): no plan now, ask again at the next general fill.
+RETRY = object()
+
+_FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
+
+
+class FillPlan:
+    """One planned fill: ``fill(out, shift, scale)`` launches and returns True, or
+    returns False having done nothing (the caller takes the general path).
+
+    Attributes
+    ----------
+    fill : callable
+        ``(out, shift, scale) -> bool``; `shift` and `scale` of the element type.
+    scalar : type
+        The element type's NumPy scalar type (``numpy.float32`` or ``numpy.float64``),
+        which turns distribution parameters into kernel arguments as the general path does.
+    zero, one : scalar
+        ``scalar(0.0)`` and ``scalar(1.0)``: the standard distributions' shift and scale.
+
+    Thread safety
+    -------------
+    `arguments` remembers its last answer in one tuple, replaced whole: threads sharing
+    a plan read either answer, each consistent.
+    """
+
+    __slots__ = ("fill", "scalar", "zero", "one", "_last")
+
+    def __init__(self, fill, dtype: np.dtype) -> None:
+        self.fill = fill
+        self.scalar = dtype.type
+        self.zero = dtype.type(0.0)
+        self.one = dtype.type(1.0)
+        self._last = (None, None, None)
+
+    def arguments(self, a, b, affine: bool) -> tuple:
+        """``(shift, scale)`` of the element type from distribution parameters `a`, `b`,
+        converted as the general path converts them: ``(a, b - a)`` with both converted
+        first when `affine` (uniform's low and high), else ``(a, b)``.
+
+        The last answer is kept for the same two parameter objects (identity, not
+        equality: ``-0.0 == 0.0``, and a float object never changes its value), as a
+        loop passing its constants gives them.
+        """
+        last = self._last
+        if a is last[0] and b is last[1]:
+            return last[2]
+        t = self.scalar
+        if affine:
+            shift = t(a)
+            args = (shift, t(b) - shift)
+        else:
+            args = (t(a), t(b))
+        self._last = (a, b, args)
+        return args
+
+
+def launch_handle(kern, args: tuple):
+    """The runtime launch handle (`PreparedLaunch`) of the variant of `kern` that its
+    general launch uses for `args` when their arrays are 16-byte aligned and do not
+    overlap: the same compiled code, already loaded by the fill that just ran it.
+
+    This reads the kernel's variant table (``Kernel._variant``), the one lookup the
+    general launch makes itself; `Kernel.specialize` would type the kernel first, which
+    a fill whose code came from the disk cache never needed.
+    """
+    spec = kern._variant(kern.bind_types(args), True, True)
+    return spec.prepared()
+
+
+def _gpu_launches() -> bool:
+    """Whether kernel launches run on the one GPU of this machine (not the simulator, no
+    device checks to make): the case plans are made for."""
+    from cupric._config import simulator_requested
+    from cupric.runtime import device_count, driver_available
+
+    return not simulator_requested() and driver_available() and device_count() == 1
+
+
+def make_plan(kind: str, algorithm, n_streams: int, target, args: tuple, out):
+    """The `FillPlan` for fills like the one that just ran: `kind` launched by `target`
+    with `args` ``(states, flat view of out, shift, scale)``, `out` as the caller gave it.
+
+    Returns None where fills of this key are never planned (another backend or stream,
+    the simulator, several GPUs, an array kind or dtype plans do not read) and `RETRY`
+    where only this call's arrays were not the plan's case.
+    """
+    if kind not in FAMILIES or target.__class__ is not CudaBackend or \
+            target.stream is not None or not _gpu_launches():
+        return None
+    states, flat = args[0], args[1]
+    dtype = flat.dtype
+    if dtype not in _FLOATS or not states.is_c_contiguous:
+        return None
+    from cupric.runtime.array_adapters import ADAPTERS, adapter_for
+    from cupric.runtime.intake import OWN_BUFFERS
+
+    cls = out.__class__
+    adapter = None
+    if cls not in OWN_BUFFERS:
+        adapter = ADAPTERS.get(cls) or adapter_for(cls)
+        if adapter is None or adapter.kind not in ("torch", "cupy") or \
+                (adapter.kind == "cupy" and not hasattr(out, "_c_contiguous")):
+            return None
+    low = states.ptr
+    high = low + states.nbytes
+    p = flat.ptr
+    if (p | low) & 15 or not flat.size or (p < high and low < p + flat.nbytes):
+        return RETRY  # not the variant a plan launches; a later fill may be
+    from .device import compiled_kernel
+
+    launch = launch_handle(compiled_kernel(kind, algorithm), args)
+    steps = tuple(s // states.itemsize for s in states.strides)
+    head = (low, *states.shape, *steps)
+    geometry = (launch, _blocks(n_streams), head, low, high, states._alloc, dtype.itemsize)
+    if adapter is None:
+        fill = _buffer_fill(*geometry)
+    elif adapter.kind == "torch":
+        fill = _torch_fill(*geometry, adapter.strided)
+    else:
+        fill = _cupy_fill(*geometry, adapter.current_stream)
+    return FillPlan(fill, dtype)
+
+
+# Each fill below makes, in this order, the checks the general path makes for its array
+# kind (open, writable, on the GPU, C-contiguous, not empty), then those of the planned
+# variant (16-byte aligned, no overlap with the states), then the launch: the flattened
+# ABI values of the states (pointer, shape, steps) and of `out` as one vector (pointer,
+# length, step 1), then shift and scale.
+
+def _buffer_fill(launch, grid, head, low, high, states_alloc, itemsize):
+    """DeviceBuffers (of the plan's class and dtype): no stream to order after, as the
+    general path on the default stream."""
+    sp, words, n_streams, s0, s1 = head
+
+    def fill(out, shift, scale):
+        if out._alloc._closed or out.readonly or states_alloc._closed:
+            return False
+        if not (out.ndim == 1 and out.strides[0] == itemsize or out.is_c_contiguous):
+            return False
+        n = out.size
+        p = out.ptr
+        if not n or p & 15 or (p < high and low < p + n * itemsize):
+            return False
+        launch(grid, BLOCK, None, 0, sp, words, n_streams, s0, s1, p, n, 1, shift, scale)
+        return True
+
+    return fill
+
+
+def _torch_fill(launch, grid, head, low, high, states_alloc, itemsize, strided):
+    """PyTorch tensors: CUDA, strided, no autograd (others go the general way and meet
+    its errors); PyTorch's interface names no stream, so nothing is ordered."""
+    sp, words, n_streams, s0, s1 = head
+
+    def fill(out, shift, scale):
+        if not out.is_cuda or out.requires_grad or out.layout is not strided or \
+                states_alloc._closed or not out.is_contiguous():
+            return False
+        n = out.numel()
+        p = out.data_ptr()
+        if not n or p & 15 or (p < high and low < p + n * itemsize):
+            return False
+        launch(grid, BLOCK, None, 0, sp, words, n_streams, s0, s1, p, n, 1, shift, scale)
+        return True
+
+    return fill
+
+
+def _cupy_fill(launch, grid, head, low, high, states_alloc, itemsize, current_stream):
+    """CuPy arrays: the launch on the legacy default stream is ordered after CuPy's
+    current stream, as the intake layer orders it (nothing for CuPy's null stream)."""
+    from cupric.runtime.intake import order_after
+    sp, words, n_streams, s0, s1 = head
+
+    def fill(out, shift, scale):
+        if not out._c_contiguous or states_alloc._closed:
+            return False
+        n = out.size
+        p = out.data.ptr
+        if not n or p & 15 or (p < high and low < p + n * itemsize):
+            return False
+        if current_stream is not None:
+            producer = current_stream() or 1
+            if producer != 1:
+                order_after(0, (producer,))
+        launch(grid, BLOCK, None, 0, sp, words, n_streams, s0, s1, p, n, 1, shift, scale)
+        return True
+
+    return fill
