@@ -218,3 +218,10 @@ class Binding:
         """The enumerator name of a status value of `spec.status_type`."""
         elements = self.ffi.typeof(self.spec.status_type).elements
         return elements.get(int(status), f"UNKNOWN({int(status)})")
+
+    def status_string(self, function: str, status: int) -> str:
+        """The library's own text for `status`, from its C function `function` (one that
+        maps a status to a ``const char *``, e.g. ``cublasGetStatusString``); "no
+        description" when it returns NULL."""
+        text = getattr(self.lib, function)(status)
+        return self.ffi.string(text).decode() if text != self.ffi.NULL else "no description"

@@ -49,12 +49,8 @@ def check(status: int) -> None:
         ``.description`` (from ``cublasGetStatusString``).
     """
     if status != 0:
-        raise CublasError(status, binding.status_name(status), _describe(status))
-
-
-def _describe(status: int) -> str:
-    text = binding.lib.cublasGetStatusString(status)
-    return binding.ffi.string(text).decode() if text != binding.ffi.NULL else "no description"
+        raise CublasError(status, binding.status_name(status),
+                         binding.status_string("cublasGetStatusString", status))
 
 
 def __getattr__(name: str):

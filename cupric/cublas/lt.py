@@ -41,12 +41,8 @@ def check(status: int) -> None:
         With ``.code``, ``.name`` and ``.description`` (from ``cublasLtGetStatusString``).
     """
     if status != 0:
-        raise CublasLtError(status, binding.status_name(status), _describe(status))
-
-
-def _describe(status: int) -> str:
-    text = binding.lib.cublasLtGetStatusString(status)
-    return binding.ffi.string(text).decode() if text != binding.ffi.NULL else "no description"
+        raise CublasLtError(status, binding.status_name(status),
+                           binding.status_string("cublasLtGetStatusString", status))
 
 
 def __getattr__(name: str):

@@ -41,12 +41,8 @@ def check(status: int) -> None:
         With ``.code``, ``.name`` and ``.description`` (from ``cudnnGetErrorString``).
     """
     if status != 0:
-        raise CudnnError(status, binding.status_name(status), _describe(status))
-
-
-def _describe(status: int) -> str:
-    text = binding.lib.cudnnGetErrorString(status)
-    return binding.ffi.string(text).decode() if text != binding.ffi.NULL else "no description"
+        raise CudnnError(status, binding.status_name(status),
+                        binding.status_string("cudnnGetErrorString", status))
 
 
 def __getattr__(name: str):

@@ -119,7 +119,7 @@ def check(status: int, comm=None) -> None:
 def error_of(status: int, comm=None, prefix: str = "") -> NcclError:
     """The typed error of a failing `status` (not raised), see `check`."""
     cls = _BY_CODE.get(int(status), NcclError)
-    description = _describe(status)
+    description = binding.status_string("ncclGetErrorString", status)
     if prefix:
         description = f"{prefix}: {description}"
     return cls(status, binding.status_name(status), description, last_error(comm))
@@ -130,11 +130,6 @@ def last_error(comm=None) -> str:
     ffi = binding.ffi
     text = binding.lib.ncclGetLastError(ffi.NULL if comm is None else comm)
     return ffi.string(text).decode(errors="replace").strip() if text != ffi.NULL else ""
-
-
-def _describe(status: int) -> str:
-    text = binding.lib.ncclGetErrorString(status)
-    return binding.ffi.string(text).decode() if text != binding.ffi.NULL else "no description"
 
 
 def __getattr__(name: str):
