@@ -32,3 +32,26 @@ def test_cells_missing_from_a_run_are_left_out():
     new = [{"meta": {}, "benchmarks": {"launch_overhead": {"error": "stopped"}}}]
     assert compare.summarize(base, new) == []
     assert compare.summarize([], new) == []
+
+
+def test_ratio_beside_the_peers_cancels_the_machines_drift():
+    # The second round's machine is 1.5x slower for everyone: new/base alone swings, the
+    # figure against the peer beside it in the same process does not.
+    base = [_run(4.0, 6.0), _run(4.0, 6.0)]
+    new = [_run(3.6, 6.0), _run(5.4, 9.0)]
+    rows = {(r[2], r[3]): r for r in compare.summarize(base, new)}
+    assert rows[("cupric", "us")][7] == pytest.approx(0.9)
+    assert rows[("CuPy", "us")][7] is None                    # a peer is not scaled by itself
+
+
+def test_host_cost_rows_meet_only_the_peers_of_their_operation():
+    def run(conv_cupric, conv_peer, mm_peer):
+        table = {"title": "ops", "columns": [["op", ""], ["size", ""], ["who", ""],
+                                             ["host", ".1f"]],
+                 "rows": [["conv", "small", "cupric, DeviceBuffers", conv_cupric],
+                          ["conv", "small", "PyTorch conv2d", conv_peer],
+                          ["matmul", "small", "PyTorch matmul", mm_peer]]}
+        return {"meta": {}, "benchmarks": {"host_cost": {"tables": [table]}}}
+    rows = compare.summarize([run(10.0, 20.0, 5.0)], [run(10.0, 20.0, 50.0)])
+    (cupric,) = [r for r in rows if "cupric" in r[2]]
+    assert cupric[7] == pytest.approx(1.0)

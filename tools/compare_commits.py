@@ -4,8 +4,9 @@ The lent GPU machines' host speed drifts by up to 2x between processes minutes a
 "before" run followed by an "after" run can show a 50 % change that is only the machine.
 This runs the chosen benchmarks of both trees in turns (base, new, new, base, ...) for a
 number of rounds, each in a fresh process through `benchmarks/run_all.py`, and reports
-per table cell the median over rounds of new / base, next to each tree's median. A cell
-that a peer shares in every run (PyTorch, CuPy) shows how much the machine itself moved.
+per table cell the median over rounds of new / base, next to each tree's median, and the
+same ratio taken against the peers measured beside it in each process (PyTorch, CuPy),
+which cancels most of the machine's own movement; the peers' cells show how much that was.
 
     python3 tools/compare_commits.py --base-tree scratch/base --only launch_overhead,alloc \
         --rounds 3 --json $OUT/compare.json
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -45,9 +47,30 @@ def _cells(run: dict):
     return cells
 
 
+def _is_peer(label: str) -> bool:
+    low = label.lower()
+    return "cupric" not in low and "floor" not in low
+
+
+def _group(key) -> tuple:
+    """Cells that one peer can stand beside: same benchmark, table and column, and where a
+    row names an operation and a size before its contender (host_cost), the same ones."""
+    (bench, title, label), column = key
+    parts = label.split(" / ")
+    return (bench, title, column) + (tuple(parts[:2]) if len(parts) >= 3 else ())
+
+
+def _geomean(values) -> float:
+    values = [v for v in values if v > 0]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else 0.0
+
+
 def summarize(base_runs: list, new_runs: list) -> list:
-    """Rows (benchmark, table, row, column, base median, new median, median new/base) for
-    the cells present in every run of both trees; rounds are paired in order."""
+    """Rows (benchmark, table, row, column, base median, new median, median new/base,
+    median new/base against the peers) for the cells present in every run of both trees;
+    rounds are paired in order. The last figure divides each cupric cell by the geometric
+    mean of the peer rows beside it in the same process (PyTorch, CuPy, cuda.core), so the
+    machine's drift between processes cancels; None where no peer stands beside it."""
     base = [_cells(r) for r in base_runs]
     new = [_cells(r) for r in new_runs]
     if not base or not new:
@@ -55,14 +78,27 @@ def summarize(base_runs: list, new_runs: list) -> list:
     keys = set(base[0])
     for cells in base[1:] + new:
         keys &= set(cells)
+    peers = {}
+    for key in keys:
+        if _is_peer(key[0][2]):
+            peers.setdefault(_group(key), []).append(key)
     rows = []
     for key in sorted(keys, key=str):
         (bench, title, label), column = key
         ratios = [n[key] / b[key] for b, n in zip(base, new) if b[key]]
+        beside = None
+        group = peers.get(_group(key))
+        if group and not _is_peer(label):
+            scaled = []
+            for b, n in zip(base, new):
+                pb, pn = _geomean(b[p] for p in group), _geomean(n[p] for p in group)
+                if b[key] and pb and pn:
+                    scaled.append((n[key] / pn) / (b[key] / pb))
+            beside = statistics.median(scaled) if scaled else None
         rows.append((bench, title, label, column,
                      statistics.median(b[key] for b in base),
                      statistics.median(n[key] for n in new),
-                     statistics.median(ratios) if ratios else None))
+                     statistics.median(ratios) if ratios else None, beside))
     return rows
 
 
@@ -100,10 +136,11 @@ def main(argv=None) -> int:
                 run = _run(tree, args.only, folder, env, args.quick)
                 (base_runs if label == "base" else new_runs).append(run)
     rows = summarize(base_runs, new_runs)
-    print(f"{'benchmark':16} {'row':60} {'column':14} {'base':>9} {'new':>9} {'new/base':>9}")
-    for bench, title, label, column, b, n, ratio in rows:
-        shown = "" if ratio is None else f"{ratio:9.3f}"
-        print(f"{bench[:16]:16} {label[:60]:60} {column[:14]:14} {b:9.2f} {n:9.2f} {shown}")
+    print(f"{'benchmark':16} {'row':60} {'column':14} {'base':>9} {'new':>9} {'new/base':>9}"
+          f" {'vs peers':>9}")
+    for bench, title, label, column, b, n, ratio, beside in rows:
+        shown = "".join("" if v is None else f" {v:9.3f}" for v in (ratio, beside))
+        print(f"{bench[:16]:16} {label[:60]:60} {column[:14]:14} {b:9.2f} {n:9.2f}{shown}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"base_runs": base_runs, "new_runs": new_runs, "summary": rows}, fh,
