@@ -116,6 +116,14 @@ def _output_shape(geo: Conv, x_shape, w_shape, op: str):
     return shape
 
 
+def _check_dy(op: str, geo: Conv, x_shape, w_shape, tdy) -> None:
+    """Refuse a gradient `dy` whose shape is not the forward convolution's output."""
+    y_shape = _output_shape(geo, x_shape, w_shape, op)
+    if tdy.shape != y_shape:
+        raise ValueError(f"{op}: dy has shape {tdy.shape}, but a convolution of input "
+                         f"{x_shape} by filter {w_shape} gives {y_shape}")
+
+
 def _conv_spec(kind: str, op: str, geo: Conv, compute: str, roles, tensors):
     """(GraphSpec, uids in `roles` order) of a one-convolution graph, made once per
     signature (kinds, dims, strides, alignments, geometry)."""
@@ -315,10 +323,7 @@ def conv_backward_data(dy, w, input_shape, *, stride=1, padding=0, dilation=1, g
     etype = V.same_type(op, ("dy", tdy), ("w", tw))
     x_shape = _shape_arg(input_shape, tdy.ndim, "input_shape", op)
     geo = _geometry(tdy.ndim, stride, padding, dilation, groups)
-    y_shape = _output_shape(geo, x_shape, tw.shape, op)
-    if tdy.shape != y_shape:
-        raise ValueError(f"{op}: dy has shape {tdy.shape}, but a convolution of input "
-                         f"{x_shape} by filter {tw.shape} gives {y_shape}")
+    _check_dy(op, geo, x_shape, tw.shape, tdy)
     tdx = V.output(out, x_shape, etype, tdy.layout, "out", op, s, ndims=(tdy.ndim,))
     V.check_overlap(op, ("out", tdx), ("dy", tdy), ("w", tw))
     spec, (udx, uw, udy) = _conv_spec("conv_bwd_data", op, geo, _compute(etype),
@@ -359,10 +364,7 @@ def conv_backward_filter(x, dy, filter_shape, *, stride=1, padding=0, dilation=1
     etype = V.same_type(op, ("x", tx), ("dy", tdy))
     w_shape = _shape_arg(filter_shape, tx.ndim, "filter_shape", op)
     geo = _geometry(tx.ndim, stride, padding, dilation, groups)
-    y_shape = _output_shape(geo, tx.shape, w_shape, op)
-    if tdy.shape != y_shape:
-        raise ValueError(f"{op}: dy has shape {tdy.shape}, but a convolution of input "
-                         f"{tx.shape} by filter {w_shape} gives {y_shape}")
+    _check_dy(op, geo, tx.shape, w_shape, tdy)
     tdw = V.output(out, w_shape, etype, tx.layout, "out", op, s, ndims=(tx.ndim,))
     V.check_overlap(op, ("out", tdw), ("x", tx), ("dy", tdy))
     spec, (ux, udw, udy) = _conv_spec("conv_bwd_filter", op, geo, _compute(etype),
