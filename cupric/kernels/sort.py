@@ -252,6 +252,19 @@ def _digit_starts(warp_counts, slots, t, lane, w):
     return start
 
 
+@cupric.device_function
+def _regroup(keys, ranks, items, shift, warp_counts, slots, starts, staged, t, lane, w):
+    """Once every key of the tile is ranked (`_rank`): the digits' starts, then the
+    thread's `items` keys each to its place in `staged`, grouped by digit, stably."""
+    starts[t] = _digit_starts(warp_counts, slots, t, lane, w)
+    syncthreads()
+    for r in range(items):
+        key = keys[r]
+        dk = (key >> shift) & u32(RADIX - 1)
+        staged[starts[dk] + warp_counts[w, dk] + ranks[r]] = key
+    syncthreads()
+
+
 @cupric.kernel
 def radix_scatter_kernel(src, dst, offsets, shift, tiles):
     """Move each key of a tile to its place for this digit, stably. Warp w ranks its own
@@ -284,13 +297,7 @@ def radix_scatter_kernel(src, dst, offsets, shift, tiles):
         keys[r] = key
         ranks[r] = _rank(key, shift, warp_counts, w, below)
     syncthreads()
-    starts[t] = _digit_starts(warp_counts, slots, t, lane, w)
-    syncthreads()
-    for r in range(RADIX_ITEMS):
-        key = keys[r]
-        dk = (key >> shift) & u32(RADIX - 1)
-        staged[starts[dk] + warp_counts[w, dk] + ranks[r]] = key
-    syncthreads()
+    _regroup(keys, ranks, RADIX_ITEMS, shift, warp_counts, slots, starts, staged, t, lane, w)
     valid = n - base
     for r in range(RADIX_ITEMS):
         j = r * RADIX_BLOCK + t
@@ -334,13 +341,8 @@ def _make_tile_sort(mode, items):
             for r in range(items):
                 ranks[r] = _rank(keys[r], shift, warp_counts, w, below)
             syncthreads()
-            starts[t] = _digit_starts(warp_counts, slots, t, lane, w)
-            syncthreads()
-            for r in range(items):
-                key = keys[r]
-                dk = (key >> shift) & u32(RADIX - 1)
-                staged[starts[dk] + warp_counts[w, dk] + ranks[r]] = key
-            syncthreads()
+            _regroup(keys, ranks, items, shift, warp_counts, slots, starts, staged, t, lane,
+                     w)
             for r in range(items):
                 keys[r] = staged[first + r * 32 + lane]
         for r in range(items):
