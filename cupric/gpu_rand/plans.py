@@ -143,76 +143,64 @@ def make_plan(kind: str, algorithm, n_streams: int, target, args: tuple, out):
     launch = launch_handle(compiled_kernel(kind, algorithm), args)
     steps = tuple(s // states.itemsize for s in states.strides)
     head = (low, *states.shape, *steps)
-    geometry = (launch, _blocks(n_streams), head, low, high, states._alloc, dtype.itemsize)
     if adapter is None:
-        fill = _buffer_fill(*geometry)
+        array_kind, extra = _BUFFER, None
     elif adapter.kind == "torch":
-        fill = _torch_fill(*geometry, adapter.strided)
+        array_kind, extra = _TORCH, adapter.strided
     else:
-        fill = _cupy_fill(*geometry, adapter.current_stream)
+        array_kind, extra = _CUPY, adapter.current_stream
+    fill = _fill_function(array_kind, launch, _blocks(n_streams), head, low, high, states._alloc,
+                          dtype.itemsize, extra)
     return FillPlan(fill, dtype)
 
 
-# Each fill below makes, in this order, the checks the general path makes for its array
-# kind (open, writable, on the GPU, C-contiguous, not empty), then those of the planned
-# variant (16-byte aligned, no overlap with the states), then the launch: the flattened
-# ABI values of the states (pointer, shape, steps) and of `out` as one vector (pointer,
-# length, step 1), then shift and scale.
-
-def _buffer_fill(launch, grid, head, low, high, states_alloc, itemsize):
-    """DeviceBuffers (of the plan's class and dtype): no stream to order after, as the
-    general path on the default stream."""
-    sp, words, n_streams, s0, s1 = head
-
-    def fill(out, shift, scale):
-        if out._alloc._closed or out.readonly or states_alloc._closed:
-            return False
-        if not (out.ndim == 1 and out.strides[0] == itemsize or out.is_c_contiguous):
-            return False
-        n = out.size
-        p = out.ptr
-        if not n or p & 15 or (p < high and low < p + n * itemsize):
-            return False
-        launch(grid, BLOCK, None, 0, sp, words, n_streams, s0, s1, p, n, 1, shift, scale)
-        return True
-
-    return fill
+_BUFFER, _TORCH, _CUPY = "buffer", "torch", "cupy"
 
 
-def _torch_fill(launch, grid, head, low, high, states_alloc, itemsize, strided):
-    """PyTorch tensors: CUDA, strided, no autograd (others go the general way and meet
-    its errors); PyTorch's interface names no stream, so nothing is ordered."""
-    sp, words, n_streams, s0, s1 = head
+def _fill_function(kind, launch, grid, head, low, high, states_alloc, itemsize, extra):
+    """A plan's ``fill(out, shift, scale)`` for arrays of `kind`.
 
-    def fill(out, shift, scale):
-        if not out.is_cuda or out.requires_grad or out.layout is not strided or \
-                states_alloc._closed or not out.is_contiguous():
-            return False
-        n = out.numel()
-        p = out.data_ptr()
-        if not n or p & 15 or (p < high and low < p + n * itemsize):
-            return False
-        launch(grid, BLOCK, None, 0, sp, words, n_streams, s0, s1, p, n, 1, shift, scale)
-        return True
+    It makes, in this order, the checks the general path makes for that kind (open,
+    writable, on the GPU, C-contiguous, not empty), then those of the planned variant
+    (16-byte aligned, no overlap with the states), orders the launch where the general
+    path would, and launches with the flattened ABI values of the states (pointer, shape,
+    steps) and of `out` as one vector (pointer, length, step 1), then shift and scale.
 
-    return fill
-
-
-def _cupy_fill(launch, grid, head, low, high, states_alloc, itemsize, current_stream):
-    """CuPy arrays: the launch on the legacy default stream is ordered after CuPy's
-    current stream, as the intake layer orders it (nothing for CuPy's null stream)."""
+    - DeviceBuffers (of the plan's class): no stream to order after, as on the general
+      path's default stream.
+    - PyTorch tensors: CUDA, strided (`extra` is ``torch.strided``), no autograd; others
+      go the general way and meet its errors. PyTorch's interface names no stream.
+    - CuPy arrays: the launch on the legacy default stream is ordered after CuPy's
+      current stream (`extra` reads its handle; None: the interface names none), as the
+      intake layer orders it, with nothing to do for CuPy's null stream.
+    """
     from cupric.runtime.intake import order_after
     sp, words, n_streams, s0, s1 = head
 
     def fill(out, shift, scale):
-        if not out._c_contiguous or states_alloc._closed:
+        if states_alloc._closed:
             return False
-        n = out.size
-        p = out.data.ptr
+        if kind is _BUFFER:
+            if out._alloc._closed or out.readonly or \
+                    not (out.ndim == 1 and out.strides[0] == itemsize or out.is_c_contiguous):
+                return False
+            n = out.size
+            p = out.ptr
+        elif kind is _TORCH:
+            if not out.is_cuda or out.requires_grad or out.layout is not extra or \
+                    not out.is_contiguous():
+                return False
+            n = out.numel()
+            p = out.data_ptr()
+        else:
+            if not out._c_contiguous:
+                return False
+            n = out.size
+            p = out.data.ptr
         if not n or p & 15 or (p < high and low < p + n * itemsize):
             return False
-        if current_stream is not None:
-            producer = current_stream() or 1
+        if kind is _CUPY and extra is not None:
+            producer = extra() or 1
             if producer != 1:
                 order_after(0, (producer,))
         launch(grid, BLOCK, None, 0, sp, words, n_streams, s0, s1, p, n, 1, shift, scale)

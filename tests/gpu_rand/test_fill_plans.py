@@ -12,7 +12,6 @@ the general path and the host half, for DeviceBuffers, PyTorch tensors and CuPy 
 from __future__ import annotations
 
 import ctypes
-import sys
 import types
 
 import numpy as np
@@ -244,41 +243,6 @@ def test_no_plans_on_the_simulator_or_with_a_backend(monkeypatch, seed):
 
 
 # -- other array kinds, read by the plans themselves ----------------------------------------------
-
-class _TorchDtype:
-    def __init__(self, name):
-        self.name = name
-
-    def __repr__(self):
-        return f"torch.{self.name}"
-
-
-@pytest.fixture
-def fake_torch(monkeypatch):
-    """A ``torch`` module whose Tensor the PyTorch adapter recognizes (host memory)."""
-    torch = types.ModuleType("torch")
-    torch.strided = object()
-    torch.float32, torch.float64 = _TorchDtype("float32"), _TorchDtype("float64")
-    typestrs = {"float32": "<f4", "float64": "<f8"}
-    torch._tensor = types.SimpleNamespace(_dtype_to_typestr=lambda d: typestrs[d.name])
-
-    def __init__(self, host):
-        self.host, self.shape = host, host.shape
-        self.dtype = getattr(torch, str(host.dtype))
-        self.is_cuda, self.requires_grad, self.layout = True, False, torch.strided
-
-    tensor = type("Tensor", (), {
-        "__module__": "torch", "__init__": __init__,
-        "stride": lambda self: tuple(s // self.host.itemsize for s in self.host.strides),
-        "is_contiguous": lambda self: self.host.flags.c_contiguous,
-        "numel": lambda self: self.host.size,
-        "data_ptr": lambda self: self.host.ctypes.data,
-        "get_device": lambda self: 0})
-    torch.Tensor = tensor
-    monkeypatch.setitem(sys.modules, "torch", torch)
-    yield torch
-    aa.unregister_array_adapter(tensor)
-
 
 class FakeCupy:
     """A CuPy-like array over host memory (its adapter is registered by the test)."""
