@@ -49,6 +49,25 @@ def threads(block_m: int = BLOCK_M) -> int:
     return 2 * block_m  # a warp per 16 rows
 
 
+@cupric.device_function
+def _mma_pair(acc, j, a, b0, b1, b2, b3):
+    """Two m16n8k16 mmas sharing the A fragments `a`: accumulator rows j and j + 1 of
+    `acc` (one n8 tile each, four floats) += A times the B fragments (b0, b1) and
+    (b2, b3)."""
+    x0, x1, x2, x3 = mma.m16n8k16_bf16(a, (b0, b1),
+                                       (acc[j, 0], acc[j, 1], acc[j, 2], acc[j, 3]))
+    acc[j, 0] = x0
+    acc[j, 1] = x1
+    acc[j, 2] = x2
+    acc[j, 3] = x3
+    y0, y1, y2, y3 = mma.m16n8k16_bf16(
+        a, (b2, b3), (acc[j + 1, 0], acc[j + 1, 1], acc[j + 1, 2], acc[j + 1, 3]))
+    acc[j + 1, 0] = y0
+    acc[j + 1, 1] = y1
+    acc[j + 1, 2] = y2
+    acc[j + 1, 3] = y3
+
+
 def _make_kernel(head_dim: int, causal: bool, block_m: int, fused: bool,
                  q_regs: bool):
     d_ = head_dim
@@ -146,21 +165,7 @@ def _make_kernel(head_dim: int, causal: bool, block_m: int, fused: bool,
                     key = nj * 16 + ((lane >> 4) << 3) + (lane & 7)
                     b0, b1, b2, b3 = mma.ldmatrix(
                         sk, cur + offset(key, kd * 2 + ((lane >> 3) & 1)))
-                    x0, x1, x2, x3 = mma.m16n8k16_bf16(
-                        (a0, a1, a2, a3), (b0, b1),
-                        (s[2 * nj, 0], s[2 * nj, 1], s[2 * nj, 2], s[2 * nj, 3]))
-                    s[2 * nj, 0] = x0
-                    s[2 * nj, 1] = x1
-                    s[2 * nj, 2] = x2
-                    s[2 * nj, 3] = x3
-                    y0, y1, y2, y3 = mma.m16n8k16_bf16(
-                        (a0, a1, a2, a3), (b2, b3),
-                        (s[2 * nj + 1, 0], s[2 * nj + 1, 1], s[2 * nj + 1, 2],
-                         s[2 * nj + 1, 3]))
-                    s[2 * nj + 1, 0] = y0
-                    s[2 * nj + 1, 1] = y1
-                    s[2 * nj + 1, 2] = y2
-                    s[2 * nj + 1, 3] = y3
+                    _mma_pair(s, 2 * nj, (a0, a1, a2, a3), b0, b1, b2, b3)
             # mask keys past the end and, causal, past the row; unfused: scale too (in
             # log2 units)
             k0 = jt * BLOCK_N
@@ -229,21 +234,7 @@ def _make_kernel(head_dim: int, causal: bool, block_m: int, fused: bool,
                 for dn in range(n_o // 2):
                     v0, v1, v2, v3 = mma.ldmatrix(
                         sv, cur + offset(krow, dn * 2 + (lane >> 4)), trans=True)
-                    e0, e1, e2, e3 = mma.m16n8k16_bf16(
-                        (pa0, pa1, pa2, pa3), (v0, v1),
-                        (o[2 * dn, 0], o[2 * dn, 1], o[2 * dn, 2], o[2 * dn, 3]))
-                    o[2 * dn, 0] = e0
-                    o[2 * dn, 1] = e1
-                    o[2 * dn, 2] = e2
-                    o[2 * dn, 3] = e3
-                    f0, f1, f2, f3 = mma.m16n8k16_bf16(
-                        (pa0, pa1, pa2, pa3), (v2, v3),
-                        (o[2 * dn + 1, 0], o[2 * dn + 1, 1], o[2 * dn + 1, 2],
-                         o[2 * dn + 1, 3]))
-                    o[2 * dn + 1, 0] = f0
-                    o[2 * dn + 1, 1] = f1
-                    o[2 * dn + 1, 2] = f2
-                    o[2 * dn + 1, 3] = f3
+                    _mma_pair(o, 2 * dn, (pa0, pa1, pa2, pa3), v0, v1, v2, v3)
             syncthreads()  # every warp is done with this stage before it is refilled
         cp_async.wait(0)
         l0 += warp.shfl_xor(FULL_MASK, l0, 1)
