@@ -16,7 +16,7 @@ import numpy as np
 from . import algorithms as _alg
 from . import distributions as _dist
 from . import plans as _plans
-from .backends import backend_for
+from .backends import CudaBackend, backend_for
 from .host import BitGenerator
 from .splitmix import seed_words
 from .streams import jump_polynomial, jump_table, max_streams, stream_log2, stream_states
@@ -277,7 +277,7 @@ class Generator:
         states = self.device_states(target)
         args = (states, flat, *device_args)
         target.launch(kind, self._alg, self._streams, args)
-        if backend is None and kind in _plans.FAMILIES:
+        if kind in _plans.FAMILIES:
             self._remember(kind, out, target, args)
         return out
 
@@ -293,14 +293,22 @@ class Generator:
         if plan is not _plans.RETRY:
             self._plans[key] = plan
 
-    def _plan(self, family: str, out):
-        """This Generator's `plans.FillPlan` for a `family` fill of `out`, or None."""
+    def _plan(self, family: str, out, backend):
+        """This Generator's `plans.FillPlan` for a `family` fill of `out` by `backend`
+        (None, or a `CudaBackend` on the stream the plan launches on), or None."""
         plans = self._plans
-        if plans:
-            try:
-                return plans.get((family, out.__class__, out.dtype))
-            except (AttributeError, TypeError):
-                return None
+        if not plans:
+            return None
+        try:
+            plan = plans.get((family, out.__class__, out.dtype))
+        except (AttributeError, TypeError):
+            return None
+        if plan is None:
+            return None
+        if backend is None:
+            return plan if plan.stream is None else None
+        if backend.__class__ is CudaBackend and backend.stream is plan.stream:
+            return plan
         return None
 
     def _run(self, host_fill, kind, shape, dtype, out, host_args=(), device_args=(),
@@ -335,13 +343,13 @@ class Generator:
 
         Cost
         ----
-        Filling a device array of a class and dtype this Generator filled before (on the
-        default backend) takes its fill plan (`cupric.gpu_rand.plans`): a few attribute
+        Filling a device array of a class and dtype this Generator filled before (by the
+        same backend) takes its fill plan (`cupric.gpu_rand.plans`): a few attribute
         reads and one compiled launch; the first such fill, and any the plan does not
         take, read `out` through the intake layer and launch through the general path.
         """
-        if out is not None and size is None and backend is None:
-            plan = self._plan("uniform", out)
+        if out is not None and size is None:
+            plan = self._plan("uniform", out, backend)
             if plan is not None and plan.fill(out, plan.zero, plan.one):
                 return out
         return self._float_call(_dist.fill_uniform, "uniform", size, dtype, out, 0.0, 1.0,
@@ -354,9 +362,9 @@ class Generator:
         Device fills may fuse that into one fma, so they can differ from the host in the
         last bit unless low = 0 and high = 1.
         """
-        if out is not None and size is None and backend is None and \
+        if out is not None and size is None and \
                 low.__class__ in _PARAMETERS and high.__class__ in _PARAMETERS:
-            plan = self._plan("uniform", out)
+            plan = self._plan("uniform", out, backend)
             if plan is not None:
                 shift, scale = plan.arguments(low, high, True)
                 if plan.fill(out, shift, scale):
@@ -406,8 +414,8 @@ class Generator:
 
     def standard_normal(self, size=None, dtype=np.float64, out=None, *, backend=None):
         """Standard normal variates (Box–Muller, both values of each pair used)."""
-        if out is not None and size is None and backend is None:
-            plan = self._plan("normal", out)
+        if out is not None and size is None:
+            plan = self._plan("normal", out, backend)
             if plan is not None and plan.fill(out, plan.zero, plan.one):
                 return out
         return self._float_call(_dist.fill_normal, "normal", size, dtype, out, 0.0, 1.0,
@@ -418,9 +426,9 @@ class Generator:
         """Normal variates with mean `loc` and standard deviation `scale` (scalars)."""
         if scale < 0:
             raise ValueError(f"scale must be non-negative, got {scale}")
-        if out is not None and size is None and backend is None and \
+        if out is not None and size is None and \
                 loc.__class__ in _PARAMETERS and scale.__class__ in _PARAMETERS:
-            plan = self._plan("normal", out)
+            plan = self._plan("normal", out, backend)
             if plan is not None and plan.fill(out, *plan.arguments(loc, scale, False)):
                 return out
         return self._float_call(_dist.fill_normal, "normal", size, dtype, out, loc, scale,
@@ -428,8 +436,8 @@ class Generator:
 
     def standard_exponential(self, size=None, dtype=np.float64, out=None, *, backend=None):
         """Standard exponential variates by inversion, -ln(1 - U)."""
-        if out is not None and size is None and backend is None:
-            plan = self._plan("exponential", out)
+        if out is not None and size is None:
+            plan = self._plan("exponential", out, backend)
             if plan is not None and plan.fill(out, plan.zero, plan.one):
                 return out
         return self._float_call(_dist.fill_exponential, "exponential", size, dtype, out,
@@ -440,9 +448,9 @@ class Generator:
         """Exponential variates with mean `scale`."""
         if scale < 0:
             raise ValueError(f"scale must be non-negative, got {scale}")
-        if out is not None and size is None and backend is None and \
+        if out is not None and size is None and \
                 scale.__class__ in _PARAMETERS:
-            plan = self._plan("exponential", out)
+            plan = self._plan("exponential", out, backend)
             if plan is not None and plan.fill(out, *plan.arguments(0.0, scale, False)):
                 return out
         return self._float_call(_dist.fill_exponential, "exponential", size, dtype, out,

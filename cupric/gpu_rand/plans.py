@@ -4,15 +4,16 @@ A device fill is one kernel launch over the Generator's S streams, one CUDA thre
 stream: ``(states, out, shift, scale)``. The general path (`Generator._fill`) reads `out`
 through the runtime's intake layer, wraps it in a DeviceBuffer view and launches through
 the kernel's general launch (the 2-D states array keeps it off the kernels' generated
-launchers). Once such a fill ran on the GPU, a `FillPlan` keeps, for one (distribution,
-array class, array dtype) of one Generator, what does not depend on `out`: the launch
-handle of the kernel variant the general path chose (16-byte aligned arrays that do not
-overlap), the grid, and the ABI values of the states. A later fill into an array of that
-class and dtype makes the checks of its array kind in a few attribute reads and goes to
-the compiled launch in one call. Whatever a plan does not take (a closed, read-only,
-non-contiguous, empty or unaligned array, one that overlaps the states, closed states)
-takes the general path, which makes every check again and raises its errors: the values,
-the stream ordering and the errors are the general path's.
+launchers). Once such a fill ran on the GPU, a `FillPlan` keeps what does not depend on
+`out`, for one (distribution, array class, array dtype) of one Generator on the stream
+its states are used on (the default one, or a cupric `Stream` of a `CudaBackend`): the
+launch handle of the kernel variant the general path chose (16-byte aligned arrays that
+do not overlap), the grid, and the ABI values of the states. A later fill into an array
+of that class and dtype makes the checks of its array kind in a few attribute reads and
+goes to the compiled launch in one call. Whatever a plan does not take (a closed,
+read-only, non-contiguous, empty or unaligned array, one that overlaps the states, closed
+states or stream) takes the general path, which makes every check again and raises its
+errors: the values, the stream ordering and the errors are the general path's.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ class FillPlan:
     ----------
     fill : callable
         ``(out, shift, scale) -> bool``; `shift` and `scale` of the element type.
+    stream : cupric.runtime.Stream or None
+        The stream of the backend whose fills it takes (None: the default one).
     scalar : type
         The element type's NumPy scalar type (``numpy.float32`` or ``numpy.float64``),
         which turns distribution parameters into kernel arguments as the general path does.
@@ -55,10 +58,11 @@ class FillPlan:
     a plan read either answer, each consistent.
     """
 
-    __slots__ = ("fill", "scalar", "zero", "one", "_last")
+    __slots__ = ("fill", "stream", "scalar", "zero", "one", "_last")
 
-    def __init__(self, fill, dtype: np.dtype) -> None:
+    def __init__(self, fill, dtype: np.dtype, stream=None) -> None:
         self.fill = fill
+        self.stream = stream
         self.scalar = dtype.type
         self.zero = dtype.type(0.0)
         self.one = dtype.type(1.0)
@@ -112,12 +116,16 @@ def make_plan(kind: str, algorithm, n_streams: int, target, args: tuple, out):
     """The `FillPlan` for fills like the one that just ran: `kind` launched by `target`
     with `args` ``(states, flat view of out, shift, scale)``, `out` as the caller gave it.
 
-    Returns None where fills of this key are never planned (another backend or stream,
-    the simulator, several GPUs, an array kind or dtype plans do not read) and `RETRY`
-    where only this call's arrays were not the plan's case.
+    Returns None where fills of this key are never planned (another backend, a stream
+    other than None or a cupric `Stream`, the simulator, several GPUs, an array kind or
+    dtype plans do not read) and `RETRY` where only this call's arrays were not the
+    plan's case.
     """
+    from cupric.runtime.stream import Stream
+
+    stream = getattr(target, "stream", None)
     if kind not in FAMILIES or target.__class__ is not CudaBackend or \
-            target.stream is not None or not _gpu_launches():
+            not (stream is None or stream.__class__ is Stream) or not _gpu_launches():
         return None
     states, flat = args[0], args[1]
     dtype = flat.dtype
@@ -149,36 +157,38 @@ def make_plan(kind: str, algorithm, n_streams: int, target, args: tuple, out):
         array_kind, extra = _TORCH, adapter.strided
     else:
         array_kind, extra = _CUPY, adapter.current_stream
-    fill = _fill_function(array_kind, launch, _blocks(n_streams), head, low, high, states._alloc,
-                          dtype.itemsize, extra)
-    return FillPlan(fill, dtype)
+    fill = _fill_function(array_kind, launch, _blocks(n_streams), stream, head, low, high,
+                          states._alloc, dtype.itemsize, extra)
+    return FillPlan(fill, dtype, stream)
 
 
 _BUFFER, _TORCH, _CUPY = "buffer", "torch", "cupy"
 
 
-def _fill_function(kind, launch, grid, head, low, high, states_alloc, itemsize, extra):
-    """A plan's ``fill(out, shift, scale)`` for arrays of `kind`.
+def _fill_function(kind, launch, grid, stream, head, low, high, states_alloc, itemsize,
+                   extra):
+    """A plan's ``fill(out, shift, scale)`` for arrays of `kind`, launching on `stream`
+    (None or an open cupric `Stream`; a closed one goes the general way to its error).
 
     It makes, in this order, the checks the general path makes for that kind (open,
     writable, on the GPU, C-contiguous, not empty), then those of the planned variant
-    (16-byte aligned, no overlap with the states), orders the launch where the general
-    path would, and launches with the flattened ABI values of the states (pointer, shape,
-    steps) and of `out` as one vector (pointer, length, step 1), then shift and scale.
+    (16-byte aligned, no overlap with the states), orders `stream` after the array's
+    producer where the intake layer would (`cupric.runtime.intake.as_buffer`), and
+    launches with the flattened ABI values of the states (pointer, shape, steps) and of
+    `out` as one vector (pointer, length, step 1), then shift and scale.
 
-    - DeviceBuffers (of the plan's class): no stream to order after, as on the general
-      path's default stream.
+    - DeviceBuffers (of the plan's class): on a stream, after the stream the buffer was
+      made on, if another; on the default stream nothing is ordered.
     - PyTorch tensors: CUDA, strided (`extra` is ``torch.strided``), no autograd; others
       go the general way and meet its errors. PyTorch's interface names no stream.
-    - CuPy arrays: the launch on the legacy default stream is ordered after CuPy's
-      current stream (`extra` reads its handle; None: the interface names none), as the
-      intake layer orders it, with nothing to do for CuPy's null stream.
+    - CuPy arrays: after CuPy's current stream (`extra` reads its handle; None: the
+      interface names none), nothing where both are default streams.
     """
-    from cupric.runtime.intake import order_after
+    from cupric.runtime.intake import order_after, stream_handle
     sp, words, n_streams, s0, s1 = head
 
     def fill(out, shift, scale):
-        if states_alloc._closed:
+        if states_alloc._closed or stream is not None and stream._closed:
             return False
         if kind is _BUFFER:
             if out._alloc._closed or out.readonly or \
@@ -199,11 +209,15 @@ def _fill_function(kind, launch, grid, head, low, high, states_alloc, itemsize, 
             p = out.data.ptr
         if not n or p & 15 or (p < high and low < p + n * itemsize):
             return False
-        if kind is _CUPY and extra is not None:
+        if stream is not None and kind is _BUFFER:
+            made_on = out._stream
+            if made_on is not None and made_on is not stream:
+                order_after(stream, (stream_handle(made_on) or 1,))
+        elif kind is _CUPY and extra is not None:
             producer = extra() or 1
-            if producer != 1:
-                order_after(0, (producer,))
-        launch(grid, BLOCK, None, 0, sp, words, n_streams, s0, s1, p, n, 1, shift, scale)
+            if producer != 1 or stream is not None:
+                order_after(stream, (producer,))
+        launch(grid, BLOCK, stream, 0, sp, words, n_streams, s0, s1, p, n, 1, shift, scale)
         return True
 
     return fill

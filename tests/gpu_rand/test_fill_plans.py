@@ -24,6 +24,7 @@ from cupric.runtime import array_adapters as aa
 from cupric.runtime import intake
 from cupric.runtime.errors import ClosedError
 from cupric.runtime.memory import DeviceBuffer
+from cupric.runtime.stream import Stream
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 
@@ -73,9 +74,10 @@ class FakeGpu:
 
         def launch(backend, kind, algorithm, n_threads, args):
             gpu.general.append(kind)
-            for a in args:  # the kernel launch's own liveness check
+            for a in args:  # the kernel launch's own liveness checks
                 if isinstance(a, DeviceBuffer):
                     intake.check_open(a)
+            intake.stream_handle(backend.stream)  # a closed Stream: ClosedError
             arrays = tuple(gpu.host(a) if isinstance(a, DeviceBuffer) else a for a in args)
             SimulatorBackend().launch(kind, algorithm, n_threads, arrays)
 
@@ -101,6 +103,17 @@ class FakeGpu:
         monkeypatch.setattr(plans, "launch_handle", handle)
 
 
+class Unplanned(CudaBackend):
+    """The CUDA backend under another class: its fills always take the general path."""
+
+
+def fake_stream(handle):
+    """A cupric Stream object naming raw handle `handle` (never used with a driver)."""
+    stream = Stream.__new__(Stream)
+    stream._ptr, stream._closed = handle, False
+    return stream
+
+
 @pytest.fixture
 def gpu(monkeypatch):
     fake = FakeGpu()
@@ -122,8 +135,8 @@ def _calls():
 @pytest.mark.parametrize("dtype", [F32, F64])
 def test_planned_fills_equal_the_general_path_bit_for_bit(gpu, seed, dtype):
     """The same sequence of fills through plans (backend None) and through the general
-    path only (an explicit backend is never planned): every value and the final states
-    identical; uniform also equal to the host half."""
+    path only (`Unplanned`): every value and the final states identical; uniform also
+    equal to the host half."""
     streams = 40
     planned, general = Generator(seed, streams=streams), Generator(seed, streams=streams)
     host = Generator(seed, streams=streams)
@@ -132,7 +145,7 @@ def test_planned_fills_equal_the_general_path_bit_for_bit(gpu, seed, dtype):
             for n in (4 * streams + 7, 33):  # several rounds with a straddling group; fewer
                 a, b = gpu.empty(n, dtype), gpu.empty(n, dtype)
                 assert getattr(planned, method)(*params, out=a) is a
-                getattr(general, method)(*params, out=b, backend=CudaBackend())
+                getattr(general, method)(*params, out=b, backend=Unplanned())
                 assert np.array_equal(gpu.host(a), gpu.host(b), equal_nan=False), method
                 want = getattr(host, method)(*params, size=n, dtype=dtype)
                 if method in ("random", "uniform"):
@@ -225,24 +238,63 @@ def test_plans_follow_the_states(gpu, seed):
     assert len(gpu.planned) == 2
 
 
-def test_no_plans_on_the_simulator_or_with_a_backend(monkeypatch, seed):
+def test_no_plans_on_the_simulator_or_with_another_backend(monkeypatch, seed):
     """Without the stand-in GPU's permission (`_gpu_launches`, False on this machine) or
-    with an explicit backend, fills are never planned."""
+    with a backend of another class, fills are never planned; an explicit CudaBackend on
+    the default stream takes the default's plans."""
     fake = FakeGpu()
     fake.install(monkeypatch)
     g = Generator(seed, streams=8)
     out = fake.empty(32, F32)
     for _ in range(3):
-        g.random(out=out, backend=CudaBackend())
-    assert g._plans == {} and not fake.planned
-    monkeypatch.setattr(plans, "_gpu_launches", lambda: False)
-    for _ in range(3):
-        g.random(out=out)
+        g.random(out=out, backend=Unplanned())
     assert list(g._plans.values()) == [None] and not fake.planned
-    assert fake.general == ["init_streams"] + ["uniform_f32"] * 6
+    monkeypatch.setattr(plans, "_gpu_launches", lambda: False)
+    h = Generator(seed, streams=8)
+    for _ in range(3):
+        h.random(out=out)
+    assert list(h._plans.values()) == [None] and not fake.planned
+    assert fake.general == (["init_streams"] + ["uniform_f32"] * 3) * 2
+    monkeypatch.setattr(plans, "_gpu_launches", lambda: True)
+    k = Generator(seed, streams=8)
+    k.random(out=out)
+    k.random(out=out, backend=CudaBackend())
+    k.random(out=out, backend="cuda")  # a name: the general path, the same states
+    assert len(fake.planned) == 1 and fake.general[-2:] == ["uniform_f32"] * 2
 
 
-# -- other array kinds, read by the plans themselves ----------------------------------------------
+def test_plans_on_a_stream(gpu, seed, monkeypatch):
+    """A backend on a cupric Stream: its plan launches there, ordered after the stream a
+    DeviceBuffer was made on as the intake layer orders it; another stream's fills move
+    the states (the plans go with them); a closed stream goes to the general path's
+    error."""
+    ordered = []
+    monkeypatch.setattr(aa, "order_launch_after",
+                        lambda consumer, producers: ordered.append((consumer, producers)))
+    s, other = fake_stream(0x7A00), fake_stream(0x7B00)
+    g, host = Generator(seed, streams=16), Generator(seed, streams=16)
+    out = gpu.empty(200, F32)
+    mine = gpu.empty(200, F32)
+    mine._stream = s
+    theirs = gpu.empty(200, F32)
+    theirs._stream = other
+    for buf in (out, out, mine, theirs):
+        g.random(out=buf, backend=CudaBackend(s))
+        assert np.array_equal(gpu.host(buf), host.random(200, np.float32))
+    assert [call[2] for call in gpu.planned] == [s, s, s]
+    assert ordered == [(0x7A00, [0x7B00])]
+    g.random(out=out)  # the default stream: states moved, plans dropped and made again
+    host.random(200, np.float32)
+    assert list(g._plans) == [("uniform", DeviceBuffer, F32)]
+    assert g._plans["uniform", DeviceBuffer, F32].stream is None
+    g.random(out=out, backend=CudaBackend(s))
+    g.random(out=out, backend=CudaBackend(s))
+    assert len(gpu.planned) == 4
+    s._closed = True
+    with pytest.raises(ClosedError):
+        g.random(out=out, backend=CudaBackend(s))
+    assert len(gpu.planned) == 4
+
 
 class FakeCupy:
     """A CuPy-like array over host memory (its adapter is registered by the test)."""
@@ -278,7 +330,7 @@ def test_foreign_arrays(gpu, seed, kind, request, monkeypatch):
         if kind == "cupy" and step == 3:
             current[0] = 0x7A00  # CuPy's current stream is another one: ordered after
         g.normal(0.5, 2.0, out=out)
-        general.normal(0.5, 2.0, out=check, backend=CudaBackend())
+        general.normal(0.5, 2.0, out=check, backend=Unplanned())
         assert np.array_equal(host, gpu.host(check))
     assert len(gpu.planned) == 3
     if kind == "cupy":
@@ -331,7 +383,7 @@ def test_planned_fills_on_the_gpu_equal_the_general_path(kind, seed):
         b, _ = _gpu_outs(kind, n, dtype)
         for method, params in _calls() * 2:
             getattr(planned, method)(*params, out=a)
-            getattr(general, method)(*params, out=b, backend=CudaBackend())
+            getattr(general, method)(*params, out=b, backend=Unplanned())
             got = back(a)
             assert np.array_equal(got, back(b)), (method, dtype)
             want = getattr(host, method)(*params, size=n, dtype=dtype)
@@ -342,7 +394,7 @@ def test_planned_fills_on_the_gpu_equal_the_general_path(kind, seed):
                 np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
     made = [p for p in planned._plans.values() if p is not None]
     assert len(made) == 6, planned._plans  # three distributions x two dtypes
-    assert general._plans == {}
+    assert not any(general._plans.values())
     assert np.array_equal(planned.stream_states, host.stream_states)
     assert np.array_equal(general.stream_states, host.stream_states)
 
@@ -386,3 +438,29 @@ def test_refused_fills_on_the_gpu(seed):
     with pytest.raises(ClosedError):
         g.random(out=closed)
     assert np.array_equal(g.stream_states, host.stream_states)
+
+
+@pytest.mark.gpu
+def test_planned_fills_on_a_stream(seed):
+    """A backend on a non-blocking cupric Stream: planned fills launch there, after the
+    stream the DeviceBuffer was made on; values equal the host half's."""
+    from cupric.runtime import Device, empty
+    stream = Device(0).create_stream(non_blocking=True)
+    maker = Device(0).create_stream(non_blocking=True)
+    try:
+        g, host = Generator(seed, streams=2048), Generator(seed, streams=2048)
+        n = 1 << 21
+        out = empty(n, np.float32, stream=maker)
+        assert out._stream is maker
+        backend = CudaBackend(stream)
+        for _ in range(3):
+            out.fill(np.nan, stream=maker)  # queued on `maker`: the fill waits for it
+            g.random(out=out, backend=backend)
+            want = host.random(n, np.float32)
+        assert g._plans["uniform", out.__class__, out.dtype].stream is stream
+        stream.synchronize()
+        assert np.array_equal(out.to_numpy(stream=stream), want)
+        out.close(stream=stream)
+    finally:
+        stream.close()
+        maker.close()
