@@ -47,7 +47,7 @@ static Py_ssize_t off_ptr, off_shape, off_strides, off_dtype, off_ndim, off_allo
 static Py_ssize_t off_stream_ptr, off_stream_closed;
 static PyTypeObject *buffer_type, *alloc_type, *stream_type;
 static PyObject *s_data, *s_ptr, *s_size, *s_ndim, *s_shape, *s_strides, *s_dtype,
-    *s_c_contiguous, *s_is_cuda, *s_requires_grad, *s_layout, *s_stride, *s_numel,
+    *s_c_contiguous, *s_is_cuda, *s_requires_grad, *s_layout, *s_stride,
     *s_data_ptr, *s_fast, *s_dispatch, *s_launch, *s_closed, *v_zero, *v_one;
 
 """ + SLOT_OFFSET + PACK_C + r"""
@@ -69,7 +69,7 @@ static PyObject *configure(PyObject *module, PyObject *args) {
     INTERN(s_ndim, "ndim"); INTERN(s_shape, "shape"); INTERN(s_strides, "strides");
     INTERN(s_dtype, "dtype"); INTERN(s_c_contiguous, "_c_contiguous");
     INTERN(s_is_cuda, "is_cuda"); INTERN(s_requires_grad, "requires_grad");
-    INTERN(s_layout, "layout"); INTERN(s_stride, "stride"); INTERN(s_numel, "numel");
+    INTERN(s_layout, "layout"); INTERN(s_stride, "stride");
     INTERN(s_data_ptr, "data_ptr"); INTERN(s_fast, "_fast"); INTERN(s_dispatch, "dispatch");
     INTERN(s_launch, "_launch"); INTERN(s_closed, "_closed");
     if (v_zero == NULL && (v_zero = PyLong_FromLong(0)) == NULL) return NULL;
@@ -137,6 +137,7 @@ typedef struct {
     PyObject *readers;       /* CuPy's current stream: ((function, attribute or None), ...) */
     PyObject *strided;       /* torch.strided, or None */
     PyObject *failed;        /* failed(err, grid, block, stream, shared, *values), or None */
+    int chained;             /* `fallback` is another launcher (not the general path) */
     cupric_launch_fn call;   /* cuLaunchKernel, or NULL: every launch goes to `launch` */
     uintptr_t func;          /* the CUfunction */
     Py_ssize_t nparams;
@@ -201,23 +202,39 @@ static int attr_is(PyObject *o, PyObject *name, PyObject *want) {
     return r;
 }
 
+static PyObject *table_run(Table *t, PyObject *const *cfg, PyObject *const *args,
+                           Py_ssize_t n, PyObject *tuple, PyObject *want);
+
+/* A call this launcher does not take. Launches pass it on to the fallback; an attempt
+   (`want` not NULL) to the next launcher of the chain, and past the last one it is
+   refused: NotImplemented, nothing launched (the caller then takes its own general
+   path, with its checks and errors). */
 static PyObject *call_fallback(Table *t, PyObject *const *cfg, PyObject *const *args,
-                               Py_ssize_t n, PyObject *tuple) {
-    PyObject *stack[5] = {cfg[0], cfg[1], cfg[2], cfg[3], tuple};
-    if (tuple != NULL) return PyObject_Vectorcall(t->fallback, stack, 5, NULL);
+                               Py_ssize_t n, PyObject *tuple, PyObject *want) {
+    if (want != NULL) {
+        if (!t->chained) return Py_NewRef(Py_NotImplemented);
+        if (Py_IS_TYPE(t->fallback, Py_TYPE(t)))
+            return table_run((Table *)t->fallback, cfg, args, n, tuple, want);
+    }
+    PyObject *stack[6] = {cfg[0], cfg[1], cfg[2], cfg[3], tuple, want};
+    size_t nstack = want != NULL ? 6 : 5;
+    if (tuple != NULL) return PyObject_Vectorcall(t->fallback, stack, nstack, NULL);
     PyObject *made = PyTuple_New(n);
     if (made == NULL) return NULL;
     for (Py_ssize_t i = 0; i < n; i++) { Py_INCREF(args[i]); PyTuple_SET_ITEM(made, i, args[i]); }
     stack[4] = made;
-    PyObject *r = PyObject_Vectorcall(t->fallback, stack, 5, NULL);
+    PyObject *r = PyObject_Vectorcall(t->fallback, stack, nstack, NULL);
     Py_DECREF(made);
     return r;
 }
 
 /* The launch: `cfg` is (grid, block, stream, shared_bytes); `tuple` the args tuple when
-   the caller has one (else one is made for the fallback). */
+   the caller has one (else one is made for the fallback). `want` NULL launches (what
+   this launcher refuses goes to its fallback); else it is an attempt: every array
+   argument must also hold exactly `want` items, and a refused call comes back as
+   NotImplemented (`call_fallback`). */
 static PyObject *table_run(Table *t, PyObject *const *cfg, PyObject *const *args,
-                           Py_ssize_t n, PyObject *tuple) {
+                           Py_ssize_t n, PyObject *tuple, PyObject *want) {
     /* stack[0] is left for the error code of a failed launch, [1..4] the configuration,
        then the parameter values. */
     PyObject *stack[5 + MAXP];
@@ -227,6 +244,8 @@ static PyObject *table_run(Table *t, PyObject *const *cfg, PyObject *const *args
     long long lens[MAXA];
     int at[MAXA], narr = 0;
     Py_ssize_t k = 5;
+    long long need = -1;
+    if (want != NULL && !as_ll(want, &need)) goto slow;
     if (n != t->nargs) goto slow;
     for (Py_ssize_t i = 0; i < n; i++)
         if ((PyObject *)Py_TYPE(args[i]) != t->arg[i].cls) goto slow;
@@ -256,7 +275,7 @@ static PyObject *table_run(Table *t, PyObject *const *cfg, PyObject *const *args
             p = SLOT(v, off_ptr);
             if (shape == NULL || !PyTuple_Check(shape) || PyTuple_GET_SIZE(shape) < 1) goto slow;
             len = PyTuple_GET_ITEM(shape, 0);
-            if (!as_u64(p, &u) || !as_ll(len, &x)) goto slow;
+            if (!as_u64(p, &u) || !as_ll(len, &x) || (need >= 0 && x != need)) goto slow;
             stack[k++] = p; stack[k++] = len; stack[k++] = v_one;
             break;
         }
@@ -285,7 +304,8 @@ static PyObject *table_run(Table *t, PyObject *const *cfg, PyObject *const *args
                     goto slow;
                 len = PyTuple_GET_ITEM(shape, 0);
             }
-            if (!as_ll(len, &x) || x == 0) goto slow;   /* empty: pointer 0, general path */
+            /* empty: pointer 0, general path */
+            if (!as_ll(len, &x) || x == 0 || (need >= 0 && x != need)) goto slow;
             PyObject *mem = PyObject_GetAttr(v, s_data);
             if (mem == NULL) { PyErr_Clear(); goto slow; }
             p = PyObject_GetAttr(mem, s_ptr);
@@ -300,18 +320,20 @@ static PyObject *table_run(Table *t, PyObject *const *cfg, PyObject *const *args
             if (!attr_is(v, s_dtype, t->arg[i].dtype)) goto slow;
             if (attr_truth(v, s_is_cuda) != 1 || attr_truth(v, s_requires_grad) != 0) goto slow;
             if (!attr_is(v, s_layout, t->strided)) goto slow;
-            PyObject *nd = PyObject_GetAttr(v, s_ndim);
-            int ok = as_ll(nd, &x) && x == 1;
-            Py_XDECREF(nd);
-            if (!ok) { PyErr_Clear(); goto slow; }
+            /* Rank and length from the shape (a torch.Size, a tuple): a getter, where
+               ndim and numel() are two calls, numel() through PyTorch's argument parser. */
+            PyObject *shape = PyObject_GetAttr(v, s_shape);
+            if (shape == NULL) { PyErr_Clear(); goto slow; }
+            owned[nowned++] = shape;
+            if (!PyTuple_Check(shape) || PyTuple_GET_SIZE(shape) != 1) goto slow;
+            len = PyTuple_GET_ITEM(shape, 0);
+            if (!as_ll(len, &x) || x == 0 || (need >= 0 && x != need)) goto slow;
+            long long size = x;
             PyObject *st = PyObject_CallMethodOneArg(v, s_stride, v_zero);
-            ok = as_ll(st, &x) && x == 1;
+            int ok = as_ll(st, &x) && x == 1;
             Py_XDECREF(st);
             if (!ok) { PyErr_Clear(); goto slow; }
-            len = PyObject_CallMethodNoArgs(v, s_numel);
-            if (len == NULL) { PyErr_Clear(); goto slow; }
-            owned[nowned++] = len;
-            if (!as_ll(len, &x) || x == 0) goto slow;
+            x = size;
             p = PyObject_CallMethodNoArgs(v, s_data_ptr);
             if (p == NULL) { PyErr_Clear(); goto slow; }
             owned[nowned++] = p;
@@ -432,20 +454,25 @@ fail:
     return NULL;
 slow:
     for (int j = 0; j < nowned; j++) Py_DECREF(owned[j]);
-    return call_fallback(t, cfg, args, n, tuple);
+    return call_fallback(t, cfg, args, n, tuple, want);
 }
 
-/* launcher(grid, block, stream, shared_bytes, args): the generated launchers' call. */
+/* launcher(grid, block, stream, shared_bytes, args[, items]): the generated launchers'
+   call; with `items` (an int >= 0) an attempt (see table_run). */
 static PyObject *table_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
                                   PyObject *kwnames) {
     Table *t = (Table *)self;
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
-    if (kwnames != NULL || n != 5 || !PyTuple_Check(args[4])) {
-        PyErr_SetString(PyExc_TypeError, "launcher(grid, block, stream, shared_bytes, args)");
+    if (kwnames != NULL || n < 5 || n > 6 || !PyTuple_Check(args[4])
+        || (n == 6 && (!PyLong_CheckExact(args[5]) || PyLong_AsLongLong(args[5]) < 0))) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError,
+                            "launcher(grid, block, stream, shared_bytes, args[, items >= 0])");
         return NULL;
     }
     PyObject *tuple = args[4];
-    return table_run(t, args, &PyTuple_GET_ITEM(tuple, 0), PyTuple_GET_SIZE(tuple), tuple);
+    return table_run(t, args, &PyTuple_GET_ITEM(tuple, 0), PyTuple_GET_SIZE(tuple), tuple,
+                     n == 6 ? args[5] : NULL);
 }
 
 static PyMemberDef table_members[] = {

@@ -65,15 +65,18 @@ static int take_layout(Table *t, PyObject *layout, Py_ssize_t n) {
 }
 
 /* make(launch, fallback, order, readers, strided, kinds, classes, dtypes, itemsizes,
-        written, layout, failed): `layout` None (every launch through `launch`) or the
-   prepared launch's `c_layout`, with `failed` its `launch_failed`. */
+        written, layout, failed, chained): `layout` None (every launch through `launch`)
+   or the prepared launch's `c_layout`, with `failed` its `launch_failed`; `chained`:
+   `fallback` is the launcher made before (it takes attempts too), not the general path. */
 static PyObject *make(PyObject *module, PyObject *args) {
     PyObject *launch, *fallback, *order, *readers, *strided, *kinds, *classes, *dtypes,
         *sizes, *written, *layout, *failed;
-    if (!PyArg_ParseTuple(args, "OOOO!OO!O!O!O!O!OO", &launch, &fallback, &order,
+    int chained;
+    if (!PyArg_ParseTuple(args, "OOOO!OO!O!O!O!O!OOp", &launch, &fallback, &order,
                           &PyTuple_Type, &readers, &strided, &PyTuple_Type, &kinds,
                           &PyTuple_Type, &classes, &PyTuple_Type, &dtypes,
-                          &PyTuple_Type, &sizes, &PyTuple_Type, &written, &layout, &failed))
+                          &PyTuple_Type, &sizes, &PyTuple_Type, &written, &layout, &failed,
+                          &chained))
         return NULL;
     for (Py_ssize_t r = 0; r < PyTuple_GET_SIZE(readers); r++) {
         PyObject *entry = PyTuple_GET_ITEM(readers, r);
@@ -102,6 +105,7 @@ static PyObject *make(PyObject *module, PyObject *args) {
     t->call = NULL;
     t->func = 0;
     t->nparams = 0;
+    t->chained = chained;
     Py_INCREF(failed); t->failed = failed;
     Py_INCREF(Py_None); t->dispatch = Py_None;
     Py_INCREF(launch); t->launch = launch;
@@ -193,7 +197,7 @@ static PyObject *bound_vectorcall(PyObject *self, PyObject *const *args, size_t 
         Py_XDECREF(dispatch);
         PyObject *r;
         if (Py_IS_TYPE(fast, &TableType)) {
-            r = table_run((Table *)fast, cfg, args, n, NULL);
+            r = table_run((Table *)fast, cfg, args, n, NULL, NULL);
         } else {
             PyObject *tuple = PyTuple_New(n);
             if (tuple == NULL) { Py_DECREF(fast); return NULL; }

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from cupric.compiler import _fastcall
 
-__all__ = ["make_launcher", "launcher_keys", "index_chain", "MAX_LAUNCHERS"]
+__all__ = ["make_launcher", "launcher_keys", "index_chain", "attempt", "MAX_LAUNCHERS"]
 
 #: Launchers a kernel keeps (signature x array kinds); later combinations take the
 #: general path.
@@ -66,8 +66,12 @@ def make_launcher(kern, key, args, written, prepared, device: int = -1, fallback
     from cupric.runtime.array_adapters import ADAPTERS
     python_scalars, numpy_scalars = _scalar_classes()
     names = [f"a{i}" for i in range(len(args))]
-    slow = "return _slow(g, b, st, sh, args)"
+    # An attempt (`items` >= 0) the launcher refuses goes on to the launcher made before,
+    # past the last one back to the caller as NotImplemented (see `attempt`).
+    slow = ("return _slow(g, b, st, sh, args) if items < 0 else "
+            "_refuse(g, b, st, sh, args, items)")
     env = {"_slow": fallback if fallback is not None else kern._launch,
+           "_refuse": fallback if fallback is not None else _refused,
            "_launch": prepared.launch, "DEV": device, "_order": order_cupy,
            "_current": _current_device}
     checks, setup, flat, arrays = [], [], [], []
@@ -157,6 +161,8 @@ def make_launcher(kern, key, args, written, prepared, device: int = -1, fallback
     if device >= 0:
         setup.insert(0, f"if _current() != DEV: {slow}")
     if arrays:
+        setup.append("if items >= 0 and (" +
+                     " or ".join(f"n{i} != items" for i, _ in arrays) + f"): {slow}")
         setup.append("if (" + " | ".join(f"p{i}" for i, _ in arrays) + f") & 15: {slow}")
     for w, wsize in arrays:
         if w not in written:
@@ -175,7 +181,7 @@ def make_launcher(kern, key, args, written, prepared, device: int = -1, fallback
         setup.append(f"q{k} = Q{k}()")
         setup.append(f"if q{k} != 0 and q{k} != 1 or st is not None: _order(st, q{k})")
     unpack = f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args" if names else ""
-    body = ["def fast(g, b, st, sh, args):",
+    body = ["def fast(g, b, st, sh, args, items=-1):",
             f"    if len(args) != {len(args)}: {slow}",
             unpack,
             f"    if not ({' and '.join(checks) or 'True'}): {slow}"]
@@ -185,7 +191,8 @@ def make_launcher(kern, key, args, written, prepared, device: int = -1, fallback
     namespace = dict(env)
     exec(compile(source, f"<cupric fast launch of {kern.__name__}>", "exec"), namespace)
     fast = namespace["fast"]
-    compiled = _compiled(plan, args, written, prepared, env["_slow"], sources, strided)
+    compiled = _compiled(plan, args, written, prepared, env["_slow"], sources, strided,
+                         fallback is not None)
     if compiled is not None:
         fast = compiled  # the same checks and values, made in C (the source says which)
     fast.launch_key = (key, tuple(v.__class__ for v in args))
@@ -203,7 +210,7 @@ def _plan(plan, kind, dtype, itemsize) -> None:
         plan.append(None if kind is None else (kind, dtype, itemsize))
 
 
-def _compiled(plan, args, written, prepared, fallback, sources, strided):
+def _compiled(plan, args, written, prepared, fallback, sources, strided, chained):
     """The compiled launcher (`cupric.compiler._fastcall`) for a planned signature, or
     None: the extension is switched off or missing, the machine has several GPUs (plan
     None), or an argument is of a kind it does not read. With the runtime's compiled
@@ -224,7 +231,31 @@ def _compiled(plan, args, written, prepared, fallback, sources, strided):
                        tuple(p[0] for p in plan), tuple(v.__class__ for v in args),
                        tuple(p[1] for p in plan), tuple(p[2] for p in plan),
                        tuple(i in written for i in range(len(plan))), layout,
-                       prepared.launch_failed if layout is not None else None)
+                       prepared.launch_failed if layout is not None else None, chained)
+
+
+def _refused(grid, block, stream, shared_bytes, args, items):
+    """The end of an attempt's chain: nothing launched (see `attempt`)."""
+    return NotImplemented
+
+
+def attempt(kern, grid, block, stream, shared_bytes: int, args: tuple, items: int) -> bool:
+    """Launch `kern` through its launcher for these argument classes if it takes the
+    call as it is, with every array argument 1-D of exactly `items` (>= 0) items; True
+    when launched. False, with nothing launched and nothing ordered, where no launcher
+    of the kernel takes it (none made yet, another signature, a refused check): the
+    caller then takes its own general path, with its checks and errors.
+
+    For callers that know the common case of their arrays (the ready kernels' plans): the
+    launcher's checks replace theirs, made once, in C where the extension is built.
+    """
+    fast = kern._fast
+    if fast is None:
+        return False
+    dispatch = fast.dispatch  # several array kinds: this call's kind's launcher
+    if dispatch is not None and len(args) > dispatch[0]:
+        fast = dispatch[1].get(args[dispatch[0]].__class__, fast)
+    return fast(grid, block, stream, shared_bytes, args, items) is not NotImplemented
 
 
 def is_compiled(launcher) -> bool:

@@ -2,13 +2,16 @@
 checks their kernel needs, found once per (array class, dtype) and made in a few
 attribute reads per call, before the arrays go to the kernel's compiled launcher as they
 are (or as 1-D views of their memory), with no `Call` made; what a plan refuses takes
-`Call`'s general path, with its checks and errors."""
+`Call`'s general path, with its checks and errors. PyTorch tensors and CuPy arrays handed
+over as they are are checked once, by the launcher itself (`attempt`), which gives back
+what it refuses."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from cupric.kernels import _common
+from cupric.compiler.launcher import attempt
 from cupric.kernels._foreign import _DIRECT, _TRANSIENT
 from cupric.runtime.array_adapters import ADAPTERS as _ADAPTERS
 from cupric.runtime.array_adapters import adapter_for as _adapter_for
@@ -16,7 +19,8 @@ from cupric.runtime.intake import order_after as _order_after
 from cupric.runtime.intake import stream_handle as _stream_handle
 from cupric.runtime.memory import DeviceBuffer as _DeviceBuffer
 
-__all__ = ["Plans", "direct", "direct_views", "order_cupy", "forget_plans", "launch_now"]
+__all__ = ["Plans", "direct", "direct_views", "order_cupy", "forget_plans", "launch_now",
+           "attempt"]
 
 _UNSEEN = object()
 
@@ -95,21 +99,26 @@ def forget_plans() -> None:
         table.clear()
 
 
-def _admit(plans: Plans, arrays: tuple, stream, written, shape):
-    """`arrays`' plan when they share one class and dtype with a plan in `plans` (and,
-    unless `shape` is None, that shape) and pass the per-array checks of their kind
-    (`direct`), else None."""
+def _lookup(plans: Plans, first):
+    """The plan of arrays like `first` in `plans`, or None."""
     if _common.on_simulator():
         return None
-    first = arrays[0]
     try:
-        raw = first.dtype
-        plan = plans[first.__class__, raw]
+        return plans[first.__class__, first.dtype]
     except (AttributeError, TypeError):  # no dtype, or an unhashable one
         return None
+
+
+def _admit(plans: Plans, arrays: tuple, stream, written, shape, plan=_UNSEEN):
+    """`arrays`' plan when they share one class and dtype with a plan in `plans` (and,
+    unless `shape` is None, that shape) and pass the per-array checks of their kind
+    (`direct_views`), else None. `plan`: the first array's, when looked up already."""
+    first = arrays[0]
+    if plan is _UNSEEN:
+        plan = _lookup(plans, first)
     if plan is None:
         return None
-    cls = first.__class__
+    cls, raw = first.__class__, first.dtype
     kind = plan[0]
     if kind == _BUFFER:
         for arr in arrays:
@@ -138,30 +147,41 @@ def _admit(plans: Plans, arrays: tuple, stream, written, shape):
 
 
 def direct(plans: Plans, arrays: tuple, stream, written=None):
-    """(NumPy dtype, length) when every one of `arrays` can go to the kernel as it is:
-    one class and dtype with a plan in `plans`, one non-empty 1-D shape; DeviceBuffers
-    open, `written` (one of `arrays`, or None) not read-only, and with a `stream` given,
-    none that names a stream of its own (the general path orders the call after it);
-    PyTorch tensors on the GPU, strided layout, no autograd (a strided 1-D tensor is the
-    compiled launcher's to send to the general launch path); C-contiguous CuPy arrays
-    (the compiled launcher orders the launch after CuPy's current stream). None
+    """(NumPy dtype, length, checked) when `arrays` may go to the kernel as they are: the
+    first one non-empty and 1-D, of a class and dtype with a plan in `plans`. None
     otherwise: the caller then takes `Call`'s general path, which makes every check
-    again and raises its errors, so a refused call behaves as before.
+    and raises its errors, so a refused call behaves as before.
+
+    DeviceBuffers are checked here (`checked` True; the caller launches with
+    `launch_now`): one class, dtype and shape, open, `written` (one of `arrays`, or None)
+    not read-only, and with a `stream` given, none that names a stream of its own (the
+    general path orders the call after it). PyTorch tensors and CuPy arrays (`checked`
+    False) are checked by the kernel's launcher, which the caller reaches with
+    ``attempt(kern, ..., arrays, length)``: each array of the launcher's class and dtype,
+    1-D of that length; tensors on the GPU, strided with unit stride, no autograd; CuPy
+    arrays C-contiguous (the launcher orders the launch after CuPy's current stream).
+    What it refuses comes back, and the caller takes the general path.
 
     Cost
     ----
-    One dict lookup and a few attribute reads per array: no object is made.
+    One dict lookup and a few attribute reads per DeviceBuffer; for PyTorch tensors and
+    CuPy arrays the first one's class, dtype and shape, then their launcher's reads.
     """
-    shape = getattr(arrays[0], "shape", None)
+    first = arrays[0]
+    shape = getattr(first, "shape", None)
     if shape is None or len(shape) != 1 or not shape[0]:
         return None
-    plan = _admit(plans, arrays, stream, written, shape)
+    plan = _lookup(plans, first)
     if plan is None:
         return None
     kind = plan[0]
-    if kind != _BUFFER and not _DIRECT["torch" if kind == _TORCH else "cupy"]:
+    if kind == _BUFFER:
+        if _admit(plans, arrays, stream, written, shape, plan) is None:
+            return None
+        return plan[1], shape[0], True
+    if not _common._FOREIGN[0] or not _DIRECT["torch" if kind == _TORCH else "cupy"]:
         return None
-    return plan[1], shape[0]
+    return plan[1], shape[0], False
 
 
 def direct_views(plans: Plans, arrays: tuple, stream, written=None):

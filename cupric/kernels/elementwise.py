@@ -23,6 +23,7 @@ import cupric
 from cupric.kernels._common import (MAX_GRID_X, NUMERIC, NUMERIC_BOOL, Call, Plans,
                                     blocks_for, direct, launch_now, same_dtype,
                                     same_shape)
+from cupric.kernels._plans import attempt
 from cupric.kernels.templates import elementwise
 
 __all__ = ["vecadd", "saxpy", "memcpy", "fill", "map", "vecadd_kernel", "saxpy_kernel",
@@ -185,17 +186,21 @@ def vecadd(a, b, out=None, stream=None):
     """
     if out is not None:
         plan = direct(_VECADD_PLANS, (a, b, out), stream, out)
-        if plan is not None:  # the arrays as they are, checked (see `direct`)
-            dtype, n = plan
+        if plan is not None:  # the arrays as they are (see `direct`)
+            dtype, n, checked = plan
+            kern = vecadd_kernel
             if dtype.itemsize >= 4:  # `_quad`'s covering grid, inline
-                launch_now(vecadd_kernel, min(-(-n // _QUAD), MAX_GRID_X), STREAM_BLOCK,
-                           stream, 0, (a, b, out))
+                blocks, threads = min(-(-n // _QUAD), MAX_GRID_X), STREAM_BLOCK
             elif dtype.char == "e":  # float16
-                launch_now(vecadd_scalar_kernel, blocks_for(n, BLOCK, simulator=False),
-                           BLOCK, stream, 0, (a, b, out))
+                kern = vecadd_scalar_kernel
+                blocks, threads = blocks_for(n, BLOCK, simulator=False), BLOCK
             else:
-                launch_now(vecadd_kernel, *_quad(dtype, n), stream, 0, (a, b, out))
-            return out
+                blocks, threads = _quad(dtype, n)
+            if checked:
+                launch_now(kern, blocks, threads, stream, 0, (a, b, out))
+                return out
+            if attempt(kern, blocks, threads, stream, 0, (a, b, out), n):
+                return out
     call = Call("vecadd", stream)
     a = call.array(a, "a", dtypes=NUMERIC)
     b = call.array(b, "b", dtypes=NUMERIC)
@@ -245,22 +250,25 @@ def saxpy(a, x, y, out=None, stream=None):
     if out is not None:
         update = out is y
         plan = direct(_SAXPY_PLANS, (x, y) if update else (x, y, out), stream, out)
-        if plan is not None:  # the arrays as they are, checked (see `direct`)
-            dtype, n = plan
+        if plan is not None:  # the arrays as they are (see `direct`)
+            dtype, n, checked = plan
             alpha = _scalar("saxpy", a, dtype, "a")
+            kern, args = saxpy_kernel, (alpha, x, y, out)
             if dtype.char == "e":  # float16 (out may be y)
-                launch_now(saxpy_scalar_kernel, blocks_for(n, BLOCK, simulator=False),
-                           BLOCK, stream, 0, (alpha, x, y, out))
+                kern = saxpy_scalar_kernel
+                blocks, threads = blocks_for(n, BLOCK, simulator=False), BLOCK
+            else:
+                if dtype.itemsize >= 4:  # `_quad`'s covering grid, inline
+                    blocks, threads = min(-(-n // _QUAD), MAX_GRID_X), STREAM_BLOCK
+                else:
+                    blocks, threads = _quad(dtype, n)
+                if update:
+                    kern, args = saxpy_update_kernel, (alpha, x, y)
+            if checked:
+                launch_now(kern, blocks, threads, stream, 0, args)
                 return out
-            if dtype.itemsize >= 4:  # `_quad`'s covering grid, inline
-                blocks, threads = min(-(-n // _QUAD), MAX_GRID_X), STREAM_BLOCK
-            else:
-                blocks, threads = _quad(dtype, n)
-            if update:
-                launch_now(saxpy_update_kernel, blocks, threads, stream, 0, (alpha, x, y))
-            else:
-                launch_now(saxpy_kernel, blocks, threads, stream, 0, (alpha, x, y, out))
-            return out
+            if attempt(kern, blocks, threads, stream, 0, args, n):
+                return out
     call = Call("saxpy", stream)
     update = out is not None and out is y
     x = call.array(x, "x", dtypes=NUMERIC)

@@ -463,6 +463,49 @@ def test_the_launch_packs_in_c_and_driver_errors_stay_typed(driver, monkeypatch)
     driver.code = 0
 
 
+@pytest.mark.parametrize("mode", ["c", "python"])
+def test_attempts_launch_the_same_or_come_back_untouched(driver, monkeypatch, mode):
+    """`launcher.attempt`: the launcher's call with the arrays' length added launches
+    exactly what a launch does, or answers NotImplemented with nothing launched and the
+    general path never entered (the caller takes its own)."""
+    general = []
+    original = kmod.Kernel._launch
+
+    def spy(self, *args):
+        general.append(args)
+        return original(self, *args)
+
+    monkeypatch.setattr(kmod.Kernel, "_launch", spy)
+    a = np.float32(2)
+    kinds = {"buffer": lambda p, n, **kw: _buf(p, (n,)),
+             "cupy": lambda p, n, **kw: FakeCupyFields(p, (n,), **kw),
+             "torch": lambda p, n, **kw: FakeTensor(p, (n,), **kw)}
+    made = {k: (a, make(0x10000, 256), make(0x20000, 256)) for k, make in kinds.items()}
+    _run(_axpy, [(4, 64, args) for args in made.values()] * 2, mode, monkeypatch, driver)
+    assert launcher.is_compiled(_axpy._fast) == (mode == "c")
+    general.clear()
+    for kind, args in made.items():
+        before = len(driver)
+        _axpy[4, 64](*args)
+        assert launcher.attempt(_axpy, 4, 64, None, 0, args, 256) is True
+        assert len(driver) == before + 2 and driver[-1] == driver[-2]
+        make = kinds[kind]
+        refused = [args[:2] + (make(0x20000, 255),),                 # another length
+                   args[:2] + (make(0x20008, 256),),                 # misaligned
+                   (a, args[1], args[1]),                            # overlapping output
+                   (a, args[1], made["cupy" if kind == "torch" else "torch"][2]),  # class
+                   args[:2]]                                         # too few
+        if kind == "torch":
+            refused.append((a, args[1], make(0x20000, 256, requires_grad=True)))
+        for bad in refused:
+            assert launcher.attempt(_axpy, 4, 64, None, 0, bad, 256) is False
+        assert launcher.attempt(_axpy, 4, 64, None, 0, args, 255) is False
+        assert len(driver) == before + 2 and general == []
+    if mode == "c":
+        with pytest.raises(TypeError, match="items >= 0"):
+            _axpy._fast(4, 64, None, 0, made["buffer"], -1)
+
+
 # -- refusals: the Python path's typed errors, nothing launched -------------------------------
 
 def test_refusals_raise_the_python_paths_errors(driver, monkeypatch):
@@ -588,4 +631,6 @@ def test_no_references_are_leaked(driver, monkeypatch):
                 _axpy[4, 64](*args)
             except ClosedError:
                 pass
+            launcher.attempt(_axpy, 4, 64, None, 0, args, 256)  # launched or refused
+            launcher.attempt(_axpy, 4, 64, None, 0, args, 255)  # refused
         assert [sys.getrefcount(v) for v in args] == before

@@ -258,20 +258,33 @@ def test_foreign_arrays_reach_the_launch_themselves(gpu, kind):
     assert (fx.shape, fx.dtype, fx.size, fx.readonly) == ((1000,), np.dtype("f4"), 1000, False)
     bits = call.flat(fx, "x", np.dtype("u4")).launchable()  # another dtype: a launch view
     assert (bits.ptr, bits.shape, bits.dtype) == (fx.ptr, (1000,), np.dtype("u4"))
-    seen = []
-    real = _common.launch_now
+    seen, attempted = [], []
+    real, real_attempt = _common.launch_now, elementwise.attempt
 
     def spy(kern, grid, block, stream, shared_bytes, args):
         seen.append(args)
         return real(kern, grid, block, stream, shared_bytes, args)
 
+    def attempt_spy(kern, grid, block, stream, shared_bytes, args, items):
+        done = real_attempt(kern, grid, block, stream, shared_bytes, args, items)
+        attempted.append((args, items, done))
+        return done
+
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(elementwise, "launch_now", spy)
+        mp.setattr(_common, "launch_now", spy)
+        mp.setattr(elementwise, "attempt", attempt_spy)
+        # The first call of the kind takes the general path, which makes the kernel's
+        # launcher for it; the second is that launcher's, checked there.
+        elementwise.vecadd(x, y, out=out)
         elementwise.vecadd(x, y, out=out)
     # The arrays themselves reach the launch (its launcher reads them), no borrow.
     assert [a.launchable() if a.__class__ is _common.Foreign else a for a in seen[0]] == \
         [x, y, out]
-    name, grid, block, stream, values = gpu.launches[-1]
+    assert len(seen) == 1 and [done for _, _, done in attempted] == [False, True]
+    assert attempted[1][:2] == ((x, y, out), 1000)
+    first, second = gpu.launches[-2:]
+    assert first == second
+    name, grid, block, stream, values = second
     assert values[:3] == (fx.ptr, 1000, 1) and values[6:9] == (call.array(out, "o").ptr,
                                                                1000, 1)
     gpu.launches.clear()

@@ -63,6 +63,14 @@ def test_plans_launch_what_the_general_path_launches(gpu, monkeypatch, kind, dty
     if kind == "torch" and dtype == "u1":
         dtype = "i8"
     calls = _calls(_maker(gpu, kind), dtype)
+    if kind != "buffer" and dtype == "f2":
+        # float16 saxpy in place passes y twice to one kernel (read, and written as out):
+        # the launcher refuses overlapping arrays, so the call takes the general path.
+        del calls[2]
+    if kind != "buffer":
+        # The first call of a kind makes the kernel's launcher for it, on the general
+        # path: PyTorch tensors and CuPy arrays are then checked by that launcher.
+        _record(gpu, calls)
     with monkeypatch.context() as mp:  # no general path taken: no `Call` made
         mp.setattr(elementwise, "Call", None)
         mp.setattr(transpose, "Call", None)
@@ -162,7 +170,7 @@ def test_refusals_are_the_general_paths(gpu, monkeypatch, kind):
 def test_buffers_closed_read_only_or_with_a_stream_take_the_general_path(gpu):
     plans = elementwise._VECADD_PLANS
     x, y, out = _buffer(gpu, 64, "f4"), _buffer(gpu, 64, "f4"), _buffer(gpu, 64, "f4")
-    assert _common.direct(plans, (x, y, out), None, out) == (np.dtype("f4"), 64)
+    assert _common.direct(plans, (x, y, out), None, out) == (np.dtype("f4"), 64, True)
     closed = _buffer(gpu, 64, "f4")
     closed._alloc._closed = True
     assert _common.direct(plans, (x, y, closed), None, closed) is None
@@ -188,7 +196,7 @@ def test_buffers_closed_read_only_or_with_a_stream_take_the_general_path(gpu):
     # path), n-D ones that are not C-contiguous take the general path.
     strided = memory.borrow(next(gpu._addresses), (32,), (8,), "f4")
     assert _common.direct(plans, (strided, strided, strided), None, strided) == \
-        (np.dtype("f4"), 32)
+        (np.dtype("f4"), 32, True)
     fortran = memory.borrow(next(gpu._addresses), (8, 8), (4, 32), "f4")
     assert _common.direct_views(transpose._PLANS, (fortran, out.reshape(8, 8)), None) is None
 
