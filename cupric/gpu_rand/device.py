@@ -89,51 +89,45 @@ def xor8(a, b):
     return (a0 ^ b0, a1 ^ b1, a2 ^ b2, a3 ^ b3, a4 ^ b4, a5 ^ b5, a6 ^ b6, a7 ^ b7)
 
 
-# ---- linear engines (rotations are written out: shift counts must be literals) ----------
+# ---- linear engines --------------------------------------------------------------------
+# Each family's members differ only in their constants: one factory per family, its
+# constants closed over (so every shift count is still a literal to the compiler and a
+# rotation still one funnel shift).
 
-@_device
-def xoroshiro128_step(s):
-    s0, s1 = s
-    s1 = s1 ^ s0
-    return (((s0 << 24) | (s0 >> 40)) ^ s1 ^ (s1 << 16), (s1 << 37) | (s1 >> 27))
-
-
-@_device
-def xoroshiro128pp_step(s):
-    s0, s1 = s
-    s1 = s1 ^ s0
-    return (((s0 << 49) | (s0 >> 15)) ^ s1 ^ (s1 << 21), (s1 << 28) | (s1 >> 36))
+def _named(fn, name: str):
+    fn.__name__ = fn.__qualname__ = name
+    return _device(fn)
 
 
-@_device
-def xoroshiro64_step(s):
-    s0, s1 = s
-    s1 = s1 ^ s0
-    return (((s0 << 26) | (s0 >> 6)) ^ s1 ^ (s1 << 9), (s1 << 13) | (s1 >> 19))
+def _xoroshiro_step(name: str, a: int, b: int, c: int, bits: int):
+    """The two-word xoroshiro engine with rotations a, c and shift b of `bits`-bit words."""
+    def step(s):
+        s0, s1 = s
+        s1 = s1 ^ s0
+        return (((s0 << a) | (s0 >> (bits - a))) ^ s1 ^ (s1 << b),
+                (s1 << c) | (s1 >> (bits - c)))
+    return _named(step, name)
 
 
-@_device
-def xoshiro128_step(s):
-    s0, s1, s2, s3 = s
-    t = s1 << 9
-    s2 = s2 ^ s0
-    s3 = s3 ^ s1
-    s1 = s1 ^ s2
-    s0 = s0 ^ s3
-    s2 = s2 ^ t
-    return (s0, s1, s2, (s3 << 11) | (s3 >> 21))
+def _xoshiro4_step(name: str, a: int, b: int, bits: int):
+    """The four-word xoshiro engine with shift a and rotation b of `bits`-bit words."""
+    def step(s):
+        s0, s1, s2, s3 = s
+        t = s1 << a
+        s2 = s2 ^ s0
+        s3 = s3 ^ s1
+        s1 = s1 ^ s2
+        s0 = s0 ^ s3
+        s2 = s2 ^ t
+        return (s0, s1, s2, (s3 << b) | (s3 >> (bits - b)))
+    return _named(step, name)
 
 
-@_device
-def xoshiro256_step(s):
-    s0, s1, s2, s3 = s
-    t = s1 << 17
-    s2 = s2 ^ s0
-    s3 = s3 ^ s1
-    s1 = s1 ^ s2
-    s0 = s0 ^ s3
-    s2 = s2 ^ t
-    return (s0, s1, s2, (s3 << 45) | (s3 >> 19))
+xoroshiro128_step = _xoroshiro_step("xoroshiro128_step", 24, 16, 37, 64)
+xoroshiro128pp_step = _xoroshiro_step("xoroshiro128pp_step", 49, 21, 28, 64)
+xoroshiro64_step = _xoroshiro_step("xoroshiro64_step", 26, 9, 13, 32)
+xoshiro128_step = _xoshiro4_step("xoshiro128_step", 9, 11, 32)
+xoshiro256_step = _xoshiro4_step("xoshiro256_step", 17, 45, 64)
 
 
 @_device
@@ -153,25 +147,41 @@ def xoshiro512_step(s):
 
 
 # ---- outputs: each returns (value, new state), as next_u64 / next_u32 of rand_xoshiro ----
+# The scramblers, on words i, j of the state: + is s[i] + s[j]; ++ is
+# rotl(s[i] + s[j], r) + s[k]; ** is rotl(s[i] * 5, r) * 9.
 
-@_device
-def xoroshiro128p_u64(s):
-    s0, s1 = s
-    return s0 + s1, xoroshiro128_step(s)
-
-
-@_device
-def xoroshiro128pp_u64(s):
-    s0, s1 = s
-    x = s0 + s1
-    return ((x << 17) | (x >> 47)) + s0, xoroshiro128pp_step(s)
+def _plus(name: str, step, i: int, j: int):
+    def next_native(s):
+        return s[i] + s[j], step(s)
+    return _named(next_native, name)
 
 
-@_device
-def xoroshiro128ss_u64(s):
-    s0, s1 = s
-    x = s0 * 5
-    return ((x << 7) | (x >> 57)) * 9, xoroshiro128_step(s)
+def _plusplus(name: str, step, i: int, j: int, r: int, k: int, bits: int):
+    def next_native(s):
+        x = s[i] + s[j]
+        return ((x << r) | (x >> (bits - r))) + s[k], step(s)
+    return _named(next_native, name)
+
+
+def _starstar(name: str, step, i: int, r: int, bits: int):
+    def next_native(s):
+        x = s[i] * 5
+        return ((x << r) | (x >> (bits - r))) * 9, step(s)
+    return _named(next_native, name)
+
+
+xoroshiro128p_u64 = _plus("xoroshiro128p_u64", xoroshiro128_step, 0, 1)
+xoroshiro128pp_u64 = _plusplus("xoroshiro128pp_u64", xoroshiro128pp_step, 0, 1, 17, 0, 64)
+xoroshiro128ss_u64 = _starstar("xoroshiro128ss_u64", xoroshiro128_step, 0, 7, 64)
+xoshiro128p_u32 = _plus("xoshiro128p_u32", xoshiro128_step, 0, 3)
+xoshiro128pp_u32 = _plusplus("xoshiro128pp_u32", xoshiro128_step, 0, 3, 7, 0, 32)
+xoshiro128ss_u32 = _starstar("xoshiro128ss_u32", xoshiro128_step, 1, 7, 32)
+xoshiro256p_u64 = _plus("xoshiro256p_u64", xoshiro256_step, 0, 3)
+xoshiro256pp_u64 = _plusplus("xoshiro256pp_u64", xoshiro256_step, 0, 3, 23, 0, 64)
+xoshiro256ss_u64 = _starstar("xoshiro256ss_u64", xoshiro256_step, 1, 7, 64)
+xoshiro512p_u64 = _plus("xoshiro512p_u64", xoshiro512_step, 0, 2)
+xoshiro512pp_u64 = _plusplus("xoshiro512pp_u64", xoshiro512_step, 0, 2, 17, 2, 64)
+xoshiro512ss_u64 = _starstar("xoshiro512ss_u64", xoshiro512_step, 1, 7, 64)
 
 
 @_device
@@ -187,75 +197,10 @@ def xoroshiro64ss_u32(s):
     return ((x << 5) | (x >> 27)) * 5, xoroshiro64_step(s)
 
 
-@_device
-def xoshiro128p_u32(s):
-    s0, s1, s2, s3 = s
-    return s0 + s3, xoshiro128_step(s)
-
-
-@_device
-def xoshiro128pp_u32(s):
-    s0, s1, s2, s3 = s
-    x = s0 + s3
-    return ((x << 7) | (x >> 25)) + s0, xoshiro128_step(s)
-
-
-@_device
-def xoshiro128ss_u32(s):
-    s0, s1, s2, s3 = s
-    x = s1 * 5
-    return ((x << 7) | (x >> 25)) * 9, xoshiro128_step(s)
-
-
-@_device
-def xoshiro256p_u64(s):
-    s0, s1, s2, s3 = s
-    return s0 + s3, xoshiro256_step(s)
-
-
-@_device
-def xoshiro256pp_u64(s):
-    s0, s1, s2, s3 = s
-    x = s0 + s3
-    return ((x << 23) | (x >> 41)) + s0, xoshiro256_step(s)
-
-
-@_device
-def xoshiro256ss_u64(s):
-    s0, s1, s2, s3 = s
-    x = s1 * 5
-    return ((x << 7) | (x >> 57)) * 9, xoshiro256_step(s)
-
-
-@_device
-def xoshiro512p_u64(s):
-    s0, s1, s2, s3, s4, s5, s6, s7 = s
-    return s0 + s2, xoshiro512_step(s)
-
-
-@_device
-def xoshiro512pp_u64(s):
-    s0, s1, s2, s3, s4, s5, s6, s7 = s
-    x = s0 + s2
-    return ((x << 17) | (x >> 47)) + s2, xoshiro512_step(s)
-
-
-@_device
-def xoshiro512ss_u64(s):
-    s0, s1, s2, s3, s4, s5, s6, s7 = s
-    x = s1 * 5
-    return ((x << 7) | (x >> 57)) * 9, xoshiro512_step(s)
-
-
 # The other width of each output, made from the native one, once per generator: 64-bit
 # generators give the high 32 bits (xoroshiro128+, every xoshiro256/512) or the low 32
 # bits (xoroshiro128++ and **), as the host half does; 32-bit generators give two draws,
 # the first in the low half.
-
-def _named(fn, name: str):
-    fn.__name__ = fn.__qualname__ = name
-    return _device(fn)
-
 
 def _u32_from_u64(next_u64, name: str, high: bool):
     if high:
@@ -389,9 +334,11 @@ def _bits_body(da: DeviceAlgorithm, wide: bool):
     return thread
 
 
-def _affine_body(da: DeviceAlgorithm, variate):
-    """A fill whose element is shift + scale * v, v from `variate(state)` (one draw):
-    uniform and exponential, from the `device_rng` API."""
+def _four_per_group_body(da: DeviceAlgorithm, group, rest):
+    """A float fill whose elements are shift + scale * v: `group(st, out, i, shift,
+    scale)` writes a whole group out[i .. i + 3] and returns the state; `rest(st, out, i,
+    n, shift, scale)` writes from the straddling group's element i on and returns (the
+    next i, the state)."""
     load, store = da.fn("load"), da.fn("store")
 
     def thread(t, states, out, shift, scale):
@@ -400,24 +347,40 @@ def _affine_body(da: DeviceAlgorithm, variate):
         st = load(states, t)
         i = 4 * t
         while i + 3 < n:
-            # All four values before any store: libdevice's logf branches, and stores in
-            # different basic blocks could not merge into one vector store.
-            v0, st = variate(st)
-            v1, st = variate(st)
-            v2, st = variate(st)
-            v3, st = variate(st)
-            out[i] = shift + scale * v0
-            out[i + 1] = shift + scale * v1
-            out[i + 2] = shift + scale * v2
-            out[i + 3] = shift + scale * v3
+            st = group(st, out, i, shift, scale)
             i += 4 * n_streams
         while i < n:  # the group that straddles the end, if this stream has it
-            v, st = variate(st)
-            out[i] = shift + scale * v
-            i += 1
+            i, st = rest(st, out, i, n, shift, scale)
         store(states, t, st)
 
     return thread
+
+
+def _affine_body(da: DeviceAlgorithm, variate):
+    """A fill whose element is shift + scale * v, v from `variate(state)` (one draw):
+    uniform and exponential, from the `device_rng` API."""
+
+    @_device
+    def group(st, out, i, shift, scale):
+        # All four values before any store: libdevice's logf branches, and stores in
+        # different basic blocks could not merge into one vector store.
+        v0, st = variate(st)
+        v1, st = variate(st)
+        v2, st = variate(st)
+        v3, st = variate(st)
+        out[i] = shift + scale * v0
+        out[i + 1] = shift + scale * v1
+        out[i + 2] = shift + scale * v2
+        out[i + 3] = shift + scale * v3
+        return st
+
+    @_device
+    def rest(st, out, i, n, shift, scale):
+        v, st = variate(st)
+        out[i] = shift + scale * v
+        return i + 1, st
+
+    return _four_per_group_body(da, group, rest)
 
 
 def _normal_body(da: DeviceAlgorithm, pair):
@@ -426,30 +389,27 @@ def _normal_body(da: DeviceAlgorithm, pair):
     The two pairs of a group are independent work (two logs, two sincospi in flight), and
     the four results leave in one 16-byte store.
     """
-    load, store = da.fn("load"), da.fn("store")
 
-    def thread(t, states, out, shift, scale):
-        n_streams = states.shape[1]
-        n = out.size
-        st = load(states, t)
-        i = 4 * t
-        while i + 3 < n:
-            c0, s0, st = pair(st)
-            c1, s1, st = pair(st)
-            out[i] = shift + scale * c0
+    @_device
+    def group(st, out, i, shift, scale):
+        c0, s0, st = pair(st)
+        c1, s1, st = pair(st)
+        out[i] = shift + scale * c0
+        out[i + 1] = shift + scale * s0
+        out[i + 2] = shift + scale * c1
+        out[i + 3] = shift + scale * s1
+        return st
+
+    @_device
+    def rest(st, out, i, n, shift, scale):
+        # Whole pairs drawn; a sine past the end is dropped.
+        c0, s0, st = pair(st)
+        out[i] = shift + scale * c0
+        if i + 1 < n:
             out[i + 1] = shift + scale * s0
-            out[i + 2] = shift + scale * c1
-            out[i + 3] = shift + scale * s1
-            i += 4 * n_streams
-        while i < n:  # a straddling group: whole pairs drawn, a sine past the end dropped
-            c0, s0, st = pair(st)
-            out[i] = shift + scale * c0
-            if i + 1 < n:
-                out[i + 1] = shift + scale * s0
-            i += 2
-        store(states, t, st)
+        return i + 2, st
 
-    return thread
+    return _four_per_group_body(da, group, rest)
 
 
 def _integers_body(da: DeviceAlgorithm, lemire, out_cast):
