@@ -16,7 +16,7 @@ import numpy as np
 
 from . import _replay
 from . import _validate as V
-from .descriptors import LegacyDescriptor, describe, legacy_dims, scalars
+from .descriptors import LegacyDescriptor, describe, legacy_dims, publish, scalars
 
 __all__ = ["activation_forward", "activation_backward", "relu", "sigmoid", "tanh", "elu",
            "swish", "gelu", "largest_below", "LEGACY_MODES", "MODES"]
@@ -92,13 +92,7 @@ def _activation_descriptor(mode: str, coef: float, beta: float) -> LegacyDescrip
                                                    _PROPAGATE_NAN, coef))
     if mode == "swish":
         lib.check(lib.lib.cudnnSetActivationDescriptorSwishBeta(d.raw, beta))
-    with _descriptors_lock:
-        existing = _descriptors.get(key)
-        if existing is not None:
-            d.close()
-            return existing
-        _descriptors[key] = d
-    return d
+    return publish(_descriptors, _descriptors_lock, key, d)
 
 
 def _check_mode(mode: str, op: str) -> None:

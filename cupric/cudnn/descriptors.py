@@ -18,7 +18,8 @@ from cupric.runtime.resource import Resource
 from . import _validate as V
 
 __all__ = ["LegacyDescriptor", "tensor_descriptor", "describe", "scalars",
-           "legacy_dims", "clear_cache", "tensor_descriptor_of", "backend_tensor_of"]
+           "legacy_dims", "clear_cache", "tensor_descriptor_of", "backend_tensor_of",
+           "publish"]
 
 
 def _lib():
@@ -118,6 +119,23 @@ _cache_lock = threading.Lock()
 _CACHE_LIMIT = 256
 
 
+def publish(cache: dict, lock, key, d: LegacyDescriptor,
+            limit: int | None = None) -> LegacyDescriptor:
+    """The shared descriptor of `key`: `d`, just made, now in `cache` (guarded by `lock`),
+    or the one another thread put there first (then `d` is closed). With `limit` (an
+    OrderedDict cache), the oldest entry is dropped past it: dropped descriptors are
+    destroyed when the last user lets go of them."""
+    with lock:
+        existing = cache.get(key)
+        if existing is not None:
+            d.close()
+            return existing
+        cache[key] = d
+        if limit is not None and len(cache) > limit:
+            cache.popitem(last=False)
+    return d
+
+
 def tensor_descriptor(etype: str, shape, strides) -> LegacyDescriptor:
     """The shared tensor descriptor of (element type, dims, element strides).
 
@@ -137,16 +155,7 @@ def tensor_descriptor(etype: str, shape, strides) -> LegacyDescriptor:
     lib.check(lib.lib.cudnnSetTensorNdDescriptor(
         d.raw, V.DATA_TYPES[etype], n, ffi.new("int[]", list(shape)),
         ffi.new("int[]", list(strides))))
-    with _cache_lock:
-        existing = _cache.get(key)
-        if existing is not None:
-            d.close()
-            return existing
-        _cache[key] = d
-        if len(_cache) > _CACHE_LIMIT:
-            # Dropped descriptors are destroyed when the last user lets go of them.
-            _cache.popitem(last=False)
-    return d
+    return publish(_cache, _cache_lock, key, d, _CACHE_LIMIT)
 
 
 def describe(t: V.Tensor) -> LegacyDescriptor:

@@ -13,7 +13,7 @@ import threading
 
 from . import _replay
 from . import _validate as V
-from .descriptors import LegacyDescriptor, describe, scalars
+from .descriptors import LegacyDescriptor, describe, publish, scalars
 
 __all__ = ["Pool", "pool_forward", "pool_backward", "max_pool2d", "avg_pool2d",
            "pool_output_shape", "POOLING_MODES"]
@@ -100,13 +100,7 @@ def _descriptor(pool: Pool) -> LegacyDescriptor:
         d.raw, POOLING_MODES[pool.mode], _PROPAGATE_NAN, pool.n,
         ffi.new("int[]", list(pool.window)), ffi.new("int[]", list(pool.padding)),
         ffi.new("int[]", list(pool.stride))))
-    with _lock:
-        existing = _descriptors.get(pool)
-        if existing is not None:
-            d.close()
-            return existing
-        _descriptors[pool] = d
-    return d
+    return publish(_descriptors, _lock, pool, d)
 
 
 def _pool(mode, window, stride, padding, ndim) -> Pool:
