@@ -184,6 +184,16 @@ def _stream_of(handle, stream) -> int:
 _NDIMS = (3, 4, 5)
 
 
+def _operands(op: str, a, b, names, handle, stream):
+    """The stream and a convolution's two operands, validated (`names`: theirs in
+    messages; the second of the first's rank and element type): (stream, first,
+    second, element type)."""
+    s = _stream_of(handle, stream)
+    first = V.tensor(a, names[0], op, stream=s, ndims=_NDIMS)
+    second = V.tensor(b, names[1], op, stream=s, ndims=(first.ndim,))
+    return s, first, second, V.same_type(op, (names[0], first), (names[1], second))
+
+
 def conv_forward(x, w, *, stride=1, padding=0, dilation=1, groups=1, out=None,
                  handle=None, stream=None, options: PlanOptions | None = None):
     """``y = conv(x, w)``: cross-correlation, as ``torch.nn.functional.conv2d`` (and the
@@ -239,10 +249,7 @@ def conv_forward(x, w, *, stride=1, padding=0, dilation=1, groups=1, out=None,
     if done is not None:
         return done[0]
     op = "conv_forward"
-    s = _stream_of(handle, stream)
-    tx = V.tensor(x, "x", op, stream=s, ndims=_NDIMS)
-    tw = V.tensor(w, "w", op, stream=s, ndims=(tx.ndim,))
-    etype = V.same_type(op, ("x", tx), ("w", tw))
+    s, tx, tw, etype = _operands(op, x, w, ("x", "w"), handle, stream)
     geo = _geometry(tx.ndim, stride, padding, dilation, groups)
     y_shape = _output_shape(geo, tx.shape, tw.shape, op)
     ty = V.output(out, y_shape, etype, tx.layout, "out", op, s, ndims=(tx.ndim,))
@@ -317,10 +324,7 @@ def conv_backward_data(dy, w, input_shape, *, stride=1, padding=0, dilation=1, g
     if done is not None:
         return done[0]
     op = "conv_backward_data"
-    s = _stream_of(handle, stream)
-    tdy = V.tensor(dy, "dy", op, stream=s, ndims=_NDIMS)
-    tw = V.tensor(w, "w", op, stream=s, ndims=(tdy.ndim,))
-    etype = V.same_type(op, ("dy", tdy), ("w", tw))
+    s, tdy, tw, etype = _operands(op, dy, w, ("dy", "w"), handle, stream)
     x_shape = _shape_arg(input_shape, tdy.ndim, "input_shape", op)
     geo = _geometry(tdy.ndim, stride, padding, dilation, groups)
     _check_dy(op, geo, x_shape, tw.shape, tdy)
@@ -358,10 +362,7 @@ def conv_backward_filter(x, dy, filter_shape, *, stride=1, padding=0, dilation=1
     if done is not None:
         return done[0]
     op = "conv_backward_filter"
-    s = _stream_of(handle, stream)
-    tx = V.tensor(x, "x", op, stream=s, ndims=_NDIMS)
-    tdy = V.tensor(dy, "dy", op, stream=s, ndims=(tx.ndim,))
-    etype = V.same_type(op, ("x", tx), ("dy", tdy))
+    s, tx, tdy, etype = _operands(op, x, dy, ("x", "dy"), handle, stream)
     w_shape = _shape_arg(filter_shape, tx.ndim, "filter_shape", op)
     geo = _geometry(tx.ndim, stride, padding, dilation, groups)
     _check_dy(op, geo, tx.shape, w_shape, tdy)
@@ -446,10 +447,7 @@ def conv_bias_activation(x, w, bias=None, activation: str | None = "relu", *, st
         return done[0]
     op = "conv_bias_activation"
     act = _activation_mode(activation, op)
-    s = _stream_of(handle, stream)
-    tx = V.tensor(x, "x", op, stream=s, ndims=_NDIMS)
-    tw = V.tensor(w, "w", op, stream=s, ndims=(tx.ndim,))
-    etype = V.same_type(op, ("x", tx), ("w", tw))
+    s, tx, tw, etype = _operands(op, x, w, ("x", "w"), handle, stream)
     geo = _geometry(tx.ndim, stride, padding, dilation, groups)
     y_shape = _output_shape(geo, tx.shape, tw.shape, op)
     k = y_shape[1]
