@@ -17,7 +17,7 @@ __all__ = ["on_simulator", "Call", "Foreign", "Workspace", "release_workspaces",
            "blocks_for", "covering_blocks", "sm_count", "device_ordinal", "same_shape",
            "same_dtype", "NUMERIC", "FLOATS", "INTEGERS", "SORTABLE", "NUMERIC_BOOL",
            "MAX_GRID_X", "vector", "vector_prefix", "Plans", "direct", "direct_views",
-           "order_cupy", "forget_plans", "launch_now"]
+           "order_cupy", "forget_plans", "launch_now", "MadeOnce"]
 
 #: dtypes every generic kernel accepts (cupric's scalar types).
 INTEGERS = tuple(np.dtype(t) for t in ("i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8"))
@@ -80,6 +80,32 @@ def sm_count() -> int:
     if on_simulator():
         return 1
     return _sm_count(device_ordinal())
+
+
+class MadeOnce(dict):
+    """Kernels (or anything costly) made once per key: ``table[key]`` is a dictionary
+    lookup once made; a missing key is made by ``make(key)`` under a lock, so that
+    threads asking at once make it once.
+
+    Thread safety
+    -------------
+    Safe from any thread.
+    """
+
+    __slots__ = ("_make", "_lock")
+
+    def __init__(self, make) -> None:
+        super().__init__()
+        self._make = make
+        self._lock = threading.Lock()
+
+    def __missing__(self, key):
+        with self._lock:
+            made = dict.get(self, key)
+            if made is None:
+                made = self._make(key)
+                dict.__setitem__(self, key, made)
+        return made
 
 
 def blocks_for(n: int, block: int, per_thread: int = 1, waves: int = WAVES_PER_SM,

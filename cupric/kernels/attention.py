@@ -16,7 +16,6 @@ V through `ldmatrix.trans`. Causal attention skips the tiles above the diagonal.
 from __future__ import annotations
 
 import math
-import threading
 
 import numpy as np
 
@@ -24,7 +23,7 @@ import cupric
 from cupric.device import FULL_MASK, blockIdx, cp_async, gridDim, local, mma, shared
 from cupric.device import math as dmath
 from cupric.device import syncthreads, threadIdx, warp
-from cupric.kernels._common import Call
+from cupric.kernels._common import Call, MadeOnce
 from cupric.kernels.gemm_tc import allow_dynamic_shared, bf16_dtypes, require_aligned
 from cupric.types import f32, i32, u16, u32
 
@@ -256,8 +255,7 @@ def _make_kernel(head_dim: int, causal: bool, block_m: int, fused: bool,
     return flash_fwd
 
 
-_KERNELS: dict = {}
-_LOCK = threading.Lock()
+_KERNELS = MadeOnce(lambda key: _make_kernel(*key))
 
 
 def kernel(head_dim: int = 128, causal: bool = False, block_m: int = BLOCK_M, *,
@@ -274,14 +272,7 @@ def kernel(head_dim: int = 128, causal: bool = False, block_m: int = BLOCK_M, *,
     if block_m not in BLOCK_MS:
         raise ValueError(f"attention: block_m must be one of {BLOCK_MS}, got {block_m}")
     q_regs = Q_REGS if q_regs is None else q_regs
-    key = (head_dim, bool(causal), block_m, bool(fused), bool(q_regs))
-    kern = _KERNELS.get(key)
-    if kern is None:
-        with _LOCK:
-            kern = _KERNELS.get(key)
-            if kern is None:
-                kern = _KERNELS[key] = _make_kernel(*key)
-    return kern
+    return _KERNELS[head_dim, bool(causal), block_m, bool(fused), bool(q_regs)]
 
 
 SIGNATURE = "Array[u16, 1, 'C'], Array[u16, 1, 'C'], Array[u16, 1, 'C'], Array[u32, 1, 'C'], " \

@@ -15,13 +15,11 @@ Each kernel is `cupric.kernels.templates.elementwise` around a one-line device f
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
 import cupric
-from cupric.kernels._common import (MAX_GRID_X, NUMERIC, NUMERIC_BOOL, Call, Plans,
-                                    blocks_for, direct, launch_now, same_dtype,
+from cupric.kernels._common import (MAX_GRID_X, NUMERIC, NUMERIC_BOOL, Call, MadeOnce,
+                                    Plans, blocks_for, direct, launch_now, same_dtype,
                                     same_shape)
 from cupric.kernels._plans import attempt
 from cupric.kernels.templates import elementwise
@@ -354,25 +352,15 @@ def fill(out, value, stream=None):
 
 # -- map ------------------------------------------------------------------------------------
 
-_MAP_KERNELS: dict = {}
-_MAP_LOCK = threading.Lock()
-
-
 #: The parameters of `map`'s kernels: the arrays in order, then the output.
 _MAP_PARAMS = ("x", "y", "z")
+_MAP_KERNELS = MadeOnce(lambda key: elementwise(key[0], _MAP_PARAMS[:key[1]] + ("out",),
+                                                width=1, name=f"map{key[1]}_kernel"))
 
 
 def map_kernel(fn, nargs: int):
     """The kernel applying device function `fn` to `nargs` arrays (made once per pair)."""
-    key = (fn, nargs)
-    kern = _MAP_KERNELS.get(key)
-    if kern is None:
-        with _MAP_LOCK:
-            kern = _MAP_KERNELS.get(key)
-            if kern is None:
-                kern = _MAP_KERNELS[key] = elementwise(
-                    fn, _MAP_PARAMS[:nargs] + ("out",), width=1, name=f"map{nargs}_kernel")
-    return kern
+    return _MAP_KERNELS[fn, nargs]
 
 
 def map(fn, *arrays, out=None, dtype=None, stream=None):

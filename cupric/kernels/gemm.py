@@ -6,13 +6,12 @@ per block of 256 threads, each thread accumulating an 8x8 sub-tile in registers 
 
 from __future__ import annotations
 
-import threading
 
 import numpy as np
 
 import cupric
 from cupric.device import blockIdx, local, shared, syncthreads, threadIdx
-from cupric.kernels._common import Call
+from cupric.kernels._common import Call, MadeOnce
 from cupric.types import f32, f64, i32
 
 __all__ = ["gemm", "sgemm", "dgemm", "blocked_kernel", "tiled_kernel", "BM", "BN", "BK",
@@ -170,21 +169,19 @@ def _make_tiled(elem):
 
 
 _TYPES = {np.dtype("f4"): f32, np.dtype("f8"): f64}
-_KERNELS: dict = {}
-_LOCK = threading.Lock()
+
+
+def _make(key):
+    kind, dtype, flat = key
+    elem = _TYPES[dtype]
+    return _make_blocked(elem, flat) if kind == "blocked" else _make_tiled(elem)
+
+
+_KERNELS = MadeOnce(_make)
 
 
 def _kernel(kind: str, dtype, flat: bool = False):
-    key = (kind, np.dtype(dtype), flat)
-    kern = _KERNELS.get(key)
-    if kern is None:
-        with _LOCK:
-            kern = _KERNELS.get(key)
-            if kern is None:
-                elem = _TYPES[key[1]]
-                kern = _make_blocked(elem, flat) if kind == "blocked" else _make_tiled(elem)
-                _KERNELS[key] = kern
-    return kern
+    return _KERNELS[kind, np.dtype(dtype), flat]
 
 
 def blocked_kernel(dtype, flat: bool = True):

@@ -25,7 +25,7 @@ import numpy as np
 import cupric
 from cupric.device import (blockIdx, mbarrier, mma, shared, syncthreads, threadIdx, tma,
                            unroll, vstore, wgmma)
-from cupric.kernels._common import Call
+from cupric.kernels._common import Call, MadeOnce
 from cupric.kernels.gemm_tc import allow_dynamic_shared, bf16_dtypes
 from cupric.types import i32, u16, u64
 
@@ -207,8 +207,8 @@ def _make_kernel(kind: str, n_major: bool, cfg: Config):
     return gemm_wgmma
 
 
-_KERNELS: dict = {}
-_LOCK = threading.Lock()
+_KERNELS = MadeOnce(lambda key: _make_kernel(key[0], key[1] == "kn", key[2].check()))
+_LOCK = threading.Lock()  # guards _MAPS
 
 
 def kernel(kind: str = "bf16", b_layout: str = "kn", config: Config = DEFAULT):
@@ -221,14 +221,7 @@ def kernel(kind: str = "bf16", b_layout: str = "kn", config: Config = DEFAULT):
         raise ValueError(f"gemm_wgmma: kind must be 'bf16' or 'f16', got {kind!r}")
     if b_layout not in ("kn", "nk"):
         raise ValueError(f"gemm_wgmma: b_layout must be 'kn' or 'nk', got {b_layout!r}")
-    key = (kind, b_layout, config)
-    kern = _KERNELS.get(key)
-    if kern is None:
-        with _LOCK:
-            kern = _KERNELS.get(key)
-            if kern is None:
-                kern = _KERNELS[key] = _make_kernel(kind, b_layout == "kn", config.check())
-    return kern
+    return _KERNELS[kind, b_layout, config]
 
 
 def _signature() -> str:

@@ -11,7 +11,7 @@ import numpy as np
 
 import cupric
 from cupric.device import atomic, blockDim, grid, gridsize, shared, syncthreads, threadIdx
-from cupric.kernels._common import Call, Foreign
+from cupric.kernels._common import Call, Foreign, MadeOnce
 from cupric.types import f32, f64, i64, u32
 
 __all__ = ["histogram", "histogram_kernel", "MAX_SHARED_BINS", "BLOCK"]
@@ -82,20 +82,14 @@ def _make_kernels(real):
     return histogram_kernel, histogram_global_kernel
 
 
-_KERNELS: dict = {}
-_LOCK = threading.Lock()
+_KERNELS = MadeOnce(lambda real_dtype: _make_kernels(f32 if real_dtype == np.dtype("f4")
+                                                     else f64))
 
 
 def histogram_kernel(real_dtype, shared_bins: bool = True):
     """The histogram kernel computing bins in `real_dtype` (float32 or float64), counting
     in shared memory (`shared_bins`) or straight into global memory."""
-    key = np.dtype(real_dtype)
-    pair = _KERNELS.get(key)
-    if pair is None:
-        with _LOCK:
-            pair = _KERNELS.get(key)
-            if pair is None:
-                pair = _KERNELS[key] = _make_kernels(f32 if key == np.dtype("f4") else f64)
+    pair = _KERNELS[np.dtype(real_dtype)]
     return pair[0] if shared_bins else pair[1]
 
 

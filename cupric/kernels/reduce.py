@@ -5,14 +5,14 @@ per-block partial results, so one launch gives the final value, deterministicall
 
 from __future__ import annotations
 
-import threading
 
 import numpy as np
 
 import cupric
 from cupric.device import (FULL_MASK, atomic, blockDim, blockIdx, grid, gridDim, gridsize,
                            shared, syncthreads, threadfence, threadIdx, unroll, vload, warp)
-from cupric.kernels._common import NUMERIC, NUMERIC_BOOL, Call, same_dtype, same_shape
+from cupric.kernels._common import (NUMERIC, NUMERIC_BOOL, Call, MadeOnce, same_dtype,
+                                    same_shape)
 from cupric.kernels.templates import reduction
 from cupric.types import f32, f64, i32, i64, u32, u64
 
@@ -189,37 +189,24 @@ _COMBINE = {"sum": _add, "dot": _add, "min": _min_nan, "max": _max_nan}
 #: The value each element contributes (None: the x element).
 _LOAD = {"sum": None, "dot": _product, "min": None, "max": None}
 _TAKES = {"argmin": _argmin_takes, "argmax": _argmax_takes}
-_KERNELS: dict = {}
-_LOCK = threading.Lock()
+# Keyed by (kind, accumulator dtype, quads).
+_KERNELS = MadeOnce(lambda key: _make_reduce(_CUPRIC_TYPES[key[1]], _COMBINE[key[0]],
+                                             _LOAD[key[0]], key[2]))
+_ARG_KERNELS = MadeOnce(lambda key: _make_arg_reduce(_CUPRIC_TYPES[key[1]], _TAKES[key[0]],
+                                                     key[2]))
 
 
 def reduce_kernel(kind: str, acc_dtype, quads: bool = True):
     """The reduction kernel for `kind` ("sum", "dot", "min", "max") accumulating in
     `acc_dtype` (f32, f64, i32, i64, u32 or u64), reading four neighbouring elements per
     trip (`quads`) or one: made once, then reused."""
-    key = (kind, np.dtype(acc_dtype), bool(quads))
-    kern = _KERNELS.get(key)
-    if kern is None:
-        with _LOCK:
-            kern = _KERNELS.get(key)
-            if kern is None:
-                kern = _KERNELS[key] = _make_reduce(_CUPRIC_TYPES[key[1]], _COMBINE[kind],
-                                                    _LOAD[kind], key[2])
-    return kern
+    return _KERNELS[kind, np.dtype(acc_dtype), bool(quads)]
 
 
 def arg_reduce_kernel(kind: str, acc_dtype, quads: bool = True):
     """The argmin/argmax kernel (`kind`) comparing values in `acc_dtype`, loading four
     neighbouring elements at a time (`quads`) or one."""
-    key = (kind, np.dtype(acc_dtype), bool(quads))
-    kern = _KERNELS.get(key)
-    if kern is None:
-        with _LOCK:
-            kern = _KERNELS.get(key)
-            if kern is None:
-                kern = _KERNELS[key] = _make_arg_reduce(_CUPRIC_TYPES[key[1]], _TAKES[kind],
-                                                        key[2])
-    return kern
+    return _ARG_KERNELS[kind, np.dtype(acc_dtype), bool(quads)]
 
 
 # -- dtypes ---------------------------------------------------------------------------------

@@ -5,14 +5,12 @@ one that already knows its inclusive prefix. Inclusive and exclusive, one launch
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
 import cupric
 from cupric.device import FULL_MASK, atomic, gridDim, shared, syncthreads, threadIdx, warp
 from cupric.kernels._block_scan import block_inclusive_sum
-from cupric.kernels._common import NUMERIC_BOOL, Call
+from cupric.kernels._common import NUMERIC_BOOL, Call, MadeOnce
 from cupric.types import f32, f64, i32, i64, u32, u64
 
 __all__ = ["inclusive_scan", "exclusive_scan", "scan_kernel", "BLOCK", "ITEMS", "TILE"]
@@ -136,20 +134,12 @@ def _make_scan(acc):
 
 _CUPRIC_TYPES = {np.dtype("f4"): f32, np.dtype("f8"): f64, np.dtype("i4"): i32,
                  np.dtype("i8"): i64, np.dtype("u4"): u32, np.dtype("u8"): u64}
-_KERNELS: dict = {}
-_LOCK = threading.Lock()
+_KERNELS = MadeOnce(lambda acc_dtype: _make_scan(_CUPRIC_TYPES[acc_dtype]))
 
 
 def scan_kernel(acc_dtype):
     """The scan kernel accumulating in `acc_dtype` (i32, i64, u32, u64, f32, f64)."""
-    key = np.dtype(acc_dtype)
-    kern = _KERNELS.get(key)
-    if kern is None:
-        with _LOCK:
-            kern = _KERNELS.get(key)
-            if kern is None:
-                kern = _KERNELS[key] = _make_scan(_CUPRIC_TYPES[key])
-    return kern
+    return _KERNELS[np.dtype(acc_dtype)]
 
 
 def scan_into(call: Call, x, out, exclusive: bool, ws=None) -> None:

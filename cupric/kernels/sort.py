@@ -9,15 +9,13 @@ largest key (NaNs sort last, as NumPy). Descending order flips every key bit."""
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
 import cupric
 from cupric.device import (FULL_MASK, atomic, bits, blockIdx, grid, gridsize, local,
                            shared, syncthreads, syncwarp, threadIdx, warp)
 from cupric.kernels._block_scan import block_inclusive_sum
-from cupric.kernels._common import SORTABLE, Call, vector_prefix
+from cupric.kernels._common import SORTABLE, Call, MadeOnce, vector_prefix
 from cupric.types import i32, i64, u32
 
 __all__ = ["bitonic_sort", "radix_sort", "tile_sort_kernel", "CHUNK", "RADIX_BITS",
@@ -45,10 +43,7 @@ _ALL_BITS = 0xFFFFFFFF
 def _key_functions(mode):
     """(to_key, from_key): device functions between the bit patterns of `mode`'s dtype
     and order keys (made once per mode)."""
-    pair = _KEY_FUNCTIONS.get(mode)
-    if pair is None:
-        pair = _KEY_FUNCTIONS[mode] = _make_key_functions(mode)
-    return pair
+    return _KEY_FUNCTIONS[mode]
 
 
 def _make_key_functions(mode):
@@ -79,7 +74,7 @@ def _make_key_functions(mode):
     return to_key, from_key
 
 
-_KEY_FUNCTIONS: dict = {}
+_KEY_FUNCTIONS = MadeOnce(_make_key_functions)
 
 
 def _make_key_kernels(mode):
@@ -109,20 +104,13 @@ def _make_key_kernels(mode):
     return to_keys_kernel, from_keys_kernel
 
 
-_KEY_KERNELS: dict = {}
-_LOCK = threading.Lock()
+_KEY_KERNELS = MadeOnce(_make_key_kernels)
 
 
 def key_kernels(dtype):
     """(to_keys_kernel, from_keys_kernel) for uint32, int32 or float32 data."""
     mode = _MODES[np.dtype(dtype)]
-    pair = _KEY_KERNELS.get(mode)
-    if pair is None:
-        with _LOCK:
-            pair = _KEY_KERNELS.get(mode)
-            if pair is None:
-                pair = _KEY_KERNELS[mode] = _make_key_kernels(mode)
-    return pair
+    return _KEY_KERNELS[mode]
 
 
 # -- bitonic network --------------------------------------------------------------------------
@@ -358,20 +346,13 @@ def _make_tile_sort(mode, items):
 TILE_SORT_ITEMS = (8, 16, 32)
 #: The most keys `radix_sort` sorts in one launch of one block.
 TILE_SORT_KEYS = RADIX_BLOCK * TILE_SORT_ITEMS[-1]
-_TILE_SORTS: dict = {}
+_TILE_SORTS = MadeOnce(lambda key: _make_tile_sort(*key))
 
 
 def tile_sort_kernel(dtype, items: int):
     """The one-block radix sort kernel for `dtype` (uint32, int32 or float32) and
     `items` keys per thread (made once)."""
-    key = (_MODES[np.dtype(dtype)], int(items))
-    kern = _TILE_SORTS.get(key)
-    if kern is None:
-        with _LOCK:
-            kern = _TILE_SORTS.get(key)
-            if kern is None:
-                kern = _TILE_SORTS[key] = _make_tile_sort(*key)
-    return kern
+    return _TILE_SORTS[_MODES[np.dtype(dtype)], int(items)]
 
 
 # -- host functions -----------------------------------------------------------------------------

@@ -5,13 +5,12 @@ reads hit 32 banks)."""
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
 import cupric
 from cupric.device import blockIdx, shared, syncthreads, threadIdx
-from cupric.kernels._common import NUMERIC, Call, Plans, direct_views, launch_now, order_cupy
+from cupric.kernels._common import (NUMERIC, Call, MadeOnce, Plans, direct_views, launch_now,
+                                    order_cupy)
 from cupric.types import f16, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
 
 __all__ = ["transpose", "transpose_kernel", "TILE_DIM", "BLOCK_ROWS"]
@@ -84,8 +83,7 @@ def _make_transpose(elem, tile_dim, flat):
 _TYPES = {np.dtype(k): v for k, v in (("i1", i8), ("i2", i16), ("i4", i32), ("i8", i64),
                                       ("u1", u8), ("u2", u16), ("u4", u32), ("u8", u64),
                                       ("f2", f16), ("f4", f32), ("f8", f64))}
-_KERNELS: dict = {}
-_LOCK = threading.Lock()
+_KERNELS = MadeOnce(lambda key: _make_transpose(_TYPES[key[0]], key[1], key[2]))
 #: Plans of the C-contiguous arrays `transpose` flattens itself (`_common.direct_views`).
 _PLANS = Plans(NUMERIC)
 
@@ -94,14 +92,7 @@ def transpose_kernel(dtype, tile_dim: int = TILE_DIM, flat: bool = False):
     """The tiled transpose kernel for elements of `dtype` and square tiles of
     `tile_dim` (32 or 64) (made once): ``kernel(a, out, rows, cols)`` over 2-D arrays of
     any strides, or with `flat` over C-contiguous ones passed as 1-D arrays."""
-    key = (np.dtype(dtype), int(tile_dim), bool(flat))
-    kern = _KERNELS.get(key)
-    if kern is None:
-        with _LOCK:
-            kern = _KERNELS.get(key)
-            if kern is None:
-                kern = _KERNELS[key] = _make_transpose(_TYPES[key[0]], key[1], key[2])
-    return kern
+    return _KERNELS[np.dtype(dtype), int(tile_dim), bool(flat)]
 
 
 def transpose(a, out=None, stream=None, *, tile_dim=TILE_DIM):
