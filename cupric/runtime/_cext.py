@@ -16,18 +16,29 @@ Each fast-path module declares its extension once, beside its C source, as an
 turns it off, the function that configures a freshly loaded module); `Extension.load` is
 the one loader every fast path uses, and its error is remembered for the process. Every
 C source ends with `MODULE_INIT`, the shared module-init boilerplate.
+
+On Linux a build is one run of the C compiler Python was built with (``sysconfig``'s
+``LDSHARED``, with ``CC``/``LDSHARED``/``CFLAGS`` from the environment honoured as
+setuptools does), compiling and linking in one step; elsewhere setuptools' ``build_ext``
+drives it. Every build and every wait for one is recorded (`build_log`, and the
+``cupric.build`` logger at DEBUG level), so that a first call that took a Python path or
+waited for a compiler says so.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import time
 
 from cupric import _config
 
 __all__ = ["Extension", "open_extension", "module_name", "load_file", "build_and_load",
            "compile_extension", "Pending", "FAST_PATHS", "BINDINGS", "prefetch", "started",
-           "SLOT_OFFSET", "MODULE_INIT"]
+           "SLOT_OFFSET", "MODULE_INIT", "build_log", "compiler_command"]
+
+_logger = logging.getLogger("cupric.build")
 
 #: Every C fast path: the module that declares it (its ``EXTENSION``). The first missing
 #: one requested starts the builds of all the others that are missing too.
@@ -69,6 +80,49 @@ class _Build:
 # Builds by module name: one per extension per process, whoever asks first starts it.
 _builds: dict[str, _Build] = {}
 _builds_lock = threading.Lock()
+
+# What this process built, failed to build, waited for or ran without (`build_log`).
+_log: list[dict] = []
+_log_lock = threading.Lock()
+_pending_noted: set[str] = set()
+
+
+def _record(event: str, what: str, name: str, seconds: float = 0.0, **detail) -> None:
+    entry = {"event": event, "what": what, "module": name, "seconds": seconds,
+             "at": time.perf_counter(), "thread": threading.current_thread().name,
+             **detail}
+    with _log_lock:
+        _log.append(entry)
+    if _logger.isEnabledFor(logging.DEBUG):
+        extra = "".join(f", {k}={v}" for k, v in detail.items())
+        _logger.debug("%s %s (%s): %.1f ms%s", event, what, name, 1e3 * seconds, extra)
+
+
+def build_log() -> list[dict]:
+    """What this process did about its compiled extensions, oldest first.
+
+    Each entry is a dict with ``event``, ``what`` (the extension, in words), ``module``
+    (its file's module name), ``seconds``, ``at`` (`time.perf_counter` when it was
+    recorded) and ``thread`` (the thread that recorded it), and per event:
+
+    - ``"built"``: compiled and published; ``how`` (``"cc"``: the C compiler run
+      directly, ``"setuptools"``), ``background`` (whether off the caller's thread);
+      ``seconds`` is the build's wall time.
+    - ``"failed"``: the build failed; ``error`` (the first line of the reason).
+    - ``"waited"``: a caller blocked for a build running in the background.
+    - ``"pending"``: a caller ran its Python path because the build was not done (noted
+      once per extension).
+    - ``"unavailable"``: loading gave no module (``error`` says why: no compiler, the
+      switch turned off...); the Python path runs for the rest of the process.
+
+    The same lines go to the ``cupric.build`` logger at DEBUG level as they happen.
+
+    Thread safety
+    -------------
+    Safe: returns a copy.
+    """
+    with _log_lock:
+        return [dict(entry) for entry in _log]
 
 
 def synchronous() -> bool:
@@ -186,6 +240,7 @@ class Extension:
                 return None
             if not self.enabled():
                 self.error = f"disabled by {getattr(_config, self.switch).name}=0"
+                _record("unavailable", self.what, self.prefix, error=self.error)
                 return None
             try:
                 module = open_extension(self.prefix, self.subdir, self.source, self.what,
@@ -199,6 +254,8 @@ class Extension:
             except Exception as exc:  # no compiler, headers, a stale file, another user's
                 # cache folder: recorded, and the Python paths run
                 self.error = f"{type(exc).__name__}: {exc}"[:500]
+                _record("unavailable", self.what, self.prefix,
+                        error=self.error.splitlines()[0])
                 return None
             self.module = module
             return module
@@ -273,8 +330,13 @@ def open_extension(prefix: str, subdir: str, source: str, what: str,
         return None
     if not build.done.is_set():
         if not wait:
+            if name not in _pending_noted:
+                _pending_noted.add(name)
+                _record("pending", what, name)
             raise Pending(f"the {what} is being built")
+        began = time.perf_counter()
         build.done.wait()
+        _record("waited", what, name, time.perf_counter() - began)
     return build.result()
 
 
@@ -380,9 +442,10 @@ def build_and_load(directory, name: str, source: str, what: str, *, isolated: bo
     in `directory` (a checked cache folder, or None when the cache cannot be written)
     and import it.
 
-    `isolated` runs the compiler in a child Python process (what background builds do:
-    the build's output never touches this process's ``sys.stdout``, and the compiler's
-    Python side holds no lock of this interpreter).
+    `isolated` keeps the build's Python side out of this interpreter (what background
+    builds ask): the direct compiler run (`compiler_command`) is a child process
+    already; setuptools then runs in a child Python process, so that its output never
+    touches this process's ``sys.stdout`` and it holds no lock of this interpreter.
 
     Raises
     ------
@@ -392,25 +455,36 @@ def build_and_load(directory, name: str, source: str, what: str, *, isolated: bo
 
     Cost
     ----
-    One C compiler run, about a second; once per machine and Python version.
+    One C compiler run, a fraction of a second to a second; once per machine and
+    Python version.
     """
     import importlib.machinery
     import tempfile
 
     from cupric import _cache
-    with tempfile.TemporaryDirectory(prefix="cupric-build-") as tmp:
-        if isolated:
-            built = compile_in_child(tmp, name, source, what)
-        else:
-            built = compile_extension(tmp, name, source, what)
-        with open(built, "rb") as f:
-            data = f.read()
-        stored = None
-        if directory is not None:
-            suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-            stored = _cache.store_blob(directory, name, data, suffix)
-        # dlopen maps the file: removing the temporary copy afterwards is harmless.
-        return load_file(name, str(stored) if stored is not None else built)
+    began = time.perf_counter()
+    how = "cc" if compiler_command("x.c", "x.so") is not None else "setuptools"
+    try:
+        with tempfile.TemporaryDirectory(prefix="cupric-build-") as tmp:
+            if isolated and how == "setuptools":
+                built = compile_in_child(tmp, name, source, what)
+            else:
+                built = compile_extension(tmp, name, source, what)
+            with open(built, "rb") as f:
+                data = f.read()
+            stored = None
+            if directory is not None:
+                suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+                stored = _cache.store_blob(directory, name, data, suffix)
+            # dlopen maps the file: removing the temporary copy afterwards is harmless.
+            module = load_file(name, str(stored) if stored is not None else built)
+    except BaseException as exc:
+        _record("failed", what, name, time.perf_counter() - began, how=how,
+                error=(str(exc).strip().splitlines() or [type(exc).__name__])[0][:300])
+        raise
+    _record("built", what, name, time.perf_counter() - began, how=how,
+            background=threading.current_thread() is not threading.main_thread())
+    return module
 
 
 _CHILD = """
@@ -441,19 +515,92 @@ def compile_in_child(tmp: str, name: str, source: str, what: str) -> str:
     return lines[-1]
 
 
+#: Optimization flags of every build: -O2 as before; -g0 cancels a -g that the
+#: interpreter's own LDSHARED or CFLAGS carry (debug info only slows the compiler down);
+#: -fwrapv and NDEBUG as CPython builds its own extensions.
+_FLAGS = ("-O2", "-g0", "-fwrapv", "-DNDEBUG")
+
+
+def compiler_command(source_path: str, output_path: str) -> list[str] | None:
+    """The one command that compiles and links C file `source_path` into the extension
+    module `output_path` on this machine, or None where cupric leaves it to setuptools
+    (not Linux, or an interpreter that records no compiler).
+
+    The compiler and linker flags are those Python was built with (``sysconfig``'s
+    ``LDSHARED`` and ``CCSHARED``), with the environment's ``CC``, ``LDSHARED`` and
+    ``CFLAGS`` taking effect as they do for setuptools.
+    """
+    import shlex
+    import sys
+    import sysconfig
+    if not sys.platform.startswith("linux"):
+        return None
+    config = sysconfig.get_config_vars()
+    cc = os.environ.get("CC") or config.get("CC")
+    ldshared = os.environ.get("LDSHARED") or config.get("LDSHARED")
+    if not cc or not ldshared:
+        return None
+    link = shlex.split(ldshared)
+    if "LDSHARED" not in os.environ and "CC" in os.environ and config.get("CC"):
+        # setuptools' rule: a CC of the environment replaces the compiler of LDSHARED.
+        configured = shlex.split(config["CC"])
+        if link[:len(configured)] == configured:
+            link = shlex.split(cc) + link[len(configured):]
+    paths = sysconfig.get_paths()
+    includes = []
+    for key in ("include", "platinclude"):
+        if paths.get(key) and paths[key] not in includes:
+            includes.append(paths[key])
+    return (link + shlex.split(config.get("CCSHARED") or "-fPIC") + list(_FLAGS)
+            + shlex.split(os.environ.get("CFLAGS", "")) + [f"-I{d}" for d in includes]
+            + [source_path, "-o", output_path])
+
+
+def _write_source(tmp: str, name: str, source: str) -> str:
+    path = os.path.join(tmp, name + ".c")
+    with open(path, "w") as f:
+        f.write(f'#define MODULE_NAME "{name}"\n#define INIT_NAME PyInit_{name}\n')
+        f.write(source)
+    return path
+
+
 def compile_extension(tmp: str, name: str, source: str, what: str) -> str:
     """Build C `source` (which reads MODULE_NAME and INIT_NAME) as extension `name` in the
-    folder `tmp`; returns the built file's path."""
+    folder `tmp`; returns the built file's path.
+
+    Raises
+    ------
+    RuntimeError
+        The compiler failed or could not be run (with the tail of its output).
+    """
+    import importlib.machinery
+    import subprocess
+
+    path = _write_source(tmp, name, source)
+    output = os.path.join(tmp, name + importlib.machinery.EXTENSION_SUFFIXES[0])
+    command = compiler_command(path, output)
+    if command is None:
+        return _compile_with_setuptools(tmp, name, path, what)
+    try:
+        done = subprocess.run(command, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, cwd=tmp)
+    except OSError as exc:  # no such compiler: the message names it
+        raise RuntimeError(f"building the {what} failed: cannot run the C compiler "
+                           f"{command[0]!r} ({exc}); install one (gcc) or set CC") from exc
+    if done.returncode != 0 or not os.path.isfile(output):
+        raise RuntimeError(f"building the {what} failed (exit status {done.returncode}): "
+                           f"{' '.join(command[:2])} ...\n"
+                           f"{(done.stdout + done.stderr)[-2000:]}")
+    return output
+
+
+def _compile_with_setuptools(tmp: str, name: str, path: str, what: str) -> str:
     import contextlib
     import io
 
     from setuptools import Distribution, Extension
     from setuptools.command.build_ext import build_ext
 
-    path = os.path.join(tmp, name + ".c")
-    with open(path, "w") as f:
-        f.write(f'#define MODULE_NAME "{name}"\n#define INIT_NAME PyInit_{name}\n')
-        f.write(source)
     ext = Extension(name, [path], extra_compile_args=["-O2"])
     dist = Distribution({"name": name, "ext_modules": [ext]})
     cmd = build_ext(dist)
