@@ -352,27 +352,43 @@ static PyObject *watch_cupy(PyObject *module, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* key[at], key[at + 1], key[at + 2] = a foreign array's dtype, shape and strides (the
+   attribute `strides`, or with `stride_method` the method `stride()`): new references;
+   0 with an error set on failure. */
+static int put_layout(PyObject *t, PyObject *key, Py_ssize_t at, int stride_method) {
+    PyObject *d = PyObject_GetAttr(t, n_dtype);
+    if (d == NULL) return 0;
+    PyTuple_SET_ITEM(key, at, d);
+    PyObject *s = PyObject_GetAttr(t, n_shape);
+    if (s == NULL) return 0;
+    PyTuple_SET_ITEM(key, at + 1, s);
+    PyObject *st = stride_method ? PyObject_CallMethodNoArgs(t, n_stride)
+                                 : PyObject_GetAttr(t, n_strides);
+    if (st == NULL) return 0;
+    PyTuple_SET_ITEM(key, at + 2, st);
+    return 1;
+}
+
+/* *ptr = the address int `p` (a new reference, released here; NULL: an error is set);
+   0 with an error set when there is none. */
+static int take_address(PyObject *p, uintptr_t *ptr) {
+    if (p == NULL) return 0;
+    unsigned long long a = PyLong_AsUnsignedLongLong(p);
+    Py_DECREF(p);
+    if (a == (unsigned long long)-1 && PyErr_Occurred()) return 0;
+    *ptr = (uintptr_t)a;
+    return 1;
+}
+
 /* A CuPy array's key items (dtype, shape, strides) and data pointer, as the intake
    layer's CuPy adapter reads them: 1, or 0 (no error set) for the Python path. */
 static int cupy_read(PyObject *t, PyObject *key, Py_ssize_t at, uintptr_t *ptr) {
-    PyObject *d = PyObject_GetAttr(t, n_dtype);
-    if (d == NULL) goto no;
-    PyTuple_SET_ITEM(key, at, d);
-    PyObject *s = PyObject_GetAttr(t, n_shape);
-    if (s == NULL) goto no;
-    PyTuple_SET_ITEM(key, at + 1, s);
-    PyObject *st = PyObject_GetAttr(t, n_strides);
-    if (st == NULL) goto no;
-    PyTuple_SET_ITEM(key, at + 2, st);
+    if (!put_layout(t, key, at, 0)) goto no;
     PyObject *data = PyObject_GetAttr(t, n_data);
     if (data == NULL) goto no;
     PyObject *p = PyObject_GetAttr(data, n_ptr);
     Py_DECREF(data);
-    if (p == NULL) goto no;
-    unsigned long long a = PyLong_AsUnsignedLongLong(p);
-    Py_DECREF(p);
-    if (a == (unsigned long long)-1 && PyErr_Occurred()) goto no;
-    *ptr = (uintptr_t)a;
+    if (!take_address(p, ptr)) goto no;
     return 1;
 no:
     PyErr_Clear();
@@ -417,21 +433,9 @@ static int torch_read(PyObject *t, PyObject *key, Py_ssize_t at, uintptr_t *ptr)
     bad = v != torch_strided;
     Py_DECREF(v);
     if (bad) return 0;
-    PyObject *d = PyObject_GetAttr(t, n_dtype);
-    if (d == NULL) goto no;
-    PyTuple_SET_ITEM(key, at, d);
-    PyObject *s = PyObject_GetAttr(t, n_shape);
-    if (s == NULL) goto no;
-    PyTuple_SET_ITEM(key, at + 1, s);
-    PyObject *st = PyObject_CallMethodNoArgs(t, n_stride);
-    if (st == NULL) goto no;
-    PyTuple_SET_ITEM(key, at + 2, st);
-    PyObject *p = PyObject_CallMethodNoArgs(t, n_data_ptr);
-    if (p == NULL) goto no;
-    unsigned long long a = PyLong_AsUnsignedLongLong(p);
-    Py_DECREF(p);
-    if (a == (unsigned long long)-1 && PyErr_Occurred()) goto no;
-    *ptr = (uintptr_t)a;
+    if (!put_layout(t, key, at, 1)
+        || !take_address(PyObject_CallMethodNoArgs(t, n_data_ptr), ptr))
+        goto no;
     return 1;
 no:
     PyErr_Clear();
