@@ -335,10 +335,11 @@ def _bits_body(da: DeviceAlgorithm, wide: bool):
 
 
 def _four_per_group_body(da: DeviceAlgorithm, group, rest):
-    """A float fill whose elements are shift + scale * v: `group(st, out, i, shift,
-    scale)` writes a whole group out[i .. i + 3] and returns the state; `rest(st, out, i,
-    n, shift, scale)` writes from the straddling group's element i on and returns (the
-    next i, the state)."""
+    """A float fill whose elements are shift + scale * v: `group(st)` draws a whole
+    group's four values, (v0, v1, v2, v3, state), all before any store (libdevice's logf
+    branches, and stores in different basic blocks could not merge into one vector
+    store); `rest(st, out, i, n, shift, scale)` writes from the straddling group's
+    element i on and returns (the next i, the state)."""
     load, store = da.fn("load"), da.fn("store")
 
     def thread(t, states, out, shift, scale):
@@ -347,7 +348,11 @@ def _four_per_group_body(da: DeviceAlgorithm, group, rest):
         st = load(states, t)
         i = 4 * t
         while i + 3 < n:
-            st = group(st, out, i, shift, scale)
+            v0, v1, v2, v3, st = group(st)
+            out[i] = shift + scale * v0
+            out[i + 1] = shift + scale * v1
+            out[i + 2] = shift + scale * v2
+            out[i + 3] = shift + scale * v3
             i += 4 * n_streams
         while i < n:  # the group that straddles the end, if this stream has it
             i, st = rest(st, out, i, n, shift, scale)
@@ -361,18 +366,12 @@ def _affine_body(da: DeviceAlgorithm, variate):
     uniform and exponential, from the `device_rng` API."""
 
     @_device
-    def group(st, out, i, shift, scale):
-        # All four values before any store: libdevice's logf branches, and stores in
-        # different basic blocks could not merge into one vector store.
+    def group(st):
         v0, st = variate(st)
         v1, st = variate(st)
         v2, st = variate(st)
         v3, st = variate(st)
-        out[i] = shift + scale * v0
-        out[i + 1] = shift + scale * v1
-        out[i + 2] = shift + scale * v2
-        out[i + 3] = shift + scale * v3
-        return st
+        return v0, v1, v2, v3, st
 
     @_device
     def rest(st, out, i, n, shift, scale):
@@ -391,14 +390,10 @@ def _normal_body(da: DeviceAlgorithm, pair):
     """
 
     @_device
-    def group(st, out, i, shift, scale):
+    def group(st):
         c0, s0, st = pair(st)
         c1, s1, st = pair(st)
-        out[i] = shift + scale * c0
-        out[i + 1] = shift + scale * s0
-        out[i + 2] = shift + scale * c1
-        out[i + 3] = shift + scale * s1
-        return st
+        return c0, s0, c1, s1, st
 
     @_device
     def rest(st, out, i, n, shift, scale):
