@@ -10,13 +10,32 @@ the barrier given, whose phase completes when they are all there. The tensor map
 as a kernel argument: the 16 x u64 device array of a `TensorMap` (its `.array`); a thread
 calls `tma.acquire(map)` before its first copy with it (the host wrote it through another
 proxy).
+
+What the copy engine accepts (measured on an H100; a copy outside it fails the launch with
+CUDA_ERROR_ILLEGAL_INSTRUCTION or CUDA_ERROR_MISALIGNED_ADDRESS, which names no copy):
+
+- x times the element size is a multiple of 16 bytes (each box row starts on a 16-byte
+  boundary of global memory), whatever the swizzle; y is free.
+- Loads may start past any edge, negative coordinates included (those elements read as
+  zero). Stores are clipped at the far edges (columns past the width, rows past the
+  height are not written) but fault at any negative coordinate, even with the whole box
+  outside the tensor.
+- The box's shared-memory address is a multiple of 128 bytes. The swizzle is a function
+  of the address (bits 4-6 XOR bits 7-9), so the layout `wgmma` descriptors read needs
+  the box on a multiple of the swizzle's period: 256, 512 or 1024 bytes for 32, 64, 128.
+
+The simulator refuses other copies with `CopyError`, and a kernel compiled with
+`bounds_check=True` (or `debug=True`) stops with a DeviceAssertionError naming the line
+(it takes the element size from the shared array's type).
 """
 
 from __future__ import annotations
 
 from ._intrinsic import Intrinsic, Namespace
+from .errors import KernelError
 
-__all__ = ["tma", "check_box", "SWIZZLES"]
+__all__ = ["tma", "check_box", "check_copy", "CopyError", "SWIZZLES", "COORDINATE_BYTES",
+           "SHARED_ALIGNMENT"]
 
 #: Swizzle width in bytes -> the name of the driver's CUtensorMapSwizzle value.
 SWIZZLES = {0: "CU_TENSOR_MAP_SWIZZLE_NONE", 32: "CU_TENSOR_MAP_SWIZZLE_32B",
@@ -54,21 +73,62 @@ def check_box(dims: tuple, row_bytes: int, itemsize: int, box, swizzle: int) -> 
     return box
 
 
+#: A copy's x coordinate times the element size is a multiple of this many bytes.
+COORDINATE_BYTES = 16
+#: A box's shared-memory address is a multiple of this many bytes.
+SHARED_ALIGNMENT = 128
+
+
+class CopyError(KernelError, ValueError):
+    """A TMA copy the copy engine refuses (an x whose byte offset is not a multiple of 16,
+    a store at a negative coordinate, a box in shared memory off a 128-byte boundary): on
+    a GPU it fails the launch without saying which copy."""
+
+
+def check_copy(x: int, y: int, itemsize: int, shared_address: int | None = None, *,
+               store: bool = False, what: str = "tma copy", filename: str | None = None,
+               line: int | None = None) -> tuple:
+    """(x, y) as ints when the copy engine accepts a copy of elements of `itemsize` bytes
+    at (x, y) (a store with `store`) whose box lies at byte `shared_address` of shared
+    memory; `CopyError` (at `filename`:`line`) otherwise. The rules: the module's."""
+    x, y = int(x), int(y)
+    step = max(1, COORDINATE_BYTES // itemsize)
+    if (x * itemsize) % COORDINATE_BYTES:
+        problem = (f"x = {x} is {x * itemsize} bytes from the start of a row of {itemsize}-"
+                   f"byte elements; TMA copies start at multiples of {COORDINATE_BYTES} bytes "
+                   f"(x a multiple of {step}). Start the box at x rounded down to a multiple "
+                   f"of {step} and offset within it")
+    elif store and (x < 0 or y < 0):
+        problem = (f"a store at ({x}, {y}): TMA stores clip at the far edges only and fault "
+                   f"at a negative coordinate. Store the box at a non-negative corner (or "
+                   f"the part inside the tensor with ordinary stores)")
+    elif shared_address is not None and int(shared_address) % SHARED_ALIGNMENT:
+        problem = (f"the box's shared-memory address {int(shared_address):#x} is not a "
+                   f"multiple of {SHARED_ALIGNMENT} bytes")
+    else:
+        return x, y
+    raise CopyError(f"{what}: {problem}; on a GPU the copy faults (an illegal instruction "
+                    f"or a misaligned address)", filename=filename, line=line)
+
+
 tma = Namespace(
     "tma",
     load_2d=Intrinsic(
         "tma.load_2d",
         "tma.load_2d(dst, dst_index, tensor_map, x, y, bar, bar_index): copies the box at "
-        "element coordinates (x, y) (x the contiguous axis; may lie past the edges, which "
-        "read as zero) of the tensor `tensor_map` describes into shared dst[dst_index] "
-        "(128-byte aligned; 1024 with a 128-byte swizzle) and counts its bytes on the "
-        "mbarrier bar[bar_index] (cp.async.bulk.tensor.2d.shared::cluster.global.tile."
-        "mbarrier::complete_tx::bytes; sm_90). One thread issues it."),
+        "element coordinates (x, y) (x the contiguous axis, x * element size a multiple of "
+        "16 bytes; may lie past any edge, which reads as zero) of the tensor `tensor_map` "
+        "describes into shared dst[dst_index] (128-byte aligned; for the layout wgmma "
+        "reads, a multiple of 256, 512, 1024 bytes with a 32, 64, 128-byte swizzle) and "
+        "counts its bytes on the mbarrier bar[bar_index] (cp.async.bulk.tensor.2d."
+        "shared::cluster.global.tile.mbarrier::complete_tx::bytes; sm_90). One thread issues it."),
     store_2d=Intrinsic(
         "tma.store_2d",
         "tma.store_2d(tensor_map, x, y, src, src_index): copies the box at shared "
-        "src[src_index] to element coordinates (x, y) of the tensor; the parts past the "
-        "edges are not written (cp.async.bulk.tensor.2d.global.shared::cta.bulk_group; "
+        "src[src_index] (128-byte aligned) to element coordinates (x, y) of the tensor (x * "
+        "element size a multiple of 16 bytes; x and y >= 0: a negative coordinate faults); "
+        "the parts past the far edges are not written (cp.async.bulk.tensor.2d.global."
+        "shared::cta.bulk_group; "
         "sm_90). Follow with tma.commit() and tma.wait(0) before reusing src; call "
         "tma.fence_proxy_async() after writing src with ordinary stores."),
     commit=Intrinsic(

@@ -13,7 +13,7 @@ import weakref
 
 import numpy as np
 
-from ..device.tma import check_box
+from ..device.tma import check_box, check_copy
 
 __all__ = ["SimTensorMap", "tensor_map", "lookup", "TAG"]
 
@@ -39,6 +39,15 @@ class SimTensorMap:
         self.array = np.zeros(16, np.uint64)
         self.array[0], self.array[1] = TAG, key
         _MAPS[key] = self
+
+    def check_copy(self, x, y, shared_address: int, what: str, *, store: bool = False,
+                   site: tuple | None = None) -> tuple:
+        """(x, y) as ints when the copy engine accepts this map's copy at (x, y) with its
+        box at byte `shared_address` of shared memory, else `CopyError` at `site` (the
+        kernel's file and line): what faults on a GPU (`cupric.device.tma.check_copy`)."""
+        filename, line = site if site is not None else (None, None)
+        return check_copy(x, y, self.source.itemsize, shared_address, store=store, what=what,
+                          filename=filename, line=line)
 
     def close(self) -> None:
         """Forget the map (kernels given it afterwards fail to find it)."""

@@ -74,7 +74,12 @@ def expected_store(dst_before, box, x2, y2):
     return dst
 
 
-CASES = [(128, 0, 0, 64, 8), (64, 100, 30, -8, -3), (32, 8, 40, 96, 40), (0, 72, 3, 0, 0)]
+# What the copy engine accepts (cupric.device.tma; test_tma_coordinates.py): x a multiple of
+# 16 bytes (8 u16), loads anywhere past the edges, stores at non-negative coordinates,
+# clipped at the far edges. The 64-byte case reads past the right and bottom edges and
+# stores past them; the last one reads at negative coordinates.
+CASES = [(128, 0, 0, 64, 8), (64, 120, 40, 104, 40), (32, 8, 40, 96, 40), (0, 72, 3, 0, 0),
+         (128, -8, -3, 40, 0)]
 
 
 @pytest.mark.parametrize("swizzle, x, y, x2, y2", CASES)

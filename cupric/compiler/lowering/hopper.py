@@ -19,6 +19,7 @@ from cupric.compiler.ir.values import const_float, const_int
 from cupric.compiler.lowering.mma import shared_address
 from cupric.compiler.lowering.registry import register
 from cupric.compiler.typing.ktypes import NONE, TupleType, WeakType
+from cupric.device.tma import COORDINATE_BYTES, SHARED_ALIGNMENT
 from cupric.device.wgmma import N_SIZES, SWIZZLE_MODES, TYPES
 from cupric.types import ArrayType, ScalarType, bool_, f32, i32, u32, u64
 
@@ -401,11 +402,60 @@ def _load_infer(call):
     return NONE
 
 
+def _guard(cg, call, bad, what: str, text: str, detail: str, values: list) -> None:
+    """Stop the kernel where `bad` (i1) holds: the error record, a printf of `detail` (a
+    format taking `values` and the thread's coordinates) and __assertfail with `text`."""
+    from cupric.compiler.device_errors import KIND_ASSERT, emit_record
+    from cupric.compiler.lowering.checks import _coordinates
+    from cupric.compiler.lowering.io import assert_fail, printf
+    b = cg.b
+    fail = cg.fn.append_block("tma.check.fail")
+    ok = cg.fn.append_block("tma.check.ok")
+    b.cbranch(bad, fail, ok)
+    b.position_at_end(fail)
+    text = f"{what}: {text}; the copy would fault"
+    emit_record(cg, KIND_ASSERT, call.node, text)
+    line = getattr(call.node, "lineno", cg.src.tree.lineno)
+    printf(cg, f"{cg.src.filename}:{line}: {what}: {detail} (block (%u, %u, %u), thread "
+           f"(%u, %u, %u))\n", values + _coordinates(cg))
+    assert_fail(cg, text, call.node)
+    b.unreachable()
+    b.position_at_end(ok)
+
+
+def _check_copy(cg, call, x, y, address, smem: int, what: str, store: bool) -> None:
+    """With bounds checking on, the copy engine's rules (`cupric.device.tma`) tested before
+    the copy: x times the element size of the shared array argument `smem` a multiple of
+    16 bytes, a store's x and y not negative, the shared `address` on 128 bytes. A broken
+    rule stops the kernel with a DeviceAssertionError naming the line; the copy itself
+    would fail the launch with an illegal instruction that names nothing."""
+    if not cg.mcg.bounds_check:
+        return
+    b = cg.b
+    zero = const_int(ll.i32, 0)
+    step = COORDINATE_BYTES // call.arg_types[smem].dtype.itemsize
+    if step > 1:
+        bad = b.icmp("ne", b.binop("and", x, const_int(ll.i32, step - 1)), zero)
+        _guard(cg, call, bad, what, f"x is not a multiple of {step} ({COORDINATE_BYTES} "
+               f"bytes of the shared array's {COORDINATE_BYTES // step}-byte elements)",
+               f"x = %d is not a multiple of {step}", [x])
+    if store:
+        bad = b.icmp("slt", b.binop("or", x, y), zero)  # either sign bit set
+        _guard(cg, call, bad, what, "a store at a negative coordinate",
+               "a store at (%d, %d): TMA stores fault at negative coordinates", [x, y])
+    bad = b.icmp("ne", b.binop("and", address, const_int(ll.i32, SHARED_ALIGNMENT - 1)),
+                 zero)
+    _guard(cg, call, bad, what, f"the box's shared address is not a multiple of "
+           f"{SHARED_ALIGNMENT} bytes", f"shared address %u is not a multiple of "
+           f"{SHARED_ALIGNMENT}", [address])
+
+
 def _load_lower(cg, call, args):
     dst = shared_address(cg, args[0], args[1], call.node, "tma.load_2d")
     tmap = cg.b.cast("ptrtoint", args[2].data, ll.i64)
     x = _scalar(cg, args[3], i32, call.node)
     y = _scalar(cg, args[4], i32, call.node)
+    _check_copy(cg, call, x, y, dst, 0, "tma.load_2d", store=False)
     bar = shared_address(cg, args[5], args[6], call.node, "tma.load_2d")
     _asm(cg, MARK_SM90 + "cp.async.bulk.tensor.2d.shared::cluster.global.tile."
          "mbarrier::complete_tx::bytes [$0], [$1, {$2, $3}], [$4];", [],
@@ -432,6 +482,7 @@ def _store_lower(cg, call, args):
     x = _scalar(cg, args[1], i32, call.node)
     y = _scalar(cg, args[2], i32, call.node)
     src = shared_address(cg, args[3], args[4], call.node, "tma.store_2d")
+    _check_copy(cg, call, x, y, src, 3, "tma.store_2d", store=True)
     _asm(cg, MARK_SM90 + "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group "
          "[$0, {$1, $2}], [$3];", [], ["l", "r", "r", "r"], [tmap, x, y, src])
     return _none(call)
