@@ -24,8 +24,8 @@ from typing import Callable
 
 __all__ = ["Setting", "SETTINGS", "setting", "simulator_requested", "markdown_table",
            "SIMULATOR", "SIMULATOR_ENGINE", "SIMULATOR_TIMEOUT", "SIMULATOR_MAX_THREADS",
-           "CACHE_DIR", "BINDINGS_DIR", "BUILD_LAUNCHER", "BUILD_SYNC", "LAUNCH_BACKEND",
-           "FAST_ALLOC", "ALLOC_CACHE",
+           "CACHE_DIR", "BINDINGS_DIR", "BUILD_LAUNCHER", "BUILD_SYNC", "BUILD_JOBS",
+           "LAUNCH_BACKEND", "FAST_ALLOC", "ALLOC_CACHE",
            "KERNEL_FASTCALL",
            "CUBLAS_FASTPATH", "CUDNN_FASTPATH", "CUDNN_ENGINE_CACHE", "CPP", "STORE",
            "STORE_PATH"]
@@ -143,8 +143,12 @@ BUILD_LAUNCHER = Setting(
 BUILD_SYNC = Setting(
     "CUPRIC_BUILD_SYNC", "switch", "off",
     "1 builds a missing C extension in the calling thread when it is first needed, one "
-    "at a time; by default every missing fast path is built at once in background "
-    "threads while the Python paths run.", "each use", _on_unless_empty_or_zero)
+    "at a time; by default every missing fast path is built in background threads "
+    "(`CUPRIC_BUILD_JOBS` compilers at once) while the Python paths run.", "each use", _on_unless_empty_or_zero)
+BUILD_JOBS = Setting(
+    "CUPRIC_BUILD_JOBS", "int", "one fewer than the CPUs the process may use (at least 1)",
+    "How many C compilers the background builds of the fast-path extensions run at once; "
+    "a build that a caller waits for goes first.", "each use", _int)
 LAUNCH_BACKEND = Setting(
     "CUPRIC_LAUNCH_BACKEND", "name of a launch backend", "the fastest available",
     "Forces the kernel launch backend (`cupric.runtime.launch`), read when a kernel's "
@@ -192,8 +196,8 @@ STORE_PATH = Setting(
 #: Every setting by variable name, in the order of the docs table.
 SETTINGS: dict[str, Setting] = {s.name: s for s in (
     SIMULATOR, SIMULATOR_ENGINE, SIMULATOR_TIMEOUT, SIMULATOR_MAX_THREADS, CACHE_DIR,
-    BINDINGS_DIR, BUILD_LAUNCHER, BUILD_SYNC, LAUNCH_BACKEND, KERNEL_FASTCALL, FAST_ALLOC,
-    ALLOC_CACHE, CUBLAS_FASTPATH, CUDNN_FASTPATH, CUDNN_ENGINE_CACHE, CPP, STORE, STORE_PATH)}
+    BINDINGS_DIR, BUILD_LAUNCHER, BUILD_SYNC, BUILD_JOBS, LAUNCH_BACKEND, KERNEL_FASTCALL,
+    FAST_ALLOC, ALLOC_CACHE, CUBLAS_FASTPATH, CUDNN_FASTPATH, CUDNN_ENGINE_CACHE, CPP, STORE, STORE_PATH)}
 
 
 def setting(name: str) -> Setting:

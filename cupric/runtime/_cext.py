@@ -7,9 +7,11 @@ message and run their Python paths.
 A machine that has never run cupric has none of them built. The first request for a
 missing one starts building every fast path of `FAST_PATHS` that is missing, each in a
 background thread that runs the compiler in a child process (so the builds overlap each
-other and the caller's own work); a caller that can switch later (``wait=False``) gets
-`Pending` and keeps its Python path until the module is ready. ``CUPRIC_BUILD_SYNC=1``
-builds only what is asked for, in the calling thread, as before.
+other and the caller's own work), at most ``CUPRIC_BUILD_JOBS`` compilers at once (one
+fewer than the CPUs by default), a build that a caller blocks on first; a caller that
+can switch later (``wait=False``) gets `Pending` and keeps its Python path until the
+module is ready. ``CUPRIC_BUILD_SYNC=1`` builds only what is asked for, in the calling
+thread, as before.
 
 Each fast-path module declares its extension once, beside its C source, as an
 `Extension` named ``EXTENSION`` (cache folder, description, the `_config` switch that
@@ -36,7 +38,7 @@ from cupric import _config
 
 __all__ = ["Extension", "open_extension", "module_name", "load_file", "build_and_load",
            "compile_extension", "Pending", "FAST_PATHS", "BINDINGS", "prefetch", "started",
-           "SLOT_OFFSET", "MODULE_INIT", "build_log", "compiler_command"]
+           "SLOT_OFFSET", "MODULE_INIT", "build_log", "compiler_command", "jobs"]
 
 _logger = logging.getLogger("cupric.build")
 
@@ -63,13 +65,15 @@ class Pending(Exception):
 class _Build:
     """One extension's build in this process: started once, read by every caller."""
 
-    __slots__ = ("done", "module", "error", "thread")
+    __slots__ = ("done", "module", "error", "thread", "wanted", "order")
 
     def __init__(self) -> None:
         self.done = threading.Event()
         self.module = None
         self.error: BaseException | None = None
         self.thread: threading.Thread | None = None
+        self.wanted = False  # a caller blocks on it: it takes the next free compiler
+        self.order = 0       # when it was started, among builds equally wanted
 
     def result(self):
         if self.error is not None:
@@ -80,6 +84,53 @@ class _Build:
 # Builds by module name: one per extension per process, whoever asks first starts it.
 _builds: dict[str, _Build] = {}
 _builds_lock = threading.Lock()
+
+class _Compilers:
+    """The compiler runs of background builds: at most `jobs()` at once; a queued build
+    that a caller blocks on goes first, the others in the order they were started. On a
+    machine with few cores this keeps the build a caller waits for from sharing them with
+    builds nobody needs yet."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._running = 0
+        self._queue: list[_Build] = []
+
+    def acquire(self, build: _Build) -> float:
+        """Block until `build` may run its compiler; returns the seconds it queued."""
+        began = time.perf_counter()
+        with self._cond:
+            self._queue.append(build)
+            while self._running >= jobs() or \
+                    min(self._queue, key=lambda b: (not b.wanted, b.order)) is not build:
+                self._cond.wait()
+            self._queue.remove(build)
+            self._running += 1
+        return time.perf_counter() - began
+
+    def release(self) -> None:
+        with self._cond:
+            self._running -= 1
+            self._cond.notify_all()
+
+    def want(self, build: _Build) -> None:
+        """A caller is about to block on `build`: it runs next."""
+        if not build.wanted:
+            with self._cond:
+                build.wanted = True
+                self._cond.notify_all()
+
+
+_compilers = _Compilers()
+_started = [0]  # builds started by this process (their `order`)
+
+
+def jobs() -> int:
+    """How many compilers background builds run at once (``CUPRIC_BUILD_JOBS``, else one
+    fewer than the CPUs this process may use, at least one)."""
+    chosen = _config.BUILD_JOBS.get()
+    return max(1, chosen if chosen is not None else _cpus() - 1)
+
 
 # What this process built, failed to build, waited for or ran without (`build_log`).
 _log: list[dict] = []
@@ -110,6 +161,8 @@ def build_log() -> list[dict]:
       ``seconds`` is the build's wall time.
     - ``"failed"``: the build failed; ``error`` (the first line of the reason).
     - ``"waited"``: a caller blocked for a build running in the background.
+    - ``"queued"``: a background build waited this long for a free compiler
+      (``CUPRIC_BUILD_JOBS``) before it started.
     - ``"pending"``: a caller ran its Python path because the build was not done (noted
       once per extension).
     - ``"unavailable"``: loading gave no module (``error`` says why: no compiler, the
@@ -334,6 +387,7 @@ def open_extension(prefix: str, subdir: str, source: str, what: str,
                 _pending_noted.add(name)
                 _record("pending", what, name)
             raise Pending(f"the {what} is being built")
+        _compilers.want(build)
         began = time.perf_counter()
         build.done.wait()
         _record("waited", what, name, time.perf_counter() - began)
@@ -363,10 +417,18 @@ def _start(name: str, directory, source: str, what: str) -> _Build:
         if build is not None:
             return build
         build = _builds[name] = _Build()
+        _started[0] += 1
+        build.order = _started[0]
 
     def run() -> None:
         try:
-            build.module = build_and_load(directory, name, source, what, isolated=True)
+            queued = _compilers.acquire(build)
+            try:
+                if queued > 1e-3:
+                    _record("queued", what, name, queued)
+                build.module = build_and_load(directory, name, source, what, isolated=True)
+            finally:
+                _compilers.release()
         except BaseException as exc:  # handed to every caller through result()
             build.error = exc
         finally:

@@ -275,9 +275,11 @@ def test_first_launch_with_an_empty_cache(tmp_path):
                PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
     for name in ("CUPRIC_BUILD_SYNC", "CUPRIC_BUILD_LAUNCHER", "CUPRIC_KERNEL_FASTCALL"):
         env.pop(name, None)
-    proc = subprocess.run([sys.executable, "-c", _COLD_KERNEL, str(tmp_path / "x.npy"),
+    # A file: a kernel's source must be readable.
+    (tmp_path / "cold.py").write_text(_COLD_KERNEL)
+    proc = subprocess.run([sys.executable, str(tmp_path / "cold.py"), str(tmp_path / "x.npy"),
                            str(tmp_path / "y.npy")], env=env, capture_output=True, text=True,
-                          timeout=400)
+                          timeout=400, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     y = np.load(tmp_path / "y.npy")
     np.testing.assert_allclose(y, 3.0 * x + 1.0, rtol=1e-6, atol=1e-6)
@@ -288,3 +290,69 @@ def test_first_launch_with_an_empty_cache(tmp_path):
     assert all(e["how"] == (
         "cc" if sys.platform.startswith("linux") else "setuptools")
         for e in log if e["event"] == "built")
+
+
+# -- how many compilers at once, and which goes first ------------------------------------------
+
+
+def test_jobs_follow_the_setting_and_the_cpus(monkeypatch):
+    monkeypatch.delenv("CUPRIC_BUILD_JOBS", raising=False)
+    monkeypatch.setattr(_cext, "_cpus", lambda: 16)
+    assert _cext.jobs() == 15
+    monkeypatch.setattr(_cext, "_cpus", lambda: 1)
+    assert _cext.jobs() == 1
+    monkeypatch.setenv("CUPRIC_BUILD_JOBS", "3")
+    assert _cext.jobs() == 3
+    monkeypatch.setenv("CUPRIC_BUILD_JOBS", "0")
+    assert _cext.jobs() == 1
+    monkeypatch.setenv("CUPRIC_BUILD_JOBS", "many")
+    with pytest.raises(ValueError, match="CUPRIC_BUILD_JOBS"):
+        _cext.jobs()
+
+
+def test_one_compiler_at_a_time_and_the_awaited_build_first(clean, monkeypatch):
+    """With one compiler slot, three builds queue; the one a caller then blocks on runs
+    before the two started earlier that nobody waits for."""
+    import threading
+    monkeypatch.setenv("CUPRIC_BUILD_JOBS", "1")
+    monkeypatch.setattr(_cext, "_compilers", _cext._Compilers())
+    gate = threading.Event()
+    order, running, most = [], [0], [0]
+    lock = threading.Lock()
+
+    def fake_build(directory, name, source, what, **kw):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        if what == "first":
+            gate.wait(30)          # holds the only compiler until the others are queued
+        order.append(what)
+        with lock:
+            running[0] -= 1
+        return types.SimpleNamespace(what=what)
+    monkeypatch.setattr(_cext, "build_and_load", fake_build)
+    for what in ("first", "second", "third", "awaited"):
+        with pytest.raises(_cext.Pending):
+            _cext.open_extension(f"_cupric_q{what}", what, tiny(len(what)), what, wait=False)
+    release = threading.Timer(0.3, gate.set)
+    release.start()
+    module = _cext.open_extension("_cupric_qawaited", "awaited", tiny(7), "awaited")
+    assert module.what == "awaited"
+    for build in list(_cext._builds.values()):
+        assert build.done.wait(30)
+    assert order == ["first", "awaited", "second", "third"] and most[0] == 1
+    queued = {e["what"] for e in _cext.build_log() if e["event"] == "queued"}
+    assert queued == {"awaited", "second", "third"}
+
+
+@needs_cc
+def test_queued_builds_all_finish_with_one_compiler(clean, monkeypatch):
+    monkeypatch.setenv("CUPRIC_BUILD_JOBS", "1")
+    sources = {f"_cupric_j{i}": tiny(40 + i) for i in range(3)}
+    for prefix, source in sources.items():
+        with pytest.raises(_cext.Pending):
+            _cext.open_extension(prefix, prefix[8:], source, prefix, wait=False)
+    answers = [_cext.open_extension(prefix, prefix[8:], source, prefix).answer()
+               for prefix, source in sources.items()]
+    assert answers == [40, 41, 42]
+    assert _cext._compilers._running == 0 and _cext._compilers._queue == []
