@@ -15,21 +15,12 @@ import types
 
 import pytest
 
+from cext_helpers import TINY, tiny
 from cupric.runtime import _cext
 
 pytestmark = pytest.mark.skipif(
     shutil.which(sysconfig.get_config_var("CC").split()[0] if sysconfig.get_config_var("CC")
                  else "cc") is None, reason="no C compiler here")
-
-TINY = r"""
-#include <Python.h>
-static PyObject *answer(PyObject *self, PyObject *args) { return PyLong_FromLong(ANSWER); }
-static PyMethodDef methods[] = {{"answer", answer, METH_NOARGS, ""}, {NULL, NULL, 0, NULL}};
-""" + _cext.MODULE_INIT
-
-
-def tiny(answer: int) -> str:
-    return f"#define ANSWER {answer}\n" + TINY
 
 
 @pytest.fixture

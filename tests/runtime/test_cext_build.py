@@ -19,22 +19,13 @@ import types
 import numpy as np
 import pytest
 
+from cext_helpers import TINY, tiny
 from cupric.runtime import _cext
 
 _CC = sysconfig.get_config_var("CC")
 needs_cc = pytest.mark.skipif(
     not sys.platform.startswith("linux") or not _CC or shutil.which(_CC.split()[0]) is None,
     reason="no C compiler of this interpreter here (or not Linux)")
-
-TINY = r"""
-#include <Python.h>
-static PyObject *answer(PyObject *self, PyObject *args) { return PyLong_FromLong(ANSWER); }
-static PyMethodDef methods[] = {{"answer", answer, METH_NOARGS, ""}, {NULL, NULL, 0, NULL}};
-""" + _cext.MODULE_INIT
-
-
-def tiny(answer: int) -> str:
-    return f"#define ANSWER {answer}\n" + TINY
 
 
 @pytest.fixture
