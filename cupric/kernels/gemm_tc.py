@@ -6,7 +6,8 @@ By default (`Config`) each block of 128 threads computes a 128 x 128 tile of C; 
 its 4 warps a 64 x 64 piece, as 4 x 8 `mma.m16n8k16` per 16-deep step. A and B reach
 shared memory through `cp.async` in a multi-stage pipeline (the copies of the next
 slices fly while one is multiplied), 32-deep slices in dynamic shared memory, and leave
-it through `ldmatrix` (`.trans` for B, which is row-major k x n). Shared rows are
+it through `ldmatrix` (`.trans` for B, which is row-major k x n) into two register sets:
+a warp reads the next step's fragments while it multiplies the current ones. Shared rows are
 XOR-swizzled in 16-byte chunks so that the 8 rows an `ldmatrix` reads, and the rows
 `cp.async` writes, fall in distinct banks. Tiles past the edges of A and B are
 zero-filled by the copies (src_size 0), so m is free; k and n must be multiples of 8
@@ -94,6 +95,7 @@ def _make_kernel(kind: str, out_bf16: bool, cfg: Config):
     b_per = bk_ * bn_ // 8 // threads
     a_stage, b_stage = bm_ * bk_, bk_ * bn_      # elements per stage
     wide_a = a_cpr >= 8
+    steps = bk_ // 16
 
     @cupric.device_function
     def a_offset(row, chunk):
@@ -126,13 +128,46 @@ def _make_kernel(kind: str, out_bf16: bool, cfg: Config):
             cp_async.copy(sb, st * b_stage + b_dst[q], b, (src + k0 * n) if ok else 0, 16,
                           16 if ok else 0)
 
+    @cupric.device_function
+    def fragments(sa, sb, fa, fb, buf, st, kk, a_off, b_off):
+        """The warp's A and B fragments of 16-deep step kk of the slice in stage st into
+        register set buf (ldmatrix; .trans for B)."""
+        a_base = st * a_stage + a_off[kk]
+        for mi in range(mi_n):
+            x0, x1, x2, x3 = mma.ldmatrix(sa, a_base + mi * 16 * bk_)
+            fa[buf, mi, 0] = x0
+            fa[buf, mi, 1] = x1
+            fa[buf, mi, 2] = x2
+            fa[buf, mi, 3] = x3
+        b_base = st * b_stage + kk * 16 * bn_
+        for nj in range(ni_n // 2):
+            y0, y1, y2, y3 = mma.ldmatrix(sb, b_base + b_off[nj], trans=True)
+            fb[buf, 2 * nj, 0] = y0
+            fb[buf, 2 * nj, 1] = y1
+            fb[buf, 2 * nj + 1, 0] = y2
+            fb[buf, 2 * nj + 1, 1] = y3
+
+    @cupric.device_function
+    def multiply(fa, fb, acc, buf):
+        """acc += the products of register set buf's fragments."""
+        for mi in range(mi_n):
+            for ni in range(ni_n):
+                d0, d1, d2, d3 = op(
+                    (fa[buf, mi, 0], fa[buf, mi, 1], fa[buf, mi, 2], fa[buf, mi, 3]),
+                    (fb[buf, ni, 0], fb[buf, ni, 1]),
+                    (acc[mi, ni, 0], acc[mi, ni, 1], acc[mi, ni, 2], acc[mi, ni, 3]))
+                acc[mi, ni, 0] = d0
+                acc[mi, ni, 1] = d1
+                acc[mi, ni, 2] = d2
+                acc[mi, ni, 3] = d3
+
     @cupric.kernel
     def gemm_tc(a, b, out, m: i32, n: i32, k: i32):
         sa = shared.dynamic(u16, 0, stages * a_stage)
         sb = shared.dynamic(u16, 2 * stages * a_stage, stages * b_stage)
         acc = local.array((mi_n, ni_n, 4), f32)
-        fa = local.array((mi_n, 4), u32)
-        fb = local.array((ni_n, 2), u32)
+        fa = local.array((2, mi_n, 4), u32)
+        fb = local.array((2, ni_n, 2), u32)
         tid = threadIdx.x
         lane = tid & 31
         warp = tid >> 5
@@ -179,48 +214,38 @@ def _make_kernel(kind: str, out_bf16: bool, cfg: Config):
             b_dst[q] = b_offset(row, tid % b_cpr)
             b_row[q] = row
         tiles = (k + bk_ - 1) // bk_
-        for pre in range(stages - 1):
+        # Each warp reads the fragments of the next 16-deep step into the other register
+        # set before it multiplies the current one, across slices too: slice kt's last
+        # step waits for slice kt + 1 and reads its first fragments. Every stage is
+        # filled first; slice kt + stages goes into slice kt's stage once every warp has
+        # passed the barrier at kt's last step (its last read of that stage came a step
+        # earlier).
+        for pre in range(stages):
             if pre < tiles:
                 load_slice(sa, sb, a, b, pre, pre, k, n, a_col, a_src, a_dst, b_src, b_dst,
                            b_row)
             cp_async.commit()
+        cp_async.wait(stages - 1)
+        syncthreads()
+        fragments(sa, sb, fa, fb, 0, 0, 0, a_off, b_off)
         for kt in range(tiles):
-            # Slice kt has landed for this thread (at most stages - 2 newer groups still
-            # fly); the barrier makes it so for every thread, and frees the stage that
-            # was read last, which the next copies overwrite.
-            cp_async.wait(stages - 2)
-            syncthreads()
-            nxt = kt + stages - 1
-            if nxt < tiles:
-                load_slice(sa, sb, a, b, nxt % stages, nxt, k, n, a_col, a_src, a_dst, b_src,
-                           b_dst, b_row)
-            cp_async.commit()
-            a_base = (kt % stages) * a_stage
-            b_base = (kt % stages) * b_stage
-            for kk in range(bk_ // 16):
-                for mi in range(mi_n):
-                    x0, x1, x2, x3 = mma.ldmatrix(sa, a_base + a_off[kk] + mi * 16 * bk_)
-                    fa[mi, 0] = x0
-                    fa[mi, 1] = x1
-                    fa[mi, 2] = x2
-                    fa[mi, 3] = x3
-                for nj in range(ni_n // 2):
-                    y0, y1, y2, y3 = mma.ldmatrix(sb, b_base + b_off[nj] + kk * 16 * bn_,
-                                                  trans=True)
-                    fb[2 * nj, 0] = y0
-                    fb[2 * nj, 1] = y1
-                    fb[2 * nj + 1, 0] = y2
-                    fb[2 * nj + 1, 1] = y3
-                for mi in range(mi_n):
-                    for ni in range(ni_n):
-                        d0, d1, d2, d3 = op(
-                            (fa[mi, 0], fa[mi, 1], fa[mi, 2], fa[mi, 3]),
-                            (fb[ni, 0], fb[ni, 1]),
-                            (acc[mi, ni, 0], acc[mi, ni, 1], acc[mi, ni, 2], acc[mi, ni, 3]))
-                        acc[mi, ni, 0] = d0
-                        acc[mi, ni, 1] = d1
-                        acc[mi, ni, 2] = d2
-                        acc[mi, ni, 3] = d3
+            st = kt % stages
+            for kk in range(steps):
+                if kk == steps - 1:
+                    # slice kt + 1 has landed (at most stages - 2 newer groups still fly)
+                    cp_async.wait(stages - 2)
+                    syncthreads()
+                    nxt = kt + stages
+                    if nxt < tiles:
+                        load_slice(sa, sb, a, b, st, nxt, k, n, a_col, a_src, a_dst, b_src,
+                                   b_dst, b_row)
+                    cp_async.commit()
+                    # past the last slice this reads a stale stage, never used
+                    fragments(sa, sb, fa, fb, (kk + 1) & 1, (kt + 1) % stages, 0, a_off,
+                              b_off)
+                else:
+                    fragments(sa, sb, fa, fb, (kk + 1) & 1, st, kk + 1, a_off, b_off)
+                multiply(fa, fb, acc, kk & 1)
         cp_async.wait(0)
 
         g = lane >> 2
