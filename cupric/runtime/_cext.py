@@ -38,7 +38,8 @@ from cupric import _config
 
 __all__ = ["Extension", "open_extension", "module_name", "load_file", "build_and_load",
            "compile_extension", "Pending", "FAST_PATHS", "BINDINGS", "prefetch", "started",
-           "SLOT_OFFSET", "MODULE_INIT", "build_log", "compiler_command", "jobs"]
+           "SLOT_OFFSET", "MODULE_INIT", "build_log", "compiler_command", "jobs",
+           "build_all"]
 
 _logger = logging.getLogger("cupric.build")
 
@@ -464,6 +465,38 @@ def prefetch() -> None:
         # With fewer cores the children would slow the caller, which waits for them.
         from cupric.bindings_gen import prefetch as bindings
         bindings.start(BINDINGS)
+
+
+def build_all() -> dict[str, str | None]:
+    """Build every fast path of `FAST_PATHS` that the cache lacks, now, and wait for them.
+
+    What an image build or a CI set-up step runs so that a program's first process finds
+    them cached: needs the C compiler, no GPU. Switched-off fast paths are skipped.
+
+    Returns
+    -------
+    dict
+        Each extension's description (``"launch extension"``...) -> None when it is in
+        the cache, else why it could not be built.
+
+    Examples
+    --------
+    ``python -c "from cupric.runtime import _cext; print(_cext.build_all())"``
+    """
+    import importlib
+    extensions = [importlib.import_module(path).EXTENSION for path in FAST_PATHS]
+    for ext in extensions:
+        ext.start()  # all at once (CUPRIC_BUILD_JOBS compilers), before waiting for one
+    out: dict[str, str | None] = {}
+    for ext in extensions:
+        if not ext.enabled():
+            continue
+        try:
+            open_extension(ext.prefix, ext.subdir, ext.source, ext.what, True, wait=True)
+            out[ext.what] = None
+        except Exception as exc:  # reported per extension; the others still build
+            out[ext.what] = f"{type(exc).__name__}: {exc}"[:500]
+    return out
 
 
 def _cpus() -> int:

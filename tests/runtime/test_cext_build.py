@@ -347,3 +347,25 @@ def test_queued_builds_all_finish_with_one_compiler(clean, monkeypatch):
                for prefix, source in sources.items()]
     assert answers == [40, 41, 42]
     assert _cext._compilers._running == 0 and _cext._compilers._queue == []
+
+
+@needs_cc
+def test_build_all_fills_the_cache_and_reports_each(clean, monkeypatch, tmp_path):
+    from cupric import _cache, _config
+    paths = []
+    for i, (source, switch) in enumerate(((tiny(50), None), (TINY.replace(
+            "PyLong_FromLong(ANSWER)", "not C"), None), (tiny(52), "KERNEL_FASTCALL"))):
+        module = types.ModuleType(f"_cupric_test_all{i}")
+        module.EXTENSION = _cext.Extension(f"_cupric_a{i}", f"a{i}", f"extension {i}", source,
+                                           switch=switch)
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+        paths.append(module.__name__)
+    monkeypatch.setattr(_cext, "FAST_PATHS", tuple(paths))
+    monkeypatch.setenv(_config.KERNEL_FASTCALL.name, "0")      # the third is switched off
+    result = _cext.build_all()
+    assert list(result) == ["extension 0", "extension 1"]
+    assert result["extension 0"] is None
+    assert "building the extension 1 failed" in result["extension 1"]
+    folder = tmp_path / "cache" / "a0"
+    assert _cache.load_blob(folder, _cext.module_name("_cupric_a0", tiny(50))) is not None
+    assert not (tmp_path / "cache" / "a2").exists()
