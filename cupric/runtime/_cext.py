@@ -96,6 +96,29 @@ class _Compilers:
         self._cond = threading.Condition()
         self._running = 0
         self._queue: list[_Build] = []
+        self._active = 0              # builds started and not finished
+        self._when_idle: list = []    # called once no build is active
+
+    def started(self) -> None:
+        with self._cond:
+            self._active += 1
+
+    def finished(self) -> None:
+        with self._cond:
+            self._active -= 1
+            due = []
+            if self._active == 0:
+                due, self._when_idle = self._when_idle, []
+        for call in due:
+            call()
+
+    def when_idle(self, call) -> None:
+        """Call `call` once no build is active (now, when none is)."""
+        with self._cond:
+            if self._active:
+                self._when_idle.append(call)
+                return
+        call()
 
     def acquire(self, build: _Build) -> float:
         """Block until `build` may run its compiler; returns the seconds it queued."""
@@ -434,15 +457,18 @@ def _start(name: str, directory, source: str, what: str) -> _Build:
             build.error = exc
         finally:
             build.done.set()
+            _compilers.finished()
 
     # Not a daemon: a process that ends while a build runs waits for it, so the next
     # process finds the extension in the cache.
     build.thread = threading.Thread(target=run, name=f"cupric-build-{name}")
+    _compilers.started()
     try:
         build.thread.start()
     except BaseException as exc:  # no thread to be had: every caller gets this error
         build.error = exc
         build.done.set()
+        _compilers.finished()
     return build
 
 
@@ -451,6 +477,11 @@ def prefetch() -> None:
     neither cached, nor being built, nor turned off, and (with four cores or more) the
     generated bindings of `BINDINGS` in child processes. Called by the first build (a
     cold start).
+
+    The binding generations start at once where there is a core for each of them beside
+    the caller and every compiler; with fewer cores they start when the last build is
+    done, so that the build a caller waits for keeps its core (a library called before
+    then generates its own bindings, as without prefetching).
 
     Cost
     ----
@@ -461,10 +492,22 @@ def prefetch() -> None:
         return
     for module_path in FAST_PATHS:
         importlib.import_module(module_path).EXTENSION.start()
-    if BINDINGS and _cpus() >= 4:
+    cpus = _cpus()
+    if BINDINGS and cpus >= 4:
         # With fewer cores the children would slow the caller, which waits for them.
-        from cupric.bindings_gen import prefetch as bindings
+        if cpus >= 1 + len(FAST_PATHS) + len(BINDINGS):
+            _start_bindings()
+        else:
+            _compilers.when_idle(_start_bindings)
+
+
+def _start_bindings() -> None:
+    from cupric.bindings_gen import prefetch as bindings
+    try:
         bindings.start(BINDINGS)
+    except Exception as exc:  # no process to be had: each library generates on first use
+        _record("unavailable", "bindings prefetch", ",".join(BINDINGS),
+                error=f"{type(exc).__name__}: {exc}"[:300])
 
 
 def build_all() -> dict[str, str | None]:

@@ -369,3 +369,50 @@ def test_build_all_fills_the_cache_and_reports_each(clean, monkeypatch, tmp_path
     folder = tmp_path / "cache" / "a0"
     assert _cache.load_blob(folder, _cext.module_name("_cupric_a0", tiny(50))) is not None
     assert not (tmp_path / "cache" / "a2").exists()
+
+
+def test_binding_generation_waits_for_the_compilers_on_few_cores(clean, monkeypatch):
+    """With a core for every compiler and every generation the bindings start at once;
+    with fewer they start when the last build is done."""
+    import threading
+    from cupric.bindings_gen import prefetch as bindings
+    started = []
+    monkeypatch.setattr(bindings, "start", lambda names: started.append(tuple(names)))
+    names = ("cudnn", "cublas", "cublaslt", "curand")  # 1 + 0 fast paths + 4 > 4 cores
+    monkeypatch.setattr(_cext, "BINDINGS", names)
+    monkeypatch.setattr(_cext, "_compilers", _cext._Compilers())
+    gate = threading.Event()
+
+    def held_build(directory, name, source, what, **kw):
+        gate.wait(30)
+        return types.SimpleNamespace()
+    monkeypatch.setattr(_cext, "build_and_load", held_build)
+    monkeypatch.setattr(_cext, "_cpus", lambda: 4)
+    with pytest.raises(_cext.Pending):
+        _cext.open_extension("_cupric_few", "few", tiny(60), "few", wait=False)
+    assert started == []                      # a compiler still runs
+    gate.set()
+    _cext.open_extension("_cupric_few", "few", tiny(60), "few")
+    for _ in range(300):                       # the build thread starts them as it ends
+        if started:
+            break
+        threading.Event().wait(0.01)
+    assert started == [names]
+    monkeypatch.setattr(_cext, "_cpus", lambda: 16)
+    gate.clear()
+    with pytest.raises(_cext.Pending):
+        _cext.open_extension("_cupric_many", "many", tiny(61), "many", wait=False)
+    assert started[1:] == [names]             # at once, while the compiler runs
+    gate.set()
+
+
+def test_a_failed_binding_prefetch_is_logged(clean, monkeypatch):
+    from cupric.bindings_gen import prefetch as bindings
+
+    def no_process(names):
+        raise OSError("fork failed")
+    monkeypatch.setattr(bindings, "start", no_process)
+    monkeypatch.setattr(_cext, "BINDINGS", ("cudnn",))
+    _cext._start_bindings()
+    (entry,) = _cext.build_log()
+    assert entry["event"] == "unavailable" and entry["error"] == "OSError: fork failed"
