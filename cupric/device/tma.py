@@ -11,8 +11,9 @@ as a kernel argument: the 16 x u64 device array of a `TensorMap` (its `.array`);
 calls `tma.acquire(map)` before its first copy with it (the host wrote it through another
 proxy).
 
-What the copy engine accepts (measured on an H100; a copy outside it fails the launch with
-CUDA_ERROR_ILLEGAL_INSTRUCTION or CUDA_ERROR_MISALIGNED_ADDRESS, which names no copy):
+What the copy engine accepts (found by probing sm_90 hardware; a copy outside it fails
+the launch with CUDA_ERROR_ILLEGAL_INSTRUCTION or CUDA_ERROR_MISALIGNED_ADDRESS, which
+names no copy):
 
 - x times the element size is a multiple of 16 bytes (each box row starts on a 16-byte
   boundary of global memory), whatever the swizzle; y is free.

@@ -346,6 +346,8 @@ def _shared_words(space: _Space, addresses: np.ndarray, dtype) -> tuple[np.ndarr
 def _tma_load(s, dst, dst_index, tmap, x, y, bar, bar_index):
     m = _tensor(tmap, "tma.load_2d")
     space = _space(s)
+    # what faults on a GPU (an x off 16 bytes, a box off 128 bytes) is refused here too
+    m.check_copy(x, y, space.address(dst, dst_index), "tma.load_2d", site=_user_site(3))
     b = _barrier(s, bar, bar_index, "tma.load_2d")
     addresses, yy, xx = _box_addresses(space, dst, dst_index, m)
     src = m.source
@@ -363,6 +365,8 @@ def _tma_load(s, dst, dst_index, tmap, x, y, bar, bar_index):
 def _tma_store(s, tmap, x, y, src, src_index):
     m = _tensor(tmap, "tma.store_2d")
     space = _space(s)
+    m.check_copy(x, y, space.address(src, src_index), "tma.store_2d", store=True,
+                 site=_user_site(3))  # stores also fault at negative coordinates
     addresses, yy, xx = _box_addresses(space, src, src_index, m)
     out = m.source
     words, lo = _shared_words(space, addresses, out.dtype)

@@ -9,6 +9,7 @@ bounds checking stops with a DeviceAssertionError naming the line."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -74,6 +75,26 @@ def test_simulated_map_checks_with_its_element_size():
     with pytest.raises(CopyError, match="multiple of 4"):
         wide.check_copy(6, 0, 0, "tma.load_2d")
 
+
+
+def test_simulator_refuses_what_faults_on_a_gpu():
+    """The kernel of issue 14's failing case (a load at x = 100 of a u16 tensor, a store at
+    (-8, -3)) stops at the faulting copy's line on the simulator too."""
+    from test_tma_cluster import box_of, copy_kernel
+
+    from cupric.simulator import launch
+    for (x, y, x2, y2), bad in (((100, 30, 104, 40), "tma.load_2d: x = 100"),
+                                ((120, 40, -8, -3), "tma.store_2d: a store at (-8, -3)")):
+        src = np.ones((48, 136), np.uint16)
+        dst = np.zeros((50, 120), np.uint16)
+        box = box_of(64)
+        maps = (sim_map(src, box, swizzle=64), sim_map(dst, box, swizzle=64))
+        out = np.zeros(box[0] * 16, np.uint16)
+        with pytest.raises(CopyError, match=re.escape(bad)) as caught:
+            launch(copy_kernel, (1, 1, 1), (128, 1, 1),
+                   (maps[0].array, maps[1].array, out, np.int32(x), np.int32(y),
+                    np.int32(x2), np.int32(y2), np.int32(box[0])), shared_bytes=3072)
+        assert caught.value.filename.endswith("test_tma_cluster.py")
 
 def load_at(src_map, x, y):
     sm = shared.dynamic(u16)
