@@ -47,7 +47,7 @@ static Py_ssize_t off_ptr, off_shape, off_strides, off_dtype, off_ndim, off_allo
 static Py_ssize_t off_stream_ptr, off_stream_closed;
 static PyTypeObject *buffer_type, *alloc_type, *stream_type;
 static PyObject *s_data, *s_ptr, *s_size, *s_ndim, *s_shape, *s_strides, *s_dtype,
-    *s_c_contiguous, *s_is_cuda, *s_requires_grad, *s_layout, *s_stride,
+    *s_c_contiguous, *s_is_cuda, *s_requires_grad, *s_layout, *s_is_contiguous,
     *s_data_ptr, *s_fast, *s_dispatch, *s_launch, *s_closed, *v_zero, *v_one;
 
 """ + SLOT_OFFSET + PACK_C + r"""
@@ -69,7 +69,7 @@ static PyObject *configure(PyObject *module, PyObject *args) {
     INTERN(s_ndim, "ndim"); INTERN(s_shape, "shape"); INTERN(s_strides, "strides");
     INTERN(s_dtype, "dtype"); INTERN(s_c_contiguous, "_c_contiguous");
     INTERN(s_is_cuda, "is_cuda"); INTERN(s_requires_grad, "requires_grad");
-    INTERN(s_layout, "layout"); INTERN(s_stride, "stride");
+    INTERN(s_layout, "layout"); INTERN(s_is_contiguous, "is_contiguous");
     INTERN(s_data_ptr, "data_ptr"); INTERN(s_fast, "_fast"); INTERN(s_dispatch, "dispatch");
     INTERN(s_launch, "_launch"); INTERN(s_closed, "_closed");
     if (v_zero == NULL && (v_zero = PyLong_FromLong(0)) == NULL) return NULL;
@@ -328,12 +328,15 @@ static PyObject *table_run(Table *t, PyObject *const *cfg, PyObject *const *args
             if (!PyTuple_Check(shape) || PyTuple_GET_SIZE(shape) != 1) goto slow;
             len = PyTuple_GET_ITEM(shape, 0);
             if (!as_ll(len, &x) || x == 0 || (need >= 0 && x != need)) goto slow;
-            long long size = x;
-            PyObject *st = PyObject_CallMethodOneArg(v, s_stride, v_zero);
-            int ok = as_ll(st, &x) && x == 1;
-            Py_XDECREF(st);
-            if (!ok) { PyErr_Clear(); goto slow; }
-            x = size;
+            /* Unit stride: a non-empty 1-D tensor is contiguous exactly when its stride
+               is 1 (or it holds one item, whose stride nothing reads). is_contiguous()
+               takes no arguments: cheaper than stride(0) through the argument parser. */
+            PyObject *dense = PyObject_CallMethodNoArgs(v, s_is_contiguous);
+            if (dense != Py_True) {
+                if (dense == NULL) PyErr_Clear(); else Py_DECREF(dense);
+                goto slow;
+            }
+            Py_DECREF(dense);
             p = PyObject_CallMethodNoArgs(v, s_data_ptr);
             if (p == NULL) { PyErr_Clear(); goto slow; }
             owned[nowned++] = p;
@@ -457,8 +460,28 @@ slow:
     return call_fallback(t, cfg, args, n, tuple, want);
 }
 
+/* The launcher for this call's argument kind in the chain headed by `t`: the one its
+   dispatch table names for the class of the probed argument, else `t` (new reference;
+   NULL with an exception set on failure). */
+static PyObject *dispatched(Table *t, PyObject *const *args, Py_ssize_t n) {
+    PyObject *d = t->dispatch;
+    if (d != NULL && PyTuple_Check(d) && PyTuple_GET_SIZE(d) == 2
+        && PyDict_Check(PyTuple_GET_ITEM(d, 1))) {
+        Py_ssize_t probe = PyLong_AsSsize_t(PyTuple_GET_ITEM(d, 0));
+        if (probe == -1 && PyErr_Occurred()) PyErr_Clear();
+        else if (probe >= 0 && probe < n) {
+            PyObject *pick = PyDict_GetItemWithError(PyTuple_GET_ITEM(d, 1),
+                                                     (PyObject *)Py_TYPE(args[probe]));
+            if (pick != NULL) return Py_NewRef(pick);
+            if (PyErr_Occurred()) return NULL;
+        }
+    }
+    return Py_NewRef((PyObject *)t);
+}
+
 /* launcher(grid, block, stream, shared_bytes, args[, items]): the generated launchers'
-   call; with `items` (an int >= 0) an attempt (see table_run). */
+   call; with `items` (an int >= 0) an attempt (see table_run), which starts at the
+   launcher of its kind where `t` heads a chain of several. */
 static PyObject *table_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
                                   PyObject *kwnames) {
     Table *t = (Table *)self;
@@ -471,8 +494,17 @@ static PyObject *table_vectorcall(PyObject *self, PyObject *const *args, size_t 
         return NULL;
     }
     PyObject *tuple = args[4];
-    return table_run(t, args, &PyTuple_GET_ITEM(tuple, 0), PyTuple_GET_SIZE(tuple), tuple,
-                     n == 6 ? args[5] : NULL);
+    if (n == 5)
+        return table_run(t, args, &PyTuple_GET_ITEM(tuple, 0), PyTuple_GET_SIZE(tuple),
+                         tuple, NULL);
+    PyObject *pick = dispatched(t, &PyTuple_GET_ITEM(tuple, 0), PyTuple_GET_SIZE(tuple));
+    if (pick == NULL) return NULL;
+    PyObject *r = Py_IS_TYPE(pick, Py_TYPE(t))
+        ? table_run((Table *)pick, args, &PyTuple_GET_ITEM(tuple, 0),
+                    PyTuple_GET_SIZE(tuple), tuple, args[5])
+        : PyObject_Vectorcall(pick, args, 6, NULL);
+    Py_DECREF(pick);
+    return r;
 }
 
 static PyMemberDef table_members[] = {

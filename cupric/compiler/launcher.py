@@ -12,6 +12,8 @@ CuPy arrays and PyTorch tensors keeps a fast path for each (at most `MAX_LAUNCHE
 With one GPU, where `cupric.compiler._fastcall` is built and not switched off, the
 launcher is that extension's compiled table making the same checks in C (the Python
 source it replaces stays readable as its `source`); elsewhere it is the generated function.
+A caller with a general path of its own (the ready kernels) calls the launchers as an
+`attempt`: what none of them takes comes back untouched instead of entering the kernel's.
 """
 
 from __future__ import annotations
@@ -137,7 +139,8 @@ def make_launcher(kern, key, args, written, prepared, device: int = -1, fallback
                                (adapter.current_stream, None))
         elif adapter is not None and adapter.kind == "torch":
             # TorchAdapter.read inline: a CUDA, strided, non-autograd tensor of the same
-            # dtype, 1-D, unit stride, not empty (rank and size without a torch.Size).
+            # dtype, 1-D, not empty, contiguous (for 1-D: unit stride, or one item whose
+            # stride nothing reads).
             env[f"D{i}"] = value.dtype
             env[f"L{i}"] = adapter.strided
             size = part[0].itemsize
@@ -145,9 +148,9 @@ def make_launcher(kern, key, args, written, prepared, device: int = -1, fallback
             strided.append(adapter.strided)
             setup.append(f"if {name}.dtype is not D{i} or not {name}.is_cuda or "
                          f"{name}.requires_grad or {name}.layout is not L{i} or "
-                         f"{name}.ndim != 1 or {name}.stride(0) != 1: {slow}")
-            setup.append(f"n{i} = {name}.numel()")
-            setup.append(f"if not n{i}: {slow}")
+                         f"{name}.ndim != 1: {slow}")
+            setup.append(f"n{i} = {name}.shape[0]")
+            setup.append(f"if not n{i} or not {name}.is_contiguous(): {slow}")
             if device >= 0:
                 setup.append(f"if {name}.get_device() != DEV: {slow}")
             setup.append(f"p{i} = {name}.data_ptr()")
@@ -250,12 +253,10 @@ def attempt(kern, grid, block, stream, shared_bytes: int, args: tuple, items: in
     launcher's checks replace theirs, made once, in C where the extension is built.
     """
     fast = kern._fast
-    if fast is None:
-        return False
-    dispatch = fast.dispatch  # several array kinds: this call's kind's launcher
-    if dispatch is not None and len(args) > dispatch[0]:
-        fast = dispatch[1].get(args[dispatch[0]].__class__, fast)
-    return fast(grid, block, stream, shared_bytes, args, items) is not NotImplemented
+    # The compiled launcher picks this call's kind's launcher itself; generated ones go
+    # along the chain until one takes it.
+    return fast is not None and \
+        fast(grid, block, stream, shared_bytes, args, items) is not NotImplemented
 
 
 def is_compiled(launcher) -> bool:

@@ -169,9 +169,12 @@ def direct(plans: Plans, arrays: tuple, stream, written=None):
     """
     first = arrays[0]
     shape = getattr(first, "shape", None)
-    if shape is None or len(shape) != 1 or not shape[0]:
+    if shape is None or len(shape) != 1 or not shape[0] or _common.on_simulator():
         return None
-    plan = _lookup(plans, first)
+    try:  # `_lookup`, inline
+        plan = plans[first.__class__, first.dtype]
+    except (AttributeError, TypeError):  # no dtype, or an unhashable one
+        return None
     if plan is None:
         return None
     kind = plan[0]

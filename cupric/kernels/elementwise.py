@@ -183,7 +183,8 @@ def vecadd(a, b, out=None, stream=None):
     array([0., 2., 4., 6., 8.], dtype=float32)
     """
     if out is not None:
-        plan = direct(_VECADD_PLANS, (a, b, out), stream, out)
+        arrays = (a, b, out)
+        plan = direct(_VECADD_PLANS, arrays, stream, out)
         if plan is not None:  # the arrays as they are (see `direct`)
             dtype, n, checked = plan
             kern = vecadd_kernel
@@ -195,9 +196,9 @@ def vecadd(a, b, out=None, stream=None):
             else:
                 blocks, threads = _quad(dtype, n)
             if checked:
-                launch_now(kern, blocks, threads, stream, 0, (a, b, out))
+                launch_now(kern, blocks, threads, stream, 0, arrays)
                 return out
-            if attempt(kern, blocks, threads, stream, 0, (a, b, out), n):
+            if attempt(kern, blocks, threads, stream, 0, arrays, n):
                 return out
     call = Call("vecadd", stream)
     a = call.array(a, "a", dtypes=NUMERIC)
@@ -250,7 +251,8 @@ def saxpy(a, x, y, out=None, stream=None):
         plan = direct(_SAXPY_PLANS, (x, y) if update else (x, y, out), stream, out)
         if plan is not None:  # the arrays as they are (see `direct`)
             dtype, n, checked = plan
-            alpha = _scalar("saxpy", a, dtype, "a")
+            # `_scalar`'s first case inline: a scalar of the arrays' type already
+            alpha = a if a.__class__ is dtype.type else _scalar("saxpy", a, dtype, "a")
             kern, args = saxpy_kernel, (alpha, x, y, out)
             if dtype.char == "e":  # float16 (out may be y)
                 kern = saxpy_scalar_kernel

@@ -321,6 +321,19 @@ def test_cupy_and_torch_launch_identically(driver, monkeypatch, kind):
     assert by_buffer == [runs["c"][0][0]] * 2
 
 
+def test_torch_contiguity_is_is_contiguous(driver, monkeypatch):
+    """A 1-D tensor is read as contiguous when ``is_contiguous()`` says so: unit stride,
+    or one item whose stride nothing reads; any other stride takes the general path."""
+    a = np.float32(2)
+    one = FakeTensor(0x10000, (1,), strides=(7,))
+    calls = [(1, 32, (a, one, FakeTensor(0x20000, (1,))))] * 3 + \
+        [(1, 32, (a, FakeTensor(0x30000, (8,), strides=(2,)), FakeTensor(0x20000, (8,))))]
+    launches, errors, heads = _three_ways(_axpy, calls, monkeypatch, driver)["c"]
+    assert errors == [None] * 4 and heads[1:] == [True] * 3
+    assert launches[0] == launches[1] == launches[2]
+    assert launches[3][5][1:4] == tuple(v.to_bytes(8, "little") for v in (0x30000, 8, 2))
+
+
 def test_several_kinds_keep_a_compiled_launcher_each(driver, monkeypatch):
     a = np.float32(2)
     kinds = [(a, _buf(0x10000, (256,)), _buf(0x20000, (256,))),

@@ -129,6 +129,10 @@ class FakeTensor:
             count *= n
         return count
 
+    def is_contiguous(self):
+        byte_strides = tuple(s * self._itemsize for s in self._strides)
+        return _c_contiguous(tuple(self.shape), byte_strides, self._itemsize)
+
     def data_ptr(self):
         return self._ptr
 
