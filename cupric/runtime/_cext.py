@@ -20,11 +20,11 @@ the one loader every fast path uses, and its error is remembered for the process
 C source ends with `MODULE_INIT`, the shared module-init boilerplate.
 
 On Linux a build is one run of the C compiler Python was built with (``sysconfig``'s
-``LDSHARED``, with ``CC``/``LDSHARED``/``CFLAGS`` from the environment honoured as
-setuptools does), compiling and linking in one step; elsewhere setuptools' ``build_ext``
-drives it. Every build and every wait for one is recorded (`build_log`, and the
-``cupric.build`` logger at DEBUG level), so that a first call that took a Python path or
-waited for a compiler says so.
+``LDSHARED``; the environment's ``CC``, ``LDSHARED``, ``CFLAGS``, ``CPPFLAGS`` and
+``LDFLAGS`` honoured as setuptools honours them), compiling and linking in one step;
+elsewhere setuptools' ``build_ext`` drives it. Every build and every wait for one is
+recorded (`build_log`, and the ``cupric.build`` logger at DEBUG level), so that a first
+call that took a Python path or waited for a compiler says so.
 """
 
 from __future__ import annotations
@@ -665,8 +665,8 @@ def compiler_command(source_path: str, output_path: str) -> list[str] | None:
     (not Linux, or an interpreter that records no compiler).
 
     The compiler and linker flags are those Python was built with (``sysconfig``'s
-    ``LDSHARED`` and ``CCSHARED``), with the environment's ``CC``, ``LDSHARED`` and
-    ``CFLAGS`` taking effect as they do for setuptools.
+    ``LDSHARED`` and ``CCSHARED``), with the environment's ``CC``, ``LDSHARED``,
+    ``CFLAGS``, ``CPPFLAGS`` and ``LDFLAGS`` taking effect as they do for setuptools.
     """
     import shlex
     import sys
@@ -689,9 +689,11 @@ def compiler_command(source_path: str, output_path: str) -> list[str] | None:
     for key in ("include", "platinclude"):
         if paths.get(key) and paths[key] not in includes:
             includes.append(paths[key])
+    def environ(name: str) -> list[str]:
+        return shlex.split(os.environ.get(name, ""))
     return (link + shlex.split(config.get("CCSHARED") or "-fPIC") + list(_FLAGS)
-            + shlex.split(os.environ.get("CFLAGS", "")) + [f"-I{d}" for d in includes]
-            + [source_path, "-o", output_path])
+            + environ("CFLAGS") + environ("CPPFLAGS") + [f"-I{d}" for d in includes]
+            + [source_path, "-o", output_path] + environ("LDFLAGS"))
 
 
 def _write_source(tmp: str, name: str, source: str) -> str:

@@ -33,7 +33,8 @@ def clean(monkeypatch, tmp_path):
     """An empty cache root, no builds or log of this process, no compiler variables, no
     other fast paths to prefetch."""
     monkeypatch.setenv("CUPRIC_CACHE_DIR", str(tmp_path / "cache"))
-    for name in ("CUPRIC_BUILD_SYNC", "CUPRIC_BUILD_LAUNCHER", "CC", "LDSHARED", "CFLAGS"):
+    for name in ("CUPRIC_BUILD_SYNC", "CUPRIC_BUILD_LAUNCHER", "CUPRIC_BUILD_JOBS", "CC",
+                 "LDSHARED", "CFLAGS", "CPPFLAGS", "LDFLAGS"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(_cext, "_builds", {})
     monkeypatch.setattr(_cext, "_log", [])
@@ -79,11 +80,16 @@ def test_command_follows_cc_ldshared_and_cflags(clean, monkeypatch):
     # LDSHARED of the environment wins over both.
     monkeypatch.setenv("LDSHARED", "cc -shared")
     assert _cext.compiler_command("a.c", "a.so")[:2] == ["cc", "-shared"]
-    # CFLAGS come after cupric's own flags, so that they can override them.
+    # CFLAGS and CPPFLAGS come after cupric's own flags, so that they can override them;
+    # LDFLAGS go to the link, after the source.
     monkeypatch.setenv("CFLAGS", "-O3 -march=native")
+    monkeypatch.setenv("CPPFLAGS", "-DEXTRA=1")
+    monkeypatch.setenv("LDFLAGS", "-L/opt/lib -Wl,-rpath,/opt/lib")
     command = _cext.compiler_command("a.c", "a.so")
     assert command.index("-O3") > command.index("-O2")
-    assert "-march=native" in command
+    assert "-march=native" in command and "-DEXTRA=1" in command
+    assert command[-2:] == ["-L/opt/lib", "-Wl,-rpath,/opt/lib"]
+    assert command.index("a.c") < command.index("-L/opt/lib")
 
 
 def test_no_direct_command_off_linux_or_without_a_recorded_compiler(clean, monkeypatch):
