@@ -732,6 +732,7 @@ def scale(x: Array[f32, 1, "C"], y: Array[f32, 1, "C"]):
     if i < len(x):
         y[i] = 2.0 * x[i]
 x = rt.to_device(np.arange(1 << 20, dtype=np.float32)); y = rt.empty(1 << 20, np.float32)
+t_ready = time.perf_counter()
 scale[(1 << 20) // 256, 256](x, y)
 rt.synchronize()
 t2 = time.perf_counter()
@@ -744,6 +745,7 @@ t1 = time.perf_counter()
 k = cp.RawKernel(r'''extern "C" __global__ void scale(const float* x, float* y, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 2.0f * x[i]; }''', "scale")
 x = cp.asarray(np.arange(1 << 20, dtype=np.float32)); y = cp.empty(1 << 20, cp.float32)
+t_ready = time.perf_counter()
 k(((1 << 20) // 256,), (256,), (x, y, np.int32(1 << 20)))
 cp.cuda.Device().synchronize()
 t2 = time.perf_counter()
@@ -754,6 +756,7 @@ import time; t0 = time.perf_counter()
 import numpy as np, torch
 t1 = time.perf_counter()
 x = torch.from_numpy(np.arange(1 << 20, dtype=np.float32)).cuda(); y = torch.empty_like(x)
+t_ready = time.perf_counter()
 torch.mul(x, 2.0, out=y)
 torch.cuda.synchronize()
 t2 = time.perf_counter()
@@ -767,6 +770,7 @@ nhwc = torch.channels_last
 x = torch.randn(8, 64, 14, 14, device="cuda", dtype=torch.float16).contiguous(memory_format=nhwc)
 w = (0.05 * torch.randn(64, 64, 3, 3, device="cuda", dtype=torch.float16)).contiguous(
     memory_format=nhwc)
+torch.cuda.synchronize(); t_ready = time.perf_counter()
 y = dnn.conv2d(x, w, padding=1)
 torch.cuda.synchronize()
 t2 = time.perf_counter()
@@ -781,6 +785,7 @@ nhwc = torch.channels_last
 x = torch.randn(8, 64, 14, 14, device="cuda", dtype=torch.float16).contiguous(memory_format=nhwc)
 w = (0.05 * torch.randn(64, 64, 3, 3, device="cuda", dtype=torch.float16)).contiguous(
     memory_format=nhwc)
+torch.cuda.synchronize(); t_ready = time.perf_counter()
 y = torch.nn.functional.conv2d(x, w, padding=1)
 torch.cuda.synchronize()
 t2 = time.perf_counter()
@@ -788,17 +793,38 @@ ref = torch.nn.functional.conv2d(x.float(), w.float(), padding=1)
 assert (y.float() - ref).abs().max().item() < 5e-2
 """,
 }
-_FRESH_TAIL = "\nimport json; print(json.dumps({'import_s': t1 - t0, 'first_s': t2 - t1}))\n"
+# After the script: its figures, and for cupric how long the caller waited for C builds
+# (`cupric.runtime._cext.build_log`; 0 where nothing was built).
+_FRESH_TAIL = """
+import json, sys
+waited = 0.0
+if "cupric.runtime._cext" in sys.modules:
+    log = sys.modules["cupric.runtime._cext"].build_log()
+    waited = sum(e["seconds"] for e in log if e["event"] == "waited")
+print(json.dumps({'import_s': t1 - t0, 'first_s': t2 - t1, 'ready_s': t_ready - t1,
+                  'waited_s': waited}))
+"""
+
+
+def _ms(runs: list, key: str, minus: str | None = None) -> float:
+    """The median over `runs` of ``run[key] - run[minus]``, in ms."""
+    return 1e3 * statistics.median(r[key] - (r[minus] if minus else 0.0) for r in runs)
 
 
 def _fresh(quick: bool) -> dict:
     """Each script in new processes: import time, and the time from the import to the
     first result on the device (CUDA initialization, compile or cache read, load, launch,
-    synchronize). "warm": a cache a previous process filled; "empty": a new cache folder
-    (cupric: CUPRIC_CACHE_DIR, which also holds where the toolchain was found; CuPy:
-    CUPY_CACHE_DIR; both: CUDA_CACHE_PATH)."""
+    synchronize), of which what came after the inputs were on the device (CUDA
+    initialized) and, for cupric, the time the caller waited for its C extensions to
+    build. "warm": a cache a previous process filled; "empty": a new cache folder
+    (cupric: CUPRIC_CACHE_DIR, which also holds the generated bindings and where the
+    toolchain was found; CuPy: CUPY_CACHE_DIR; both: CUDA_CACHE_PATH). Bytecode is
+    compiled before the first process, as `pip install` does."""
     runs = 1 if quick else 2
     out: dict = {}
+    # A machine that has never run cupric still has its bytecode (pip compiles it).
+    subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(ROOT, "cupric")],
+                   capture_output=True)
     with tempfile.TemporaryDirectory(prefix="cupric-host-cost-") as work:
         def child(script: str, cache: str) -> dict:
             env = dict(os.environ)
@@ -825,10 +851,13 @@ def _fresh(quick: bool) -> dict:
                     empty.append(child(script, cache))
                     if cached:
                         warm.append(child(script, cache))
-                row = {"import_ms": 1e3 * statistics.median(s["import_s"] for s in empty + warm),
-                       "first_empty_cache_ms": 1e3 * statistics.median(s["first_s"] for s in empty)}
+                row = {"import_ms": _ms(empty + warm, "import_s"),
+                       "first_empty_cache_ms": _ms(empty, "first_s"),
+                       "after_init_empty_cache_ms": _ms(empty, "first_s", "ready_s"),
+                       "build_wait_empty_cache_ms": _ms(empty, "waited_s")}
                 if warm:
-                    row["first_warm_cache_ms"] = 1e3 * statistics.median(s["first_s"] for s in warm)
+                    row["first_warm_cache_ms"] = _ms(warm, "first_s")
+                    row["after_init_warm_cache_ms"] = _ms(warm, "first_s", "ready_s")
                 out[name] = row
             except Exception as exc:  # recorded; the other scripts go on
                 out[name] = {"error": error_text(exc)}
@@ -950,12 +979,17 @@ def tables(results: dict) -> list:
     fresh = results.get("fresh_process") or {}
     if fresh:
         rows = [[name, v.get("import_ms"), v.get("first_warm_cache_ms"),
-                 v.get("first_empty_cache_ms"), v.get("error", "")] for name, v in fresh.items()]
+                 v.get("first_empty_cache_ms"), v.get("after_init_warm_cache_ms"),
+                 v.get("after_init_empty_cache_ms"), v.get("build_wait_empty_cache_ms"),
+                 v.get("error", "")] for name, v in fresh.items()]
         out.append(table("Fresh process (ms): import, then the first result on the device",
                          [("script", ""), ("import", ".0f"), ("first, warm cache", ".0f"),
-                          ("first, empty cache", ".0f"), ("error", "")], rows,
+                          ("first, empty cache", ".0f"), ("after CUDA init, warm", ".0f"),
+                          ("after CUDA init, empty", ".0f"),
+                          ("waiting for C builds, empty", ".0f"), ("error", "")], rows,
                          "First = CUDA initialization, compile or cache read, load, launch, "
-                         "synchronize. PyTorch keeps no kernel cache of its own here."))
+                         "synchronize; after CUDA init = the same from the moment the inputs "
+                         "were on the device. PyTorch keeps no kernel cache of its own here."))
     return out
 
 
