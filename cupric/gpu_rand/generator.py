@@ -102,6 +102,13 @@ class Generator:
     A Generator is not locked: give each host thread its own (`spawn`). Device fills are
     ordered on the backend's stream like any other launch.
 
+    Cost
+    ----
+    A fill of a device array (``out=``) of a class and dtype this Generator filled before,
+    by the same backend, takes that fill's plan (`cupric.gpu_rand.plans`): a few attribute
+    reads and one compiled launch. The first such fill, and any the plan does not take,
+    read `out` through the intake layer and launch through the general path.
+
     Examples
     --------
     >>> rng = Generator(42, streams=4)
@@ -272,24 +279,25 @@ class Generator:
             host_fill(self._alg, self.stream_states, out, *host_args)
             return out
         flat = target.flat(out)
+        dtype = flat.dtype
         if kind.startswith("integers") or kind == "bits64":
             flat = flat.view(np.uint64 if flat.dtype.itemsize == 8 else np.uint32)
         states = self.device_states(target)
         args = (states, flat, *device_args)
         target.launch(kind, self._alg, self._streams, args)
-        if kind in _plans.FAMILIES:
-            self._remember(kind, out, target, args)
+        self._remember(kind, out, target, args, dtype)
         return out
 
-    def _remember(self, kind: str, out, target, args: tuple) -> None:
+    def _remember(self, kind: str, out, target, args: tuple, dtype) -> None:
         """Make the plan of fills like this one (`plans.make_plan`), once per key."""
+        family = _plans.FAMILIES.get(kind)
         try:
-            key = (_plans.FAMILIES[kind], out.__class__, out.dtype)
-            if key in self._plans:
+            key = (family, out.__class__, out.dtype)
+            if family is None or key in self._plans:
                 return
         except (AttributeError, TypeError):  # no dtype, or an unhashable one: no plan
             return
-        plan = _plans.make_plan(kind, self._alg, self._streams, target, args, out)
+        plan = _plans.make_plan(kind, self._alg, self._streams, target, args, out, dtype)
         if plan is not _plans.RETRY:
             self._plans[key] = plan
 
@@ -340,17 +348,10 @@ class Generator:
         backend : {None, "cuda", "simulator"}, optional
             Where a fill of `out` runs; None picks the host for NumPy arrays and the GPU
             otherwise. "simulator" runs the device kernels on the CPU over NumPy arrays.
-
-        Cost
-        ----
-        Filling a device array of a class and dtype this Generator filled before (by the
-        same backend) takes its fill plan (`cupric.gpu_rand.plans`): a few attribute
-        reads and one compiled launch; the first such fill, and any the plan does not
-        take, read `out` through the intake layer and launch through the general path.
         """
         if out is not None and size is None:
             plan = self._plan("uniform", out, backend)
-            if plan is not None and plan.fill(out, plan.zero, plan.one):
+            if plan is not None and plan.fill(out, plan.standard):
                 return out
         return self._float_call(_dist.fill_uniform, "uniform", size, dtype, out, 0.0, 1.0,
                                 backend)
@@ -365,10 +366,8 @@ class Generator:
         if out is not None and size is None and \
                 low.__class__ in _PARAMETERS and high.__class__ in _PARAMETERS:
             plan = self._plan("uniform", out, backend)
-            if plan is not None:
-                shift, scale = plan.arguments(low, high, True)
-                if plan.fill(out, shift, scale):
-                    return out
+            if plan is not None and plan.fill(out, plan.arguments(low, high, True)):
+                return out
         dt = _float_dtype(_dtype_of(out, dtype))
         scale = float(dt.type(high) - dt.type(low))
         return self._float_call(_dist.fill_uniform, "uniform", size, dt, out, low, scale,
@@ -391,6 +390,13 @@ class Generator:
         low, high = operator.index(low), operator.index(high)
         if endpoint:
             high += 1
+        if out is not None and size is None:
+            plan = self._plan("integers64" if high - low > 1 << 32 else "integers32", out,
+                              backend)
+            if plan is not None:
+                args = plan.integer_arguments(low, high)
+                if args is not None and plan.fill(out, args):
+                    return out
         dt = _dtype_of(out, dtype)
         if dt.kind not in "iu" or dt.itemsize > 8:
             raise TypeError(f"dtype must be an integer type of at most 64 bits, got {dt}")
@@ -416,7 +422,7 @@ class Generator:
         """Standard normal variates (Box–Muller, both values of each pair used)."""
         if out is not None and size is None:
             plan = self._plan("normal", out, backend)
-            if plan is not None and plan.fill(out, plan.zero, plan.one):
+            if plan is not None and plan.fill(out, plan.standard):
                 return out
         return self._float_call(_dist.fill_normal, "normal", size, dtype, out, 0.0, 1.0,
                                 backend)
@@ -429,7 +435,7 @@ class Generator:
         if out is not None and size is None and \
                 loc.__class__ in _PARAMETERS and scale.__class__ in _PARAMETERS:
             plan = self._plan("normal", out, backend)
-            if plan is not None and plan.fill(out, *plan.arguments(loc, scale, False)):
+            if plan is not None and plan.fill(out, plan.arguments(loc, scale, False)):
                 return out
         return self._float_call(_dist.fill_normal, "normal", size, dtype, out, loc, scale,
                                 backend)
@@ -438,7 +444,7 @@ class Generator:
         """Standard exponential variates by inversion, -ln(1 - U)."""
         if out is not None and size is None:
             plan = self._plan("exponential", out, backend)
-            if plan is not None and plan.fill(out, plan.zero, plan.one):
+            if plan is not None and plan.fill(out, plan.standard):
                 return out
         return self._float_call(_dist.fill_exponential, "exponential", size, dtype, out,
                                 0.0, 1.0, backend)
@@ -451,13 +457,17 @@ class Generator:
         if out is not None and size is None and \
                 scale.__class__ in _PARAMETERS:
             plan = self._plan("exponential", out, backend)
-            if plan is not None and plan.fill(out, *plan.arguments(0.0, scale, False)):
+            if plan is not None and plan.fill(out, plan.arguments(0.0, scale, False)):
                 return out
         return self._float_call(_dist.fill_exponential, "exponential", size, dtype, out,
                                 0.0, scale, backend)
 
     def bits(self, size=None, dtype=np.uint64, out=None, *, backend=None):
         """Raw generator output: ``next_u32`` (uint32) or ``next_u64`` (uint64) per element."""
+        if out is not None and size is None:
+            plan = self._plan("bits", out, backend)
+            if plan is not None and plan.fill(out, ()):
+                return out
         dt = _dtype_of(out, dtype)
         if dt not in (np.dtype(np.uint32), np.dtype(np.uint64)):
             raise TypeError(f"dtype must be uint32 or uint64, got {dt}")

@@ -1,7 +1,7 @@
 """Fill plans: the per-call work of a `Generator` fill into a device array, found once.
 
 A device fill is one kernel launch over the Generator's S streams, one CUDA thread per
-stream: ``(states, out, shift, scale)``. The general path (`Generator._fill`) reads `out`
+stream: ``(states, out, scalars...)``. The general path (`Generator._fill`) reads `out`
 through the runtime's intake layer, wraps it in a DeviceBuffer view and launches through
 the kernel's general launch (the 2-D states array keeps it off the kernels' generated
 launchers). Once such a fill ran on the GPU, a `FillPlan` keeps what does not depend on
@@ -20,52 +20,67 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import distributions as _dist
 from .backends import BLOCK, CudaBackend, _blocks
 
 __all__ = ["FillPlan", "FAMILIES", "RETRY", "make_plan", "launch_handle"]
 
-#: Kernel kind -> the distribution whose plans it launches (the float fills, whose
-#: kernels all take ``(states, out, shift, scale)``).
-FAMILIES = {f"{family}_f{bits}": family for family in ("uniform", "normal", "exponential")
-            for bits in (32, 64)}
+#: Kernel kind -> the plan family that launches it. The float fills' kernels take
+#: ``(states, out, shift, scale)``, the integer fills' ``(states, out, low, span,
+#: threshold)`` (span up to 2^32: "integers32", beyond: "integers64"), the bits fills'
+#: ``(states, out)``.
+FAMILIES = {**{f"{family}_f{bits}": family for family in ("uniform", "normal", "exponential")
+               for bits in (32, 64)},
+            "bits32": "bits", "bits64": "bits", "integers32": "integers32",
+            "integers32_to64": "integers32", "integers64": "integers64"}
 
 #: `make_plan`'s answer when this call's arrays were not the plan's case (unaligned, or
 #: overlapping the states): no plan now, ask again at the next general fill.
 RETRY = object()
 
 _FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
+_WORDS = frozenset({np.dtype(np.uint32), np.dtype(np.uint64)})
 
 
 class FillPlan:
-    """One planned fill: ``fill(out, shift, scale)`` launches and returns True, or
-    returns False having done nothing (the caller takes the general path).
+    """One planned fill: ``fill(out, args)`` launches with the kernel's scalar arguments
+    `args` and returns True, or returns False having done nothing (the caller takes the
+    general path).
 
     Attributes
     ----------
     fill : callable
-        ``(out, shift, scale) -> bool``; `shift` and `scale` of the element type.
+        ``(out, args) -> bool``.
     stream : cupric.runtime.Stream or None
         The stream of the backend whose fills it takes (None: the default one).
     scalar : type
-        The element type's NumPy scalar type (``numpy.float32`` or ``numpy.float64``),
-        which turns distribution parameters into kernel arguments as the general path does.
-    zero, one : scalar
-        ``scalar(0.0)`` and ``scalar(1.0)``: the standard distributions' shift and scale.
+        The element type's NumPy scalar type, which turns float distribution parameters
+        into kernel arguments as the general path does.
+    standard : tuple
+        The arguments of the standard distribution (``(scalar(0.0), scalar(1.0))`` for
+        the float fills: shift and scale; ``()`` for bits).
+    bounds : tuple of int
+        The element type's smallest and largest values (integer fills).
 
     Thread safety
     -------------
-    `arguments` remembers its last answer in one tuple, replaced whole: threads sharing
-    a plan read either answer, each consistent.
+    `arguments` and `integer_arguments` remember their last answer in one tuple, replaced
+    whole: threads sharing a plan read either answer, each consistent.
     """
 
-    __slots__ = ("fill", "stream", "scalar", "zero", "one", "_last")
+    __slots__ = ("fill", "stream", "scalar", "standard", "bounds", "_last")
 
     def __init__(self, fill, dtype: np.dtype, stream=None) -> None:
         self.fill = fill
         self.stream = stream
         self.scalar = dtype.type
-        self.zero = dtype.type(0.0)
-        self.one = dtype.type(1.0)
+        if dtype.kind == "f":
+            self.standard = (dtype.type(0.0), dtype.type(1.0))
+            self.bounds = None
+        else:
+            self.standard = ()
+            info = np.iinfo(dtype)
+            self.bounds = (int(info.min), int(info.max))
         self._last = (None, None, None)
 
     def arguments(self, a, b, affine: bool) -> tuple:
@@ -87,6 +102,24 @@ class FillPlan:
         else:
             args = (t(a), t(b))
         self._last = (a, b, args)
+        return args
+
+    def integer_arguments(self, low: int, high: int):
+        """``(low, span, threshold)`` as the general path's `Generator.integers` makes
+        them (NumPy uint64: low and span modulo 2^64, Lemire's threshold for 32- or
+        64-bit draws) for the range [low, high) of ints; None where that path raises
+        (an empty range, or one the element type does not hold). The last answer is
+        kept for equal ints."""
+        last = self._last
+        if low == last[0] and high == last[1]:
+            return last[2]
+        smallest, largest = self.bounds
+        if not (low < high and smallest <= low and high - 1 <= largest):
+            return None
+        span = high - low
+        threshold = _dist.lemire_threshold(span, 64 if span > 1 << 32 else 32)
+        args = (np.uint64(low % 2**64), np.uint64(span % 2**64), np.uint64(threshold))
+        self._last = (low, high, args)
         return args
 
 
@@ -112,9 +145,11 @@ def _gpu_launches() -> bool:
     return not simulator_requested() and driver_available() and device_count() == 1
 
 
-def make_plan(kind: str, algorithm, n_streams: int, target, args: tuple, out):
+def make_plan(kind: str, algorithm, n_streams: int, target, args: tuple, out,
+              dtype: np.dtype):
     """The `FillPlan` for fills like the one that just ran: `kind` launched by `target`
-    with `args` ``(states, flat view of out, shift, scale)``, `out` as the caller gave it.
+    with `args` ``(states, flat view of out, scalars...)``, `out` as the caller gave it,
+    `dtype` its element type as the general path read it.
 
     Returns None where fills of this key are never planned (another backend, a stream
     other than None or a cupric `Stream`, the simulator, several GPUs, an array kind or
@@ -128,8 +163,8 @@ def make_plan(kind: str, algorithm, n_streams: int, target, args: tuple, out):
             not (stream is None or stream.__class__ is Stream) or not _gpu_launches():
         return None
     states, flat = args[0], args[1]
-    dtype = flat.dtype
-    if dtype not in _FLOATS or not states.is_c_contiguous:
+    raw_bits = FAMILIES[kind] in ("bits", "integers32", "integers64")  # a uint view
+    if flat.dtype not in (_WORDS if raw_bits else _FLOATS) or not states.is_c_contiguous:
         return None
     from cupric.runtime.array_adapters import ADAPTERS, adapter_for
     from cupric.runtime.intake import OWN_BUFFERS
@@ -158,7 +193,7 @@ def make_plan(kind: str, algorithm, n_streams: int, target, args: tuple, out):
     else:
         array_kind, extra = _CUPY, adapter.current_stream
     fill = _fill_function(array_kind, launch, _blocks(n_streams), stream, head, low, high,
-                          states._alloc, dtype.itemsize, extra)
+                          states._alloc, flat.itemsize, extra, len(args) - 2)
     return FillPlan(fill, dtype, stream)
 
 
@@ -166,8 +201,8 @@ _BUFFER, _TORCH, _CUPY = "buffer", "torch", "cupy"
 
 
 def _fill_function(kind, launch, grid, stream, head, low, high, states_alloc, itemsize,
-                   extra):
-    """A plan's ``fill(out, shift, scale)`` for arrays of `kind`, launching on `stream`
+                   extra, arity):
+    """A plan's ``fill(out, args)`` for arrays of `kind`, launching on `stream`
     (None or an open cupric `Stream`; a closed one goes the general way to its error).
 
     It makes, in this order, the checks the general path makes for that kind (open,
@@ -175,7 +210,8 @@ def _fill_function(kind, launch, grid, stream, head, low, high, states_alloc, it
     (16-byte aligned, no overlap with the states), orders `stream` after the array's
     producer where the intake layer would (`cupric.runtime.intake.as_buffer`), and
     launches with the flattened ABI values of the states (pointer, shape, steps) and of
-    `out` as one vector (pointer, length, step 1), then shift and scale.
+    `out` as one vector (pointer, length, step 1), then the kernel's `arity` scalars
+    `args`.
 
     - DeviceBuffers (of the plan's class): on a stream, after the stream the buffer was
       made on, if another; on the default stream nothing is ordered.
@@ -187,7 +223,7 @@ def _fill_function(kind, launch, grid, stream, head, low, high, states_alloc, it
     from cupric.runtime.intake import order_after, stream_handle
     sp, words, n_streams, s0, s1 = head
 
-    def fill(out, shift, scale):
+    def fill(out, args):
         if states_alloc._closed or stream is not None and stream._closed:
             return False
         if kind is _BUFFER:
@@ -217,7 +253,16 @@ def _fill_function(kind, launch, grid, stream, head, low, high, states_alloc, it
             producer = extra() or 1
             if producer != 1 or stream is not None:
                 order_after(stream, (producer,))
-        launch(grid, BLOCK, stream, 0, sp, words, n_streams, s0, s1, p, n, 1, shift, scale)
+        # Spelled out per count of scalars: a call with *args would build a tuple of all
+        # fourteen values first.
+        if arity == 2:
+            launch(grid, BLOCK, stream, 0, sp, words, n_streams, s0, s1, p, n, 1, args[0],
+                   args[1])
+        elif arity == 3:
+            launch(grid, BLOCK, stream, 0, sp, words, n_streams, s0, s1, p, n, 1, args[0],
+                   args[1], args[2])
+        else:
+            launch(grid, BLOCK, stream, 0, sp, words, n_streams, s0, s1, p, n, 1, *args)
         return True
 
     return fill

@@ -85,13 +85,13 @@ class FakeGpu:
             states_dtype, out_dtype = args[0].dtype, args[1].dtype
 
             def planned(grid, block, stream, shared, sp, words, n_streams, s0, s1, p, n,
-                        step, shift, scale):
+                        step, *scalars):
                 gpu.planned.append((grid, block, stream, shared,
-                                    (sp, words, n_streams, s0, s1, p, n, step, shift, scale)))
+                                    (sp, words, n_streams, s0, s1, p, n, step, *scalars)))
                 size = states_dtype.itemsize
                 states = _view(sp, (words, n_streams), (s0 * size, s1 * size), states_dtype)
                 out = _view(p, (n,), (step * out_dtype.itemsize,), out_dtype)
-                simulator.launch(kern.py_func, (grid,), (block,), (states, out, shift, scale))
+                simulator.launch(kern.py_func, (grid,), (block,), (states, out, *scalars))
             return planned
 
         monkeypatch.setattr(CudaBackend, "empty", lambda self, shape, dtype:
@@ -156,6 +156,62 @@ def test_planned_fills_equal_the_general_path_bit_for_bit(gpu, seed, dtype):
     assert len(gpu.planned) == 2 * 2 * len(_calls()) - 3
     assert np.array_equal(planned.stream_states, general.stream_states)
     assert np.array_equal(planned.stream_states, host.stream_states)
+
+
+#: (dtype, low, high) of integer fills: 32-bit draws into int64 and int32, 64-bit draws
+#: (a span over 2^32), the whole uint32 range.
+_INTEGER_RANGES = [(np.int64, -9, 10**6), (np.int64, -3, 3 * 2**40), (np.int32, -5, 5),
+                   (np.uint32, 0, 2**32), (np.uint64, 2**63, 2**64)]
+
+
+def test_planned_integer_and_bits_fills_equal_the_host_half(gpu, seed):
+    """Integer fills (a plan per 32- and 64-bit draw family) and raw bits, planned from
+    the second fill of each key on: equal to the general path and to the host half."""
+    streams = 20
+    planned, general = Generator(seed, streams=streams), Generator(seed, streams=streams)
+    host = Generator(seed, streams=streams)
+    n = 4 * streams + 9
+    for _ in range(2):
+        for dtype, low, high in _INTEGER_RANGES:
+            a, b = gpu.empty(n, dtype), gpu.empty(n, dtype)
+            planned.integers(low, high, out=a)
+            general.integers(low, high, out=b, backend=Unplanned())
+            assert np.array_equal(gpu.host(a), host.integers(low, high, n, dtype=dtype))
+            assert np.array_equal(gpu.host(a), gpu.host(b))
+        for dtype in (np.uint32, np.uint64):
+            a, b = gpu.empty(n, dtype), gpu.empty(n, dtype)
+            planned.bits(out=a)
+            general.bits(out=b, backend=Unplanned())
+            assert np.array_equal(gpu.host(a), host.bits(n, dtype=dtype))
+            assert np.array_equal(gpu.host(a), gpu.host(b))
+    a = gpu.empty(n, np.int64)
+    planned.integers(0, 7, endpoint=True, out=a)  # [0, 8): the int64 32-bit draw plan
+    assert np.array_equal(gpu.host(a), host.integers(0, 7, n, dtype=np.int64, endpoint=True))
+    # Five integer keys (int64 has a 32- and a 64-bit one) and two bits keys, each planned
+    # from its second fill on; the endpoint fill reused a plan.
+    assert len(gpu.planned) == 7 + 1
+    assert np.array_equal(planned.stream_states, host.stream_states)
+
+
+def test_planned_integer_fills_raise_the_general_errors(gpu, seed):
+    g = Generator(seed, streams=8)
+    out = gpu.empty(40, np.int32)
+    g.integers(-5, 5, out=out)
+    g.integers(-5, 5, out=out)
+    assert len(gpu.planned) == 1
+    with pytest.raises(ValueError, match="empty range"):
+        g.integers(5, 5, out=out)
+    with pytest.raises(ValueError, match="does not fit"):
+        g.integers(0, 2**31 + 1, out=out)
+    with pytest.raises(ValueError, match="does not fit"):
+        g.integers(-2**31 - 1, 0, out=out)
+    with pytest.raises(TypeError):
+        g.integers(0.5, 3, out=out)
+    g.integers(-2**31, 2**31, out=out)  # the whole range: fine, planned
+    assert len(gpu.planned) == 2
+    plan = g._plans["integers32", DeviceBuffer, np.dtype(np.int32)]
+    assert plan.integer_arguments(-2**31, 2**31) == (np.uint64(2**64 - 2**31),
+                                                     np.uint64(2**32), np.uint64(0))
 
 
 def test_plan_launch_values(gpu, seed):
@@ -358,7 +414,8 @@ def test_plan_arguments_keep_the_sign_of_zero():
 
 def _gpu_outs(kind, n, dtype):
     """A poisoned device array of `kind` and a function reading it back to NumPy."""
-    host = np.full(n, np.nan, dtype)
+    dtype = np.dtype(dtype)
+    host = np.full(n, np.nan if dtype.kind == "f" else np.iinfo(dtype).max, dtype)
     if kind == "buffer":
         from cupric.runtime.memory import to_device
         return to_device(host), lambda a: a.to_numpy()
@@ -392,8 +449,31 @@ def test_planned_fills_on_the_gpu_equal_the_general_path(kind, seed):
             else:  # a device fill may fuse shift + scale * v (see Generator.uniform)
                 tol = 2e-6 if dtype == F32 else 1e-13
                 np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    ranges = [r for r in _INTEGER_RANGES if kind != "torch" or r[0] != np.uint32 and
+              r[0] != np.uint64]  # PyTorch's unsigned types are not everywhere
+    words = (np.uint32, np.uint64) if kind != "torch" else ()
+    n = 4 * streams * 2 + 5
+    for _ in range(2):
+        for dtype, low, high in ranges:
+            a, back = _gpu_outs(kind, n, dtype)
+            b, _ = _gpu_outs(kind, n, dtype)
+            planned.integers(low, high, out=a)
+            general.integers(low, high, out=b, backend=Unplanned())
+            got = back(a)
+            assert np.array_equal(got, back(b)), (dtype, low, high)
+            assert np.array_equal(got, host.integers(low, high, n, dtype=dtype))
+        for dtype in words:
+            a, back = _gpu_outs(kind, n, dtype)
+            b, _ = _gpu_outs(kind, n, dtype)
+            planned.bits(out=a)
+            general.bits(out=b, backend=Unplanned())
+            got = back(a)
+            assert np.array_equal(got, back(b)), dtype
+            assert np.array_equal(got, host.bits(n, dtype=dtype))
     made = [p for p in planned._plans.values() if p is not None]
-    assert len(made) == 6, planned._plans  # three distributions x two dtypes
+    # Three float distributions x two dtypes, an integer plan per (draw width, dtype),
+    # a bits plan per dtype.
+    assert len(made) == 6 + len(ranges) + len(words), planned._plans
     assert not any(general._plans.values())
     assert np.array_equal(planned.stream_states, host.stream_states)
     assert np.array_equal(general.stream_states, host.stream_states)
