@@ -1,4 +1,4 @@
-"""How cupric.runtime._cext builds a C extension: one run of the interpreter's own C
+"""How cupric.runtime._cext (through _ccompiler) builds a C extension: one run of the interpreter's own C
 compiler on Linux (no setuptools, no child Python), the environment's CC / LDSHARED /
 CFLAGS honoured as setuptools honours them, setuptools elsewhere; and the build log
 (`build_log`, the ``cupric.build`` logger) that says what a process built, waited for or
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from cext_helpers import TINY, tiny
-from cupric.runtime import _cext
+from cupric.runtime import _ccompiler, _cext
 
 _CC = sysconfig.get_config_var("CC")
 needs_cc = pytest.mark.skipif(
@@ -56,7 +56,7 @@ def _no_setuptools(*args, **kwargs):
 def test_command_is_the_interpreters_compiler_in_one_step(clean, monkeypatch):
     if not sys.platform.startswith("linux") or not _CC:
         pytest.skip("not Linux, or no compiler recorded by this interpreter")
-    command = _cext.compiler_command("/src/x.c", "/out/x.so")
+    command = _ccompiler.compiler_command("/src/x.c", "/out/x.so")
     ldshared = sysconfig.get_config_var("LDSHARED").split()
     assert command[:len(ldshared)] == ldshared            # compiler + its link flags
     assert command[-3:] == ["/src/x.c", "-o", "/out/x.so"]
@@ -72,20 +72,20 @@ def test_command_follows_cc_ldshared_and_cflags(clean, monkeypatch):
                   CCSHARED="-fPIC")
     monkeypatch.setattr(sysconfig, "get_config_vars", lambda: config)
     monkeypatch.setattr(sys, "platform", "linux")
-    assert _cext.compiler_command("a.c", "a.so")[:3] == ["gcc", "-shared", "-Wl,-O1"]
+    assert _ccompiler.compiler_command("a.c", "a.so")[:3] == ["gcc", "-shared", "-Wl,-O1"]
     # CC replaces the compiler of LDSHARED, keeping its flags (setuptools' rule).
     monkeypatch.setenv("CC", "clang --target=x86_64-linux-gnu")
-    command = _cext.compiler_command("a.c", "a.so")
+    command = _ccompiler.compiler_command("a.c", "a.so")
     assert command[:4] == ["clang", "--target=x86_64-linux-gnu", "-shared", "-Wl,-O1"]
     # LDSHARED of the environment wins over both.
     monkeypatch.setenv("LDSHARED", "cc -shared")
-    assert _cext.compiler_command("a.c", "a.so")[:2] == ["cc", "-shared"]
+    assert _ccompiler.compiler_command("a.c", "a.so")[:2] == ["cc", "-shared"]
     # CFLAGS and CPPFLAGS come after cupric's own flags, so that they can override them;
     # LDFLAGS go to the link, after the source.
     monkeypatch.setenv("CFLAGS", "-O3 -march=native")
     monkeypatch.setenv("CPPFLAGS", "-DEXTRA=1")
     monkeypatch.setenv("LDFLAGS", "-L/opt/lib -Wl,-rpath,/opt/lib")
-    command = _cext.compiler_command("a.c", "a.so")
+    command = _ccompiler.compiler_command("a.c", "a.so")
     assert command.index("-O3") > command.index("-O2")
     assert "-march=native" in command and "-DEXTRA=1" in command
     assert command[-2:] == ["-L/opt/lib", "-Wl,-rpath,/opt/lib"]
@@ -94,15 +94,15 @@ def test_command_follows_cc_ldshared_and_cflags(clean, monkeypatch):
 
 def test_no_direct_command_off_linux_or_without_a_recorded_compiler(clean, monkeypatch):
     monkeypatch.setattr(sys, "platform", "win32")
-    assert _cext.compiler_command("a.c", "a.pyd") is None
+    assert _ccompiler.compiler_command("a.c", "a.pyd") is None
     monkeypatch.setattr(sys, "platform", "linux")
     config = dict(sysconfig.get_config_vars(), CC=None, LDSHARED=None)
     monkeypatch.setattr(sysconfig, "get_config_vars", lambda: config)
-    assert _cext.compiler_command("a.c", "a.so") is None
+    assert _ccompiler.compiler_command("a.c", "a.so") is None
 
 
 def test_setuptools_builds_where_there_is_no_direct_command(clean, monkeypatch, tmp_path):
-    monkeypatch.setattr(_cext, "compiler_command", lambda *a: None)
+    monkeypatch.setattr(_ccompiler, "compiler_command", lambda *a: None)
     seen = []
 
     def fake(tmp, name, path, what):
@@ -110,8 +110,8 @@ def test_setuptools_builds_where_there_is_no_direct_command(clean, monkeypatch, 
         with open(path) as f:
             assert f.read().startswith(f'#define MODULE_NAME "{name}"\n')
         return "built.so"
-    monkeypatch.setattr(_cext, "_compile_with_setuptools", fake)
-    assert _cext.compile_extension(str(tmp_path), "_cupric_x", tiny(1), "x") == "built.so"
+    monkeypatch.setattr(_ccompiler, "_compile_with_setuptools", fake)
+    assert _ccompiler.compile_extension(str(tmp_path), "_cupric_x", tiny(1), "x") == "built.so"
     assert seen == [("_cupric_x", "_cupric_x.c", "x")]
 
 
@@ -120,8 +120,8 @@ def test_setuptools_builds_where_there_is_no_direct_command(clean, monkeypatch, 
 
 @needs_cc
 def test_direct_build_loads_and_answers(clean, monkeypatch, tmp_path):
-    monkeypatch.setattr(_cext, "_compile_with_setuptools", _no_setuptools)
-    path = _cext.compile_extension(str(tmp_path), "_cupric_direct", tiny(17), "direct")
+    monkeypatch.setattr(_ccompiler, "_compile_with_setuptools", _no_setuptools)
+    path = _ccompiler.compile_extension(str(tmp_path), "_cupric_direct", tiny(17), "direct")
     assert _cext.load_file("_cupric_direct", path).answer() == 17
     # No debug sections: -g0 cancelled any -g of the interpreter's flags.
     if shutil.which("readelf"):
@@ -134,7 +134,7 @@ def test_direct_build_loads_and_answers(clean, monkeypatch, tmp_path):
 def test_background_build_runs_no_child_python(clean, monkeypatch):
     monkeypatch.setattr(_cext, "compile_in_child",
                         lambda *a: pytest.fail("a child Python ran the compiler"))
-    monkeypatch.setattr(_cext, "_compile_with_setuptools", _no_setuptools)
+    monkeypatch.setattr(_ccompiler, "_compile_with_setuptools", _no_setuptools)
     with pytest.raises(_cext.Pending):
         _cext.open_extension("_cupric_bg", "bg", tiny(23), "bg extension", wait=False)
     module = _cext.open_extension("_cupric_bg", "bg", tiny(23), "bg extension", wait=True)
@@ -146,11 +146,11 @@ def test_compiler_errors_and_a_missing_compiler_are_reported(clean, monkeypatch,
     broken = TINY.replace("PyLong_FromLong(ANSWER)", "not C at all")
     with pytest.raises(RuntimeError, match=r"building the broken extension failed "
                                            r"\(exit status [1-9]") as info:
-        _cext.compile_extension(str(tmp_path), "_cupric_broken", broken, "broken extension")
+        _ccompiler.compile_extension(str(tmp_path), "_cupric_broken", broken, "broken extension")
     assert "error" in str(info.value)                     # the compiler's own message
     monkeypatch.setenv("CC", "/nonexistent/cupric-cc")
     with pytest.raises(RuntimeError, match="cannot run the C compiler"):
-        _cext.compile_extension(str(tmp_path), "_cupric_nocc", tiny(1), "x")
+        _ccompiler.compile_extension(str(tmp_path), "_cupric_nocc", tiny(1), "x")
 
 
 # -- the build log ---------------------------------------------------------------------------
