@@ -21,7 +21,10 @@ not comparable with the first, passes pre-typed raw pointers: cupric's `Prepared
 through each way of reaching cuLaunchKernel (cupric's compiled extension, cuda.bindings
 and cffi; a cffi API-mode trampoline and ctypes from `_launch_backends.py`, which cupric
 does not use), the floor of a bare call without argument packing, and cuda.core's
-`launch`.
+`launch`. Last, the floors of any launcher on this host beside CuPy's RawKernel: the same
+kernel launched from one C loop with its parameters packed beforehand (the driver's own
+cost, no Python), and launched by one call of a C function that takes no arguments (the
+least a launch from Python can cost).
 
     python3 benchmarks/launch_overhead.py [--json PATH]
 """
@@ -41,7 +44,7 @@ from cupric.types import Array, f32, i32
 
 from _common import assert_correct, error_text, ratio, table
 from _launch_backends import BACKENDS as COMPARISON_BACKENDS
-from _launch_backends import comparison_prepared
+from _launch_backends import comparison_prepared, floor_probe
 
 SOURCE = r"""
 extern "C" __global__ void axpy(const float* x, float* y, float a, int n) {
@@ -84,7 +87,9 @@ def _measure_rows(rows: list, results: dict, batches: int, per_batch: int,
                   suffix: str = "") -> None:
     """Check, then time every (name, setup) row, interleaving the rows batch by batch.
     `setup()` gives the row's launch, synchronize, reset (y back to its start) and read
-    (y as NumPy); each row's one launch from reset must give y = A * x + y."""
+    (y as NumPy), and optionally ``timed(n)``: the seconds n launches took, timed by the
+    row itself (the C loop's floor); each row's one launch from reset must give
+    y = A * x + y."""
     ready = []
     for name, setup in rows:
         try:
@@ -94,28 +99,31 @@ def _measure_rows(rows: list, results: dict, batches: int, per_batch: int,
             for _ in range(WARMUP):
                 row["launch"]()
             row["sync"]()
-            ready.append((name + suffix, row["launch"], row["sync"]))
+            ready.append((name + suffix, row["launch"], row["sync"], row.get("timed")))
         except Exception as exc:  # recorded in the results table, not hidden
             results[name + suffix] = {"error": error_text(exc)}
-    samples: dict[str, list[float]] = {name: [] for name, _, _ in ready}
-    for _ in range(batches):
-        for name, launch, synchronize in ready:
-            t0 = time.perf_counter()
-            for _ in range(per_batch):
-                launch()
-            t1 = time.perf_counter()
-            synchronize()
-            samples[name].append((t1 - t0) / per_batch * 1e6)
-    total = batches * per_batch
-    for name, launch, synchronize in ready:
+    samples: dict[str, list[float]] = {name: [] for name, _, _, _ in ready}
+
+    def launches(launch, timed, n):
+        if timed is not None:
+            return timed(n)
         t0 = time.perf_counter()
-        for _ in range(total):
+        for _ in range(n):
             launch()
-        t1 = time.perf_counter()
+        return time.perf_counter() - t0
+
+    for _ in range(batches):
+        for name, launch, synchronize, timed in ready:
+            seconds = launches(launch, timed, per_batch)
+            synchronize()
+            samples[name].append(seconds / per_batch * 1e6)
+    total = batches * per_batch
+    for name, launch, synchronize, timed in ready:
+        seconds = launches(launch, timed, total)
         synchronize()
         results[name] = {"us": statistics.median(samples[name]),
                          "min_batch_us": min(samples[name]),
-                         "continuous_us": (t1 - t0) / total * 1e6}
+                         "continuous_us": seconds / total * 1e6}
 
 
 def _nvrtc_cubin(arch: str) -> bytes:
@@ -203,6 +211,21 @@ def run(json_path: str | None = None) -> dict:
             if err:
                 raise RuntimeError(f"raw launch failed with CUresult {err}")
             return raw_row(lambda p=p: call(f, GRID, 1, 1, BLOCK, 1, 1, 0, s, argv, null))
+        return setup
+
+    floor = []  # the probe, built once for the floor rows
+
+    def floor_row(how):
+        def setup():
+            if not floor:
+                floor.append(floor_probe(prepare("c"), GRID, BLOCK, stream.ptr,
+                                         (x_ptr, y_ptr, a, n)))
+            probe = floor[0]
+            if how == "loop":
+                row = raw_row(lambda: probe.loop(1))
+                row["timed"] = probe.loop
+                return row
+            return raw_row(probe.once if how == "once" else probe.once_holding_gil)
         return setup
 
     def cuda_core():
@@ -365,6 +388,7 @@ def run(json_path: str | None = None) -> dict:
     pointer_rows += [(f"floor: bare cuLaunchKernel via {b}", raw(b))
                      for b in ("api", "bindings", "cffi")]
     pointer_rows += [("cuda.core launch", cuda_core)]
+    pointer_rows += [(name, floor_row(how)) for how, name in FLOOR_ROWS.items()]
     results["array_rows"] = [name for name, _ in array_rows]
     results["pointer_rows"] = [name for name, _ in pointer_rows]
     _measure_rows(array_rows + pointer_rows, results, BATCHES, PER_BATCH)
@@ -385,6 +409,10 @@ def run(json_path: str | None = None) -> dict:
     return results
 
 
+#: The floors of any launcher (`_launch_backends.floor_probe`): how -> row.
+FLOOR_ROWS = {"loop": "floor: cuLaunchKernel from one C loop, no Python",
+              "once": "floor: one Python call of a C launch, GIL released (as cupric)",
+              "held": "floor: one Python call of a C launch, GIL held"}
 #: Each cupric array row and the peer row that takes the same arrays.
 PEER_OF = {}
 ROW_BUFFERS = "@cupric.kernel, DeviceBuffers"
@@ -449,7 +477,18 @@ def _tables(results: dict) -> list:
                                                    "own", ""),
                    ("us", ".2f"), ("second / own", ".2f"), ("error", "")], rows,
                   "Goal: within 10 % of the arrays' own kernel (second / own <= 1.10).")
-    return [arrays, kinds, pointers]
+    peer = "CuPy RawKernel, CuPy arrays"
+    rows = [[name, us(name), us(peer), ratio(us(name), us(peer)), note(name)]
+            for name in list(FLOOR_ROWS.values()) + [ROW_BUFFERS, ROW_CUPY]]
+    floors = table("Floors beside CuPy's RawKernel (us per launch)",
+                   [("launch", ""), ("us", ".2f"), ("CuPy RawKernel us", ".2f"),
+                    ("/ RawKernel", ".2f"), ("error", "")], rows,
+                   "The same kernel from one C loop (the driver alone) and from one Python "
+                   "call of a C function taking no arguments (the least any Python launch "
+                   "costs), parameters packed beforehand. Goals: DeviceBuffers <= 0.6x, CuPy "
+                   "arrays <= 0.8x RawKernel; a floor above a goal puts that goal below "
+                   "this host's driver.")
+    return [arrays, kinds, pointers, floors]
 
 
 def _print_table(results: dict) -> None:

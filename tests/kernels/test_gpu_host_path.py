@@ -1,7 +1,11 @@
 """GPU lane: the ready kernels' faster host path on the device: CuPy arrays read through
 the array adapters (N-d, producers on other streams), per-dtype plans across dtype and
 size changes, the radix sort's scratch kept in the workspace (grown, reused by smaller
-sorts, per call past the limit) and shared by sorts on several streams and threads."""
+sorts, per call past the limit) and shared by sorts on several streams and threads;
+vecadd and saxpy on PyTorch tensors and CuPy arrays once their kernel's launcher checks
+them (`attempt`): NumPy's results on every call, and what the launcher refuses (host and
+autograd tensors, misaligned or strided views, other lengths, dtypes or kinds) the general
+path's result or error."""
 
 from __future__ import annotations
 
@@ -132,12 +136,9 @@ def test_histogram_plans(rng):
         edges[:] = 0  # the caller's copy
 
 
-@pytest.mark.parametrize("kind", ["torch", "cupy"])
-def test_every_ready_kernel_on_foreign_arrays(rng, kind):
-    """PyTorch tensors and CuPy arrays (read as `Foreign`: handed to the launchers or as
-    launch views) give NumPy's results, outputs poisoned first."""
-    require_lowering("sort")
-    from cupric.kernels import elementwise, histogram, reduce, scan, sort, transpose
+def _foreign(kind):
+    """(to device, to host, poisoned array of a shape and dtype) for PyTorch tensors or
+    CuPy arrays."""
     if kind == "torch":
         torch = pytest.importorskip("torch")
 
@@ -161,7 +162,16 @@ def test_every_ready_kernel_on_foreign_arrays(rng, kind):
     def poisoned(shape, dtype):
         return dev(np.full(shape, -7, dtype) if np.dtype(dtype).kind in "iu" else
                    np.full(shape, np.nan, dtype))
+    return dev, host, poisoned
 
+
+@pytest.mark.parametrize("kind", ["torch", "cupy"])
+def test_every_ready_kernel_on_foreign_arrays(rng, kind):
+    """PyTorch tensors and CuPy arrays (read as `Foreign`: handed to the launchers or as
+    launch views) give NumPy's results, outputs poisoned first."""
+    require_lowering("sort")
+    from cupric.kernels import elementwise, histogram, reduce, scan, sort, transpose
+    dev, host, poisoned = _foreign(kind)
     n = 70_001
     a, b = random_array(rng, n, "f4"), random_array(rng, n, "f4")
     x, y = dev(a), dev(b)
@@ -204,3 +214,105 @@ def test_every_ready_kernel_on_foreign_arrays(rng, kind):
     if kind == "torch":
         with pytest.raises(TypeError):  # a host tensor: refused before any launch
             elementwise.vecadd(torch.from_numpy(a), x)
+
+
+# -- vecadd and saxpy after the first call of a kind: the launcher's checks (`attempt`) ----
+
+def _fresh_launchers(monkeypatch):
+    """The elementwise kernels without the launchers earlier tests of the process made
+    (a kernel keeps a few; the calls here must not depend on what came before)."""
+    from cupric.kernels import elementwise
+    for kern in (elementwise.vecadd_kernel, elementwise.vecadd_scalar_kernel,
+                 elementwise.saxpy_kernel, elementwise.saxpy_update_kernel,
+                 elementwise.saxpy_scalar_kernel):
+        monkeypatch.setattr(kern, "_fast", None)
+        monkeypatch.setattr(kern, "_no_fast", set())
+
+
+def _spy(monkeypatch):
+    from cupric.kernels import elementwise
+    answers, real = [], elementwise.attempt
+
+    def spy(*args):
+        answers.append(real(*args))
+        return answers[-1]
+    monkeypatch.setattr(elementwise, "attempt", spy)
+    return answers
+
+
+@pytest.mark.parametrize("kind", ["torch", "cupy"])
+def test_repeated_calls_give_numpys_results(rng, monkeypatch, kind):
+    require_lowering("elementwise")
+    from cupric.kernels import elementwise
+    dev, host, poisoned = _foreign(kind)
+    _fresh_launchers(monkeypatch)
+    answers = _spy(monkeypatch)
+    for dtype in ("f4", "f8", "i4", "f2"):
+        alpha = 3 if dtype == "i4" else 0.5
+        for n in (4096, 70_001):
+            for _ in range(3):
+                a, b = random_array(rng, n, dtype), random_array(rng, n, dtype)
+                x, y = dev(a), dev(b)
+                out = poisoned(n, dtype)
+                assert elementwise.vecadd(x, y, out=out) is out
+                np.testing.assert_array_equal(host(out), a + b)
+                if dtype == "f2":  # float16 arithmetic: the sum only (rounded once)
+                    continue
+                expect = alpha * a.astype(np.float64) + b
+                tol = {"f4": (1e-6, 1e-5), "f8": (1e-13, 1e-12), "i4": (0, 0)}[dtype]
+                out = poisoned(n, dtype)
+                elementwise.saxpy(np.dtype(dtype).type(alpha), x, y, out=out)
+                np.testing.assert_allclose(host(out), expect, rtol=tol[0], atol=tol[1])
+                elementwise.saxpy(alpha, x, y, out=y)  # in place
+                np.testing.assert_allclose(host(y), expect, rtol=tol[0], atol=tol[1])
+    # The launcher took every call after the first of each kernel and dtype (vecadd,
+    # saxpy and saxpy in place in three dtypes, vecadd's float16 kernel).
+    assert answers.count(False) <= 10 and answers.count(True) >= len(answers) - 10
+
+
+@pytest.mark.parametrize("kind", ["torch", "cupy"])
+def test_refused_arrays_take_the_general_path(rng, monkeypatch, kind):
+    require_lowering("elementwise")
+    from cupric.kernels import elementwise
+    dev, host, poisoned = _foreign(kind)
+    _fresh_launchers(monkeypatch)
+    n = 4099
+    a, b = random_array(rng, n + 1, "f4"), random_array(rng, n + 1, "f4")
+    x, y = dev(a[:n]), dev(b[:n])
+    elementwise.vecadd(x, y, out=poisoned(n, "f4"))  # the kind's launcher, made
+    elementwise.vecadd(x, y, out=poisoned(n, "f4"))
+    answers = _spy(monkeypatch)
+    # Misaligned views (one item in), strided views: the general path's launch.
+    xs, ys = dev(a)[1:], dev(b)[1:]
+    out = poisoned(n, "f4")
+    elementwise.vecadd(xs, ys, out=out)
+    np.testing.assert_array_equal(host(out), a[1:] + b[1:])
+    xs, ys = dev(a)[::2], dev(b)[::2]
+    out = poisoned(xs.shape[0], "f4")
+    elementwise.vecadd(xs, ys, out=out)
+    np.testing.assert_array_equal(host(out), a[::2] + b[::2])
+    assert answers == [False, False]  # misaligned, then not unit-stride: refused
+    answers.clear()
+    # Another length, another dtype, another kind: the general path's errors.
+    with pytest.raises(ValueError):
+        elementwise.vecadd(x, y, out=poisoned(n - 1, "f4"))
+    with pytest.raises(TypeError):
+        elementwise.vecadd(x, dev(b[:n].astype(np.float64)), out=poisoned(n, "f4"))
+    from cupric.runtime import to_device
+    out = to_device(np.full(n, np.nan, np.float32))
+    elementwise.vecadd(x, y, out=out)  # mixed kinds: the general path takes them
+    np.testing.assert_array_equal(out.to_numpy(), a[:n] + b[:n])
+    assert answers == [False, False, False]
+    if kind == "torch":
+        import torch
+        answers.clear()
+        with pytest.raises(TypeError):  # a host tensor
+            elementwise.vecadd(x, y, out=torch.from_numpy(np.full(n, np.nan, np.float32)))
+        grad = dev(a[:n]).requires_grad_()
+        with pytest.raises(TypeError):  # autograd: the interface path's error, as before
+            elementwise.vecadd(grad, y, out=poisoned(n, "f4"))
+        one = dev(a)[5:6]  # one item: contiguous, taken by the launcher
+        out = poisoned(1, "f4")
+        elementwise.vecadd(one, one, out=out)
+        np.testing.assert_array_equal(host(out), a[5:6] * 2)
+        assert answers == [False, True]
