@@ -71,6 +71,17 @@ class _Native:
 
 
 def _libcuda_path() -> str:
+    """The libcuda that cuda.bindings loaded: on Linux its soname, which dlopen answers with
+    the library already in the process (asked with RTLD_NOLOAD, so nothing new is loaded;
+    this spares importing cuda.pathfinder in a fresh process), else pathfinder's path."""
+    import os
+    if hasattr(os, "RTLD_NOLOAD"):
+        import ctypes
+        try:
+            ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOLOAD | os.RTLD_LOCAL)
+            return "libcuda.so.1"
+        except OSError:  # not loaded under that name: ask pathfinder where it is
+            pass
     try:
         from cuda.pathfinder import load_nvidia_dynamic_lib
         loaded = load_nvidia_dynamic_lib("cuda")

@@ -571,3 +571,31 @@ def test_tracked_borrow_never_releases():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _lifetime.drain()
+
+
+def test_libcuda_path_takes_the_library_already_loaded(monkeypatch):
+    """With libcuda in the process (cuda.bindings loaded it at cuInit), its soname is the
+    answer and cuda.pathfinder is not imported; without it, pathfinder is asked."""
+    import ctypes
+    import os
+    import sys
+
+    from cupric.runtime import launch
+    if not hasattr(os, "RTLD_NOLOAD"):
+        pytest.skip("RTLD_NOLOAD is Linux's")
+    asked = []
+
+    def loaded(name, mode=0):
+        asked.append((name, mode))
+        return object()
+    monkeypatch.setattr(ctypes, "CDLL", loaded)
+    monkeypatch.delitem(sys.modules, "cuda.pathfinder", raising=False)
+    assert launch._libcuda_path() == "libcuda.so.1"
+    assert asked == [("libcuda.so.1", os.RTLD_NOLOAD | os.RTLD_LOCAL)]
+    assert "cuda.pathfinder" not in sys.modules
+
+    def absent(name, mode=0):
+        raise OSError(f"{name}: not loaded")
+    monkeypatch.setattr(ctypes, "CDLL", absent)
+    path = launch._libcuda_path()
+    assert path  # pathfinder's path, or the soname where pathfinder finds none
