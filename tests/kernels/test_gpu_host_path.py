@@ -212,6 +212,7 @@ def test_every_ready_kernel_on_foreign_arrays(rng, kind):
     elementwise.vecadd(strided, strided, out=out)
     np.testing.assert_array_equal(host(out), a[::2] * 2)
     if kind == "torch":
+        import torch
         with pytest.raises(TypeError):  # a host tensor: refused before any launch
             elementwise.vecadd(torch.from_numpy(a), x)
 
@@ -227,6 +228,15 @@ def _fresh_launchers(monkeypatch):
                  elementwise.saxpy_scalar_kernel):
         monkeypatch.setattr(kern, "_fast", None)
         monkeypatch.setattr(kern, "_no_fast", set())
+
+
+def _error(fn):
+    """(type, message) of what `fn` raises, or None."""
+    try:
+        fn()
+    except Exception as exc:  # compared between two paths, type and message
+        return type(exc), str(exc)
+    return None
 
 
 def _spy(monkeypatch):
@@ -309,10 +319,14 @@ def test_refused_arrays_take_the_general_path(rng, monkeypatch, kind):
         with pytest.raises(TypeError):  # a host tensor
             elementwise.vecadd(x, y, out=torch.from_numpy(np.full(n, np.nan, np.float32)))
         grad = dev(a[:n]).requires_grad_()
-        with pytest.raises(TypeError):  # autograd: the interface path's error, as before
-            elementwise.vecadd(grad, y, out=poisoned(n, "f4"))
-        one = dev(a)[5:6]  # one item: contiguous, taken by the launcher
+        planned = _error(lambda: elementwise.vecadd(grad, y, out=poisoned(n, "f4")))
+        with monkeypatch.context() as mp:  # autograd: the general path's error, as before
+            mp.setattr(elementwise, "direct", lambda *args, **kw: None)
+            general = _error(lambda: elementwise.vecadd(grad, y, out=poisoned(n, "f4")))
+        assert planned is not None and planned == general
+        one = dev(a)[4::5000]  # one item, any stride: contiguous, taken by the launcher
+        assert one.shape == (1,) and one.is_contiguous()
         out = poisoned(1, "f4")
         elementwise.vecadd(one, one, out=out)
-        np.testing.assert_array_equal(host(out), a[5:6] * 2)
-        assert answers == [False, True]
+        np.testing.assert_array_equal(host(out), a[4:5] * 2)
+        assert answers == [False, False, True]
