@@ -550,6 +550,14 @@ class Kernel:
                             "parameters (no *args, **kwargs, defaults or keyword-only "
                             "parameters)") from None
 
+    def variant_for(self, args, *, noalias: bool = True,
+                    aligned: bool = True) -> Specialization:
+        """The specialization the general launch takes for `args` when their arrays do not
+        overlap and start on 16-byte boundaries (nothing typed ahead: code found in the
+        disk cache loads as it is); for libraries keeping their own plan of a launch.
+        Raises KernelArgumentError where `args` do not fit the parameters."""
+        return self._variant(self.bind_types(args), noalias, aligned)
+
     def _variant(self, arg_types, noalias, aligned=False) -> Specialization:
         key = (arg_types, noalias, aligned)
         spec = self._variants.get(key)

@@ -128,11 +128,11 @@ def launch_handle(kern, args: tuple):
     general launch uses for `args` when their arrays are 16-byte aligned and do not
     overlap: the same compiled code, already loaded by the fill that just ran it.
 
-    This reads the kernel's variant table (``Kernel._variant``), the one lookup the
-    general launch makes itself; `Kernel.specialize` would type the kernel first, which
-    a fill whose code came from the disk cache never needed.
+    `Kernel.variant_for` reads the kernel's variant table, the one lookup the general
+    launch makes itself; `Kernel.specialize` would type the kernel first, which a fill
+    whose code came from the disk cache never needed.
     """
-    spec = kern._variant(kern.bind_types(args), True, True)
+    spec = kern.variant_for(args, noalias=True, aligned=True)
     return spec.prepared()
 
 
