@@ -14,7 +14,10 @@ calls the prepared launch with a stack of values instead.
 
 Anything it does not accept goes, untouched, to the launcher's fallback (the launcher
 made before it, else `Kernel._launch`), which raises the typed errors of the Python
-path; an error in C is never reported as anything else. ``CUPRIC_KERNEL_FASTCALL=0``
+path; an error in C is never reported as anything else. Called as an attempt (one more
+argument, the item count every array must have: `launcher.attempt`), it answers
+``NotImplemented`` instead, with nothing launched or ordered, and the caller takes its
+own general path. ``CUPRIC_KERNEL_FASTCALL=0``
 (read once) keeps the generated Python launchers.
 """
 
