@@ -180,7 +180,7 @@ CUDNN_ENGINE_CACHE = Setting(
     "chosen per graph (every plan then asks cuDNN's heuristics).", "each use",
     _on_unless_zero)
 CPP = Setting(
-    "CUPRIC_CPP", "`pcpp` or a command", "pcpp, else a C preprocessor on PATH",
+    "CUPRIC_CPP", "`pcpp` or a command", "a C preprocessor on PATH, else pcpp",
     "The C preprocessor that bindings generation runs on library headers (`pcpp`, or a "
     "command such as `gcc -E`).", "each use", _text_or_none)
 STORE = Setting(

@@ -1,8 +1,8 @@
 """cupric.bindings_gen: low-level bindings generated from the CUDA libraries' own headers.
 
 The counterpart of Rust CUDA's bindgen ``*-sys`` crates, with pycparser and cffi: a
-library's headers are preprocessed (pure-Python pcpp, or a C preprocessor when one is
-installed; no C compiler is ever needed), parsed, reduced to the library's own
+library's headers are preprocessed (a C preprocessor where one is installed, else the
+pure-Python pcpp; no C compiler is ever needed), parsed, reduced to the library's own
 declarations plus the types they use, constant-folded, and written as a cffi
 out-of-line ABI module into a per-user cache. Nothing derived from NVIDIA's headers is
 part of cupric itself.

@@ -32,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"bindings directory (default: {cache.bindings_dir()})")
     parser.add_argument("--force", action="store_true", help="regenerate even when cached")
     parser.add_argument("--preprocessor", metavar="CMD",
-                        help='"pcpp" or a command such as "gcc -E" (default: pcpp, else cpp on PATH)')
+                        help='"pcpp" or a command such as "gcc -E" (default: a C preprocessor on PATH, else pcpp)')
     return parser
 
 
