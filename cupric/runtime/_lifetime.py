@@ -277,6 +277,12 @@ class Resource:
     release that stays valid across context resets), read the handle through
     `handle` (which raises `ClosedError` once closed) and may override `_label()`.
 
+    Attributes
+    ----------
+    closed : bool
+        True once `close()` ran (or, for owned handles, the handle was released). A plain
+        slot (the one the class itself tests): read it, never write it.
+
     Thread safety
     -------------
     `close()` may race with itself or with the finalizer: exactly one of them releases.
@@ -312,11 +318,6 @@ class Resource:
         if self._closed:
             raise ClosedError(f"this {type(self).__name__} is closed")
         return self._handle
-
-    @property
-    def closed(self) -> bool:
-        """True once `close()` ran (or, for owned handles, the handle was released)."""
-        return self._closed
 
     @property
     def owns_handle(self) -> bool:
@@ -356,7 +357,15 @@ class Resource:
 class DeviceResource(Resource):
     """A `Resource` of one device whose raw handle is also kept as an int: the base of
     contexts, streams and events (a subclass sets ``_device`` and ``_ptr`` before
-    `_init_resource`)."""
+    `_init_resource`).
+
+    Attributes
+    ----------
+    ptr : int
+        The raw handle (``CUcontext``, ``CUstream``, ``CUevent``) as an int; 0 and 2 are
+        the legacy and the per-thread default streams. A plain slot: read it, never write
+        it.
+    """
 
     __slots__ = ("_device", "_ptr")
 
@@ -365,11 +374,12 @@ class DeviceResource(Resource):
         """The `Device` it belongs to."""
         return self._device
 
-    @property
-    def ptr(self) -> int:
-        """The raw handle (``CUcontext``, ``CUstream``, ``CUevent``) as an int; 0 and 2
-        are the legacy and the per-thread default streams."""
-        return self._ptr
+
+# `closed` and `ptr` are the very slots `_closed` and `_ptr` under public names: other
+# packages test them on per-call paths (launches, library calls), where a property would
+# cost a Python call; a read through them is a slot read.
+Resource.closed = Resource.__dict__["_closed"]
+DeviceResource.ptr = DeviceResource.__dict__["_ptr"]
 
 
 class TrackedResource(Resource):

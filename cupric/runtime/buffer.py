@@ -106,6 +106,13 @@ class DeviceBuffer:
         ``nbytes = size * itemsize``, the bytes the view's elements occupy.
     readonly : bool
         True for borrows the producer marked read-only; writes through cupric refuse.
+    allocation
+        The runtime's record of the allocation the view belongs to, shared by every view;
+        ``allocation.closed`` is its closed flag (what `closed` reads) and
+        ``allocation.device`` its device ordinal (-1 while unknown).
+    ordering_stream
+        The same value as `stream`, read and written without the setter's check: for the
+        library wrappers that set it after queueing work on a stream they validated.
 
     Safety
     ------
@@ -127,8 +134,25 @@ class DeviceBuffer:
         raise TypeError(_NO_CONSTRUCTOR)
 
     @classmethod
-    def _make(klass, alloc, ptr, shape, strides, dtype, readonly, stream, base=None,
-              cls=None):
+    def view_of(klass, alloc, ptr, shape, strides, dtype, readonly, stream, base=None,
+                cls=None):
+        """A buffer over `alloc` with this layout, made with no checks at all.
+
+        Parameters
+        ----------
+        alloc
+            The allocation record (another buffer's `allocation`).
+        ptr, shape, strides, dtype, readonly, stream
+            The new buffer's attributes; the caller guarantees the layout stays inside.
+        base : DeviceBuffer, optional
+            The buffer viewed (`base`), None for the owner of the allocation.
+        cls : type, optional
+            A subclass to make instead (e.g. `DeviceBox`).
+
+        Cost
+        ----
+        Plain slot writes: the runtime's factories and views are made by it too.
+        """
         self = object.__new__(cls if cls is not None else klass)
         self._alloc = alloc
         self.ptr = ptr
@@ -147,6 +171,8 @@ class DeviceBuffer:
         self._base = base
         return self
 
+    _make = view_of  # the runtime's own name
+
     @classmethod
     def from_numpy(cls, array, stream=None) -> "DeviceBuffer":
         """A new device buffer holding a copy of a host array (same as `to_device`)."""
@@ -156,7 +182,7 @@ class DeviceBuffer:
     def _derive(self, ptr, shape, strides, dtype) -> "DeviceBuffer":
         """A view of the same allocation (a plain DeviceBuffer whatever this one is)."""
         base = self._base if self._base is not None else self
-        return DeviceBuffer._make(self._alloc, ptr, shape, strides, dtype, self.readonly,
+        return DeviceBuffer.view_of(self._alloc, ptr, shape, strides, dtype, self.readonly,
                                   self._stream, base=base)
 
     # -- state ---------------------------------------------------------------------
@@ -203,10 +229,18 @@ class DeviceBuffer:
             stream_handle(value)  # validates
         self._stream = value
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
+        """Raise `ClosedError` if the buffer (or the buffer it views) was closed.
+
+        Cost
+        ----
+        Two slot reads when open.
+        """
         if self._alloc._closed:
             raise ClosedError("this DeviceBuffer is closed (or views a closed buffer); "
                               "its memory was freed")
+
+    _check_open = check_open  # the runtime's own name
 
     def _check_writable(self) -> None:
         self._check_open()
@@ -637,6 +671,12 @@ class DeviceBuffer:
     def __dlpack_device__(self) -> tuple[int, int]:
         from .dlpack import dlpack_device
         return dlpack_device(self)
+
+
+# Public names of two slots (see the class docstring): the very member descriptors, so a
+# read or a write through them is a slot access, as fast as through the private names.
+DeviceBuffer.allocation = DeviceBuffer.__dict__["_alloc"]
+DeviceBuffer.ordering_stream = DeviceBuffer.__dict__["_stream"]
 
 
 class DeviceBox(DeviceBuffer):
