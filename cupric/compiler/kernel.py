@@ -364,7 +364,7 @@ class Kernel:
                 cls = value.__class__
                 if cls in _OWN_BUFFERS and value.ndim == 1 and \
                         value.strides[0] == value.itemsize:
-                    if value._alloc._closed:
+                    if value.allocation.closed:
                         _intake.check_open(value, f"argument {index}")
                     if device >= 0:
                         found = _intake.buffer_device(value, device)

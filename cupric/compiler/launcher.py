@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from cupric.compiler import _fastcall
 
-__all__ = ["make_launcher", "launcher_keys", "index_chain", "attempt", "MAX_LAUNCHERS"]
+__all__ = ["make_launcher", "launcher_keys", "index_chain", "attempt", "launch_now",
+           "MAX_LAUNCHERS"]
 
 #: Launchers a kernel keeps (signature x array kinds); later combinations take the
 #: general path.
@@ -52,7 +53,7 @@ def make_launcher(kern, key, args, written, prepared, device: int = -1, fallback
 
     The launcher takes ``(grid, block, stream, shared_bytes, args)`` and checks the
     argument classes, dtypes, contiguity, that DeviceBuffers are open (their allocation
-    record, shared by every view: ``buf._alloc._closed``), 16-byte alignment and
+    record, shared by every view: ``buf.allocation.closed``), 16-byte alignment and
     non-overlap of written arrays, and packs the ABI values into `prepared.launch`;
     anything else goes to `fallback` (the launcher made before, else the kernel's general
     path), so its result is always the general path's.
@@ -66,6 +67,7 @@ def make_launcher(kern, key, args, written, prepared, device: int = -1, fallback
     from cupric.compiler.kernel import _current_device
     from cupric.runtime import intake
     from cupric.runtime.array_adapters import ADAPTERS
+    from cupric.runtime.managed import ManagedBuffer
     python_scalars, numpy_scalars = _scalar_classes()
     names = [f"a{i}" for i in range(len(args))]
     # An attempt (`items` >= 0) the launcher refuses goes on to the launcher made before,
@@ -95,14 +97,14 @@ def make_launcher(kern, key, args, written, prepared, device: int = -1, fallback
             size = value.itemsize
             own = cls in intake.OWN_BUFFERS
             rank = f"{name}.ndim" if own else f"len({name}.shape)"
-            live = f" or {name}._alloc._closed" if own else ""
+            live = f" or {name}.allocation.closed" if own else ""
             setup.append(f"if {rank} != 1 or {name}.dtype is not D{i} or "
                          f"{name}.strides[0] != {size}{live}: {slow}")
             if device >= 0:
                 if not own:
                     return None  # its device is the driver's to say: the general path
-                if getattr(cls, "_dl_device_type", 2) != 13:  # managed: any device
-                    setup.append(f"if {name}._alloc.device != DEV: {slow}")
+                if not issubclass(cls, ManagedBuffer):  # managed: any device
+                    setup.append(f"if {name}.allocation.device != DEV: {slow}")
             setup.append(f"p{i} = {name}.ptr; n{i} = {name}.shape[0]")
             flat += [f"p{i}", f"n{i}", "1"]
             arrays.append((i, size))
@@ -259,6 +261,26 @@ def attempt(kern, grid, block, stream, shared_bytes: int, args: tuple, items: in
         fast(grid, block, stream, shared_bytes, args, items) is not NotImplemented
 
 
+def launch_now(kern, grid, block, stream, shared_bytes: int, args: tuple) -> None:
+    """What `kern[grid, block, stream, shared_bytes](*args)` runs, without building the
+    launch configuration object: the kernel's generated launcher for its common signature
+    (it sends anything else to the general path), else the general path.
+
+    Cost
+    ----
+    One Python call before the launcher's own: for callers that launch a known kernel
+    on every call (the ready kernels).
+    """
+    fast = kern._fast
+    if fast is not None:
+        dispatch = fast.dispatch  # several array kinds: this call's kind's launcher
+        if dispatch is not None and len(args) > dispatch[0]:
+            fast = dispatch[1].get(args[dispatch[0]].__class__, fast)
+        fast(grid, block, stream, shared_bytes, args)
+    else:
+        kern._launch(grid, block, stream, shared_bytes, args)
+
+
 def is_compiled(launcher) -> bool:
     """Whether a launcher of the chain is the compiled one."""
     cls = launcher.__class__
@@ -293,8 +315,8 @@ def order_cupy(stream, current: int) -> None:
         consumer = 0
     elif stream.__class__ is int:
         consumer = stream
-    elif stream.__class__ is Stream and not stream._closed:
-        consumer = stream._ptr
+    elif stream.__class__ is Stream and not stream.closed:
+        consumer = stream.ptr
     if consumer is not None:
         producer, consumer = current or 1, consumer or 1
         if producer == consumer or producer <= 2 and consumer <= 2:

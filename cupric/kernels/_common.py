@@ -513,8 +513,8 @@ class Call:
         errors as `as_device_array`, read through the arrays' own attributes); the call's
         stream is ordered after each producer's stream once per call."""
         cls = obj.__class__
-        if cls is _DeviceBuffer and (self.stream is None or obj._stream is None):
-            if obj._alloc._closed:  # nothing to order: the buffer itself
+        if cls is _DeviceBuffer and (self.stream is None or obj.ordering_stream is None):
+            if obj.allocation.closed:  # nothing to order: the buffer itself
                 _check_open(obj, f"{self.op}: {name}")
             return obj
         if cls is Foreign:  # read by an earlier call (a kernel calling another)
@@ -596,23 +596,25 @@ def vector(buf, dtype=None):
     """A 1-D view of all of C-contiguous DeviceBuffer `buf` (the caller checked that), its
     bytes read as `dtype` (same item size) when given: what ``buf.reshape(-1).view(dtype)``
     gives, without the general layout arithmetic."""
-    buf._check_open()
+    buf.check_open()
     if dtype is None:
         dtype = buf.dtype
     elif dtype.itemsize != buf.itemsize:
         raise ValueError(f"cannot view {buf.dtype} items as {dtype}")
-    base = buf._base if buf._base is not None else buf
-    return _DeviceBuffer._make(buf._alloc, buf.ptr, (buf.size,), (buf.itemsize,), dtype,
-                     buf.readonly, buf._stream, base=base)
+    base = buf.base
+    return _DeviceBuffer.view_of(buf.allocation, buf.ptr, (buf.size,), (buf.itemsize,),
+                                 dtype, buf.readonly, buf.ordering_stream,
+                                 base=buf if base is None else base)
 
 
 def vector_prefix(buf, count: int):
     """The first `count` items of 1-D contiguous DeviceBuffer `buf` (a workspace array
     grown past what one call needs), as a view."""
-    buf._check_open()
-    base = buf._base if buf._base is not None else buf
-    return _DeviceBuffer._make(buf._alloc, buf.ptr, (count,), (buf.itemsize,), buf.dtype,
-                               buf.readonly, buf._stream, base=base)
+    buf.check_open()
+    base = buf.base
+    return _DeviceBuffer.view_of(buf.allocation, buf.ptr, (count,), (buf.itemsize,),
+                                 buf.dtype, buf.readonly, buf.ordering_stream,
+                                 base=buf if base is None else base)
 
 
 def same_shape(op: str, arrays: dict) -> tuple:

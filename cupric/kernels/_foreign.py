@@ -92,7 +92,7 @@ class Foreign:
             if other is not None:
                 return other
         shape = self.shape
-        return _DeviceBuffer._make(_TRANSIENT, self.ptr, shape,
+        return _DeviceBuffer.view_of(_TRANSIENT, self.ptr, shape,
                                    tuple(_c_strides(shape, self.dtype.itemsize)),
                                    self.dtype, False, None)
 
@@ -184,7 +184,7 @@ def read_cupy(a, adapter, call):
 def _transient_allocation():
     """The allocation record of `Foreign.launch_view`'s views: borrowed, never closed,
     owning nothing (one record serves them all; each view lives for one launch)."""
-    return borrow_validated(0, (0,), (1,), np.dtype(np.uint8), False, None, None)._alloc
+    return borrow_validated(0, (0,), (1,), np.dtype(np.uint8), False, None, None).allocation
 
 
 _TRANSIENT = _transient_allocation()

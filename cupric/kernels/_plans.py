@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from cupric.kernels import _common
-from cupric.compiler.launcher import attempt
+from cupric.compiler.launcher import attempt, launch_now
 from cupric.kernels._foreign import _DIRECT, _TRANSIENT
 from cupric.runtime.array_adapters import ADAPTERS as _ADAPTERS
 from cupric.runtime.array_adapters import adapter_for as _adapter_for
@@ -23,20 +23,6 @@ __all__ = ["Plans", "direct", "direct_views", "order_cupy", "forget_plans", "lau
            "attempt"]
 
 _UNSEEN = object()
-
-
-def launch_now(kern, grid, block, stream, shared_bytes: int, args: tuple) -> None:
-    """What `kern[grid, block, stream, shared_bytes](*args)` runs, without building the
-    launch configuration object: the kernel's generated launcher for its common signature
-    (it sends anything else to the general path), else the general path."""
-    fast = kern._fast
-    if fast is not None:
-        dispatch = fast.dispatch  # several array kinds: this call's kind's launcher
-        if dispatch is not None and len(args) > dispatch[0]:
-            fast = dispatch[1].get(args[dispatch[0]].__class__, fast)
-        fast(grid, block, stream, shared_bytes, args)
-    else:
-        kern._launch(grid, block, stream, shared_bytes, args)
 
 
 #: Every `Plans` table (`forget_plans` empties them).
@@ -122,9 +108,9 @@ def _admit(plans: Plans, arrays: tuple, stream, written, shape, plan=_UNSEEN):
     kind = plan[0]
     if kind == _BUFFER:
         for arr in arrays:
-            if arr.__class__ is not cls or arr.dtype is not raw or arr._alloc._closed or \
+            if arr.__class__ is not cls or arr.dtype is not raw or arr.allocation.closed or \
                     (shape is not None and arr.shape != shape) or \
-                    (stream is not None and arr._stream is not None):
+                    (stream is not None and arr.ordering_stream is not None):
                 return None
         if written is not None and written.readonly:
             return None
@@ -219,7 +205,7 @@ def direct_views(plans: Plans, arrays: tuple, stream, written=None):
             n, ptr = arr.size, arr.data.ptr
         if not n:
             return None
-        views.append(_DeviceBuffer._make(_TRANSIENT, ptr, (n,), itemsize, dtype, False,
+        views.append(_DeviceBuffer.view_of(_TRANSIENT, ptr, (n,), itemsize, dtype, False,
                                          None))
     return dtype, views, (None if torch else extra)
 

@@ -405,7 +405,7 @@ def map(fn, *arrays, out=None, dtype=None, stream=None):
     ...     return x * x + y * y
     >>> r2 = cupric.kernels.elementwise.map(hypot2, xs, ys)     # doctest: +SKIP
     """
-    if not getattr(fn, "_cupric_device_function", False):
+    if not isinstance(fn, cupric.compiler.DeviceFunction):
         raise TypeError("map: fn must be a @cupric.device_function, got "
                         f"{type(fn).__name__}")
     if not 1 <= len(arrays) <= 3:

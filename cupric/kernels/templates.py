@@ -140,7 +140,7 @@ def elementwise(fn, params, *, arrays=None, out=None, width: int = 4, groups: in
     Building one is cheap (the source is generated, compiled on first launch as every
     kernel); callers keep the kernel rather than build one per call.
     """
-    if not getattr(fn, "_cupric_device_function", False):
+    if not isinstance(fn, cupric.compiler.DeviceFunction):
         raise TypeError("elementwise: fn must be a @cupric.device_function, got "
                         f"{type(fn).__name__}")
     params = _names(params, "parameter")
@@ -183,7 +183,7 @@ def per_thread(body, params, *, count: str, name: str = "kernel", doc: str | Non
     -------
     cupric kernel
     """
-    if not getattr(body, "_cupric_device_function", False):
+    if not isinstance(body, cupric.compiler.DeviceFunction):
         raise TypeError("per_thread: body must be a @cupric.device_function, got "
                         f"{type(body).__name__}")
     params = _names(params, "parameter")
@@ -369,7 +369,7 @@ def reduction(combine, map=None, *, acc, width: int = 4, block: int = 256,
         Bad width or block.
     """
     for what, fn in (("combine", combine), ("map", map)):
-        if fn is not None and not getattr(fn, "_cupric_device_function", False):
+        if fn is not None and not isinstance(fn, cupric.compiler.DeviceFunction):
             raise TypeError(f"reduction: {what} must be a @cupric.device_function, got "
                             f"{type(fn).__name__}")
     if width not in WIDTHS:

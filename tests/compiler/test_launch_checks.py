@@ -21,7 +21,9 @@ import pytest
 
 import cupric
 from cupric.runtime import array_adapters as aa
+from cupric.runtime.allocation import _Allocation
 from cupric.runtime.errors import DeviceMismatchError
+from cupric.runtime.managed import ManagedBuffer
 from cupric.types import Array, f32
 
 kmod = importlib.import_module("cupric.compiler.kernel")
@@ -37,17 +39,25 @@ FLAGS = {BLOCKING_A: 0, BLOCKING_B: 0, FREE_A: NON_BLOCKING, FREE_B: NON_BLOCKIN
 
 # -- fakes -------------------------------------------------------------------------------------
 
+
+def fake_allocation(device):
+    """A borrowed allocation record of `device` (it frees nothing): the runtime's own
+    type, so buffers over it answer every public name as real ones do."""
+    alloc = _Allocation.__new__(_Allocation)
+    alloc._init_resource(0, None)
+    alloc.device = device
+    return alloc
+
 def device_buffer(ptr, n, device, cls=None):
     """A real DeviceBuffer (or subclass) over a fake allocation of `device`."""
-    alloc = types.SimpleNamespace(device=device, _closed=False)
-    return memory.DeviceBuffer._make(alloc, ptr, (n,), (4,), F32, False, None, cls=cls)
+    return memory.DeviceBuffer.view_of(fake_allocation(device), ptr, (n,), (4,), F32, False,
+                                       None, cls=cls)
 
 
-class ManagedLike(memory.DeviceBuffer):
-    """What `ManagedBuffer` tells the launch path: DLPack device type 13 (managed)."""
+class ManagedLike(ManagedBuffer):
+    """A `ManagedBuffer` over a fake allocation: memory any device may use."""
 
     __slots__ = ()
-    _dl_device_type = 13
 
 
 class CupyMemory:
@@ -280,8 +290,8 @@ def test_the_parameter_is_named(machine):
     wrong_device_error(machine, (A, x, device_buffer(0x30000, 256, 1)), "argument 2 (y)")
     with pytest.raises(DeviceMismatchError, match=r"scale2d: argument 1 \(m\) lives on "
                                                   r"device 1"):
-        alloc = types.SimpleNamespace(device=1, _closed=False)
-        m = memory.DeviceBuffer._make(alloc, 0x30000, (4, 8), (32, 4), F32, False, None)
+        m = memory.DeviceBuffer.view_of(fake_allocation(1), 0x30000, (4, 8), (32, 4), F32,
+                                        False, None)
         scale2d[(1, 1), (8, 8)](A, m)
 
 
