@@ -119,7 +119,7 @@ def remember(h, key, fn, *, swap: bool, alias: bool, op1: int, op2: int, m: int,
     module = EXTENSION.module
     if module is None or letter not in ("S", "D") or len(h._fast_plans) >= PLAN_LIMIT:
         return None
-    if h._device_scalars or h._multi or max(m, n, k, ld1, ld2, ldc) > 2**31 - 1:
+    if h._device_scalars or h.multi_device or max(m, n, k, ld1, ld2, ldc) > 2**31 - 1:
         return None
     if ex is not None and (letter != "S" or ex[2] != COMPUTE_32F):
         return None
@@ -128,7 +128,7 @@ def remember(h, key, fn, *, swap: bool, alias: bool, op1: int, op2: int, m: int,
         return None
     fields = dict.fromkeys(FIELDS, 0)
     fields.update(dbl=int(letter == "D"), swap=int(swap), alias=int(alias),
-                  classic=int(lib.ffi.cast("uintptr_t", fn)), handle=h._ptr, op1=op1,
+                  classic=int(lib.ffi.cast("uintptr_t", fn)), handle=h.ptr, op1=op1,
                   op2=op2, m=m, n=n, k=k, ld1=ld1, ld2=ld2, ldc=ldc, align1=1, align2=1,
                   align_o=1)
     (fields["a_lo"], fields["a_hi"], fields["b_lo"], fields["b_hi"], fields["o_lo"],
@@ -192,7 +192,7 @@ def _lt_route(h, op1, op2, m, n, k, ld1, ld2, ldc, ptrs):
     """(plan fields, keep-alive) of a float32 cuBLASLt route, or None where the classic
     call stays: a large problem, a borrowed handle (its owner may move it to another
     stream), a math mode other than the default, or no algorithm."""
-    if (h._finalizer is None or h._math != 0 or op1 > 1 or op2 > 1 or min(m, n, k) < 1
+    if (not h.owns_handle or h._math != 0 or op1 > 1 or op2 > 1 or min(m, n, k) < 1
             or m * n * k > LT_MAX_WORK):
         return None
     from cupric.bindings_gen.errors import BindingsError, LibraryNotFoundError
@@ -218,7 +218,7 @@ def _lt_route(h, op1, op2, m, n, k, ld1, ld2, ldc, ptrs):
     return ({"lt": int(lt.ffi.cast("uintptr_t", lt.lib.cublasLtMatmul)),
              "lt_handle": h.lt_handle(), "desc": plan.desc_addr, "la": la, "lb": lb,
              "lc": lc, "ld": ld, "algo": plan.algo, "ws": ws_ptr, "wsb": ws_bytes,
-             "stream": h._stream_ptr, "align1": aligns[0], "align2": aligns[1],
+             "stream": h.stream, "align1": aligns[0], "align2": aligns[1],
              "align_o": aligns[2]}, plan)
 
 

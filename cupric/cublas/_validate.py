@@ -143,12 +143,12 @@ def device_array(obj, name: str, stream=None, *, writable: bool = False) -> Devi
         A read-only array where the routine writes (`ReadOnlyError`).
     """
     if obj.__class__ is DeviceBuffer:  # the common case, inline
-        if obj._alloc._closed:
+        if obj.allocation.closed:
             check_open(obj, name)
         if writable and obj.readonly:
             raise ReadOnlyError(f"{name} is read-only (its producer exported it read-only) "
                                 f"but this routine writes it")
-        if stream is None or obj._stream is None:
+        if stream is None or obj.ordering_stream is None:
             return obj
     try:
         return as_buffer(obj, stream, name=name, writable=writable)

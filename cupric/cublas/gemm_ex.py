@@ -256,4 +256,4 @@ def gemm_batched_ex(transa, transb, alpha, a, b, beta, c, *, compute=None, a_typ
                code, _algo(algo))
     finally:
         for arr in arrays:
-            arr.close(stream=h._stream_ptr)
+            arr.close(stream=h.stream)

@@ -487,7 +487,7 @@ def default_handle() -> Handle:
     """The calling thread's default handle: `Handle.get` of the device current in this
     thread when first asked, on the legacy default stream."""
     handle = getattr(_tls, "handle", None)
-    if handle is None or handle._closed:
+    if handle is None or handle.closed:
         handle = Handle.get()
         _tls.handle = handle
     return handle
@@ -497,7 +497,7 @@ def resolve(handle) -> Handle:
     """`handle`, or the thread's default handle when None."""
     if handle is None:
         handle = getattr(_tls, "handle", None)
-        if handle is None or handle._closed:
+        if handle is None or handle.closed:
             return default_handle()
         return handle
     if not isinstance(handle, Handle):

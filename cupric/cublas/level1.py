@@ -21,7 +21,7 @@ _RESULT_CTYPE = {"S": "float[1]", "D": "double[1]", "C": "float[2]", "Z": "doubl
 
 
 def _vec(h, obj, name, writable=False):
-    buf = V.device_array(obj, name, h._stream_ptr, writable=writable)
+    buf = V.device_array(obj, name, h.stream, writable=writable)
     h.check_device(buf, name)
     n, inc = V.vector(buf, name)
     return buf, n, inc
@@ -42,7 +42,7 @@ def _result(h, prefix, out, name):
         if out is None:
             raise ValueError(f"{name}: in device pointer mode the result goes to a device "
                              f"array; pass out=")
-        buf = V.device_array(out, "out", h._stream_ptr, writable=True)
+        buf = V.device_array(out, "out", h.stream, writable=True)
         want = V.SCALAR_DTYPE[prefix]
         if buf.size != 1 or buf.dtype != want:
             raise TypeError(f"{name}: out must be a device array of one {want}, got shape "
@@ -155,7 +155,7 @@ def _index(routine, x, out, handle):
         if out is None:
             raise ValueError(f"{routine}: in device pointer mode the index goes to a device "
                              f"array; pass out=")
-        buf = V.device_array(out, "out", h._stream_ptr, writable=True)
+        buf = V.device_array(out, "out", h.stream, writable=True)
         want = np.dtype(np.int64 if big else np.int32)
         if buf.size != 1 or buf.dtype != want:
             raise TypeError(f"{routine}: out must be a device array of one {want}, got "
@@ -282,15 +282,15 @@ def rotg(a, b, *, dtype=np.float64, handle=None):
     h = resolve(handle)
     if h._device_scalars:
         from cupric.runtime.memory import empty
-        ab = V.device_array(a, "a", h._stream_ptr, writable=True)
-        bb = V.device_array(b, "b", h._stream_ptr, writable=True)
+        ab = V.device_array(a, "a", h.stream, writable=True)
+        bb = V.device_array(b, "b", h.stream, writable=True)
         prefix = V.same_prefix("rotg", ("a", ab), ("b", bb))
         for name, buf in (("a", ab), ("b", bb)):
             if buf.size != 1:
                 raise ValueError(f"rotg: {name} must hold one element, got shape {buf.shape}")
             h.check_device(buf, name)
-        c = empty((), V.SCALAR_DTYPE[V.REAL_PREFIX[prefix]], stream=h._stream_ptr or None)
-        s = empty((), V.SCALAR_DTYPE[prefix], stream=h._stream_ptr or None)
+        c = empty((), V.SCALAR_DTYPE[V.REAL_PREFIX[prefix]], stream=h.stream or None)
+        s = empty((), V.SCALAR_DTYPE[prefix], stream=h.stream or None)
         invoke(V.routine_name("rotg", prefix), h.ready(), ab.ptr, bb.ptr, c.ptr, s.ptr)
         return ab, bb, c, s
     prefix = V.PREFIX.get(np.dtype(dtype))
@@ -329,7 +329,7 @@ def _reader(prefix):
 def _param(h, param, prefix, writable):
     """(keep-alive, address) of rotm/rotmg's 5-element parameter array."""
     if h._device_scalars:
-        buf = V.device_array(param, "param", h._stream_ptr, writable=writable)
+        buf = V.device_array(param, "param", h.stream, writable=writable)
         if buf.shape != (5,) or buf.dtype != V.SCALAR_DTYPE[prefix] or (
                 buf.strides[0] != buf.itemsize):
             raise ValueError(f"param must be a contiguous device array of 5 "
@@ -371,7 +371,7 @@ def rotmg(d1, d2, x1, y1, *, dtype=np.float64, param=None, handle=None):
     if h._device_scalars:
         bufs = []
         for name, value in (("d1", d1), ("d2", d2), ("x1", x1), ("y1", y1)):
-            buf = V.device_array(value, name, h._stream_ptr, writable=name != "y1")
+            buf = V.device_array(value, name, h.stream, writable=name != "y1")
             if buf.size != 1:
                 raise ValueError(f"rotmg: {name} must hold one element, got {buf.shape}")
             h.check_device(buf, name)

@@ -18,14 +18,14 @@ __all__ = ["gemv", "gbmv", "ger", "geru", "gerc", "symv", "hemv", "trmv", "trsv"
 
 
 def _mat(h, obj, name, writable=False):
-    buf = V.device_array(obj, name, h._stream_ptr, writable=writable)
+    buf = V.device_array(obj, name, h.stream, writable=writable)
     h.check_device(buf, name)
     rows, cols, ld = V.matrix(buf, name)
     return buf, rows, cols, ld
 
 
 def _vec(h, obj, name, length, routine, writable=False):
-    buf = V.device_array(obj, name, h._stream_ptr, writable=writable)
+    buf = V.device_array(obj, name, h.stream, writable=writable)
     h.check_device(buf, name)
     n, inc = V.vector(buf, name)
     if n != length:

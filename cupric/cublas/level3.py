@@ -22,7 +22,7 @@ __all__ = ["gemm", "gemm_batched", "gemm_strided_batched", "symm", "syrk", "herk
 
 
 def _mat(h, obj, name, writable=False):
-    buf = V.device_array(obj, name, h._stream_ptr, writable=writable)
+    buf = V.device_array(obj, name, h.stream, writable=writable)
     h.check_device(buf, name)
     rows, cols, ld = V.matrix(buf, name)
     return buf, rows, cols, ld
@@ -70,13 +70,13 @@ def gemm(transa, transb, alpha, a, b, beta, c, *, handle=None) -> None:
             return None
     h = resolve(handle)
     cacheable = (type(a) is DeviceBuffer and type(b) is DeviceBuffer and type(c) is DeviceBuffer
-                 and not h._device_scalars and not h._multi)
+                 and not h._device_scalars and not h.multi_device)
     if cacheable:
         key = (transa, transb, a.dtype, a.shape, a.strides, b.dtype, b.shape, b.strides,
                c.dtype, c.shape, c.strides)
         plan = _gemm_plans.get(key)
-        if plan is not None and not (a._alloc._closed or b._alloc._closed
-                                     or c._alloc._closed or c.readonly
+        if plan is not None and not (a.allocation.closed or b.allocation.closed
+                                     or c.allocation.closed or c.readonly
                                      or _overlap(a.ptr, b.ptr, c.ptr, plan[10])):
             name, prefix, ta, tb, m, n, k, lda, ldb, ldc, spans = plan
             ka, pa = host_scalar(prefix, alpha, "alpha")
@@ -187,7 +187,7 @@ def strided_geometry(h, routine, transa, transb, a, b, c):
 
 def _batch3(h, obj, name, writable=False):
     """(buffer, batch, rows, cols, ld, batch stride in elements) of a 3-d batch."""
-    buf = V.device_array(obj, name, h._stream_ptr, writable=writable)
+    buf = V.device_array(obj, name, h.stream, writable=writable)
     h.check_device(buf, name)
     if buf.ndim != 3:
         raise ValueError(f"{name} must be a 3-d batch (batch, rows, cols), got shape "
@@ -237,7 +237,7 @@ def pointer_array(h, buffers):
     """
     from cupric.runtime.memory import to_device
     ptrs = np.fromiter((b.ptr for b in buffers), dtype=np.uint64, count=len(buffers))
-    return to_device(ptrs, stream=h._stream_ptr)
+    return to_device(ptrs, stream=h.stream)
 
 
 def _matrix_list(h, objs, name, writable=False):
@@ -283,7 +283,7 @@ def gemm_batched(transa, transb, alpha, a, b, beta, c, *, handle=None) -> None:
                arrays[2].ptr, ldc, batch)
     finally:
         for arr in arrays:
-            arr.close(stream=h._stream_ptr)
+            arr.close(stream=h.stream)
 
 
 def batched_geometry(h, routine, transa, transb, a, b, c):
@@ -450,7 +450,7 @@ def dgmm(side, a, x, c, *, handle=None) -> None:
     ab, m, n, lda = _mat(h, a, "a")
     cb, cm, cn, ldc = _mat(h, c, "c", writable=True)
     _shape("dgmm", "c", (cm, cn), (m, n))
-    xb = V.device_array(x, "x", h._stream_ptr)
+    xb = V.device_array(x, "x", h.stream)
     h.check_device(xb, "x")
     length, incx = V.vector(xb, "x")
     want = m if sd == 0 else n

@@ -95,7 +95,7 @@ def _alignment(ptr: int) -> int:
 
 def _operand(h, obj, name, writable=False):
     """(buffer, batch, rows, cols, ld, batch stride) of a 2-d or 3-d column-major operand."""
-    buf = V.device_array(obj, name, h._stream_ptr, writable=writable)
+    buf = V.device_array(obj, name, h.stream, writable=writable)
     h.check_device(buf, name)
     if buf.ndim == 2:
         rows, cols, ld = V.matrix(buf, name)
@@ -228,7 +228,7 @@ def _float_type(buf, override, name):
 
 
 def _vector(h, obj, name, length, writable):
-    buf = V.device_array(obj, name, h._stream_ptr, writable=writable)
+    buf = V.device_array(obj, name, h.stream, writable=writable)
     h.check_device(buf, name)
     if buf.ndim != 1 or buf.shape[0] != length:
         raise ValueError(f"{name} must be a 1-d vector of {length} elements, got shape "
@@ -239,7 +239,7 @@ def _vector(h, obj, name, length, writable):
 
 
 def _scale_pointer(h, obj, name):
-    buf = V.device_array(obj, name, h._stream_ptr)
+    buf = V.device_array(obj, name, h.stream)
     h.check_device(buf, name)
     if buf.size != 1 or buf.dtype != np.float32:
         raise TypeError(f"{name} must be a device array of one float32, got shape "
@@ -357,7 +357,7 @@ def lt_matmul(transa, transb, alpha, a, b, beta, c, d, *, epilogue="default", bi
     if spec.aux is not None:
         if aux is None:
             raise ValueError(f"epilogue {epilogue!r} needs aux= (see aux_layout)")
-        aux_buf = V.device_array(aux, "aux", h._stream_ptr, writable=spec.aux == "out")
+        aux_buf = V.device_array(aux, "aux", h.stream, writable=spec.aux == "out")
         h.check_device(aux_buf, "aux")
         aux_ld, per_item = aux_layout(epilogue, m, n, t_d)
         if not aux_buf.is_c_contiguous or aux_buf.nbytes < per_item * batch:
@@ -405,7 +405,7 @@ def lt_matmul(transa, transb, alpha, a, b, beta, c, d, *, epilogue="default", bi
         for attr, buf in scales:
             plan.set_pointer(lt, attr, buf.ptr)
         status = fn(lt_handle, plan.desc_addr, pa, ab.ptr, la, bb.ptr, lb, pb, cb.ptr, lc,
-                    db.ptr, ld_, plan.algo, ws_ptr, ws_bytes, h._stream_ptr)
+                    db.ptr, ld_, plan.algo, ws_ptr, ws_bytes, h.stream)
     if status:
         lt.check(status)
     return plan

@@ -61,7 +61,7 @@ def _operand(obj, name, stream, multi=True):
     is bfloat16 by its ml_dtypes dtype or its DLPack export (`_validate.says_bfloat16`).
     """
     if obj.__class__ is DeviceBuffer:
-        if obj._alloc._closed:
+        if obj.allocation.closed:
             intake.check_open(obj, name)
         return obj, None
     try:
@@ -229,10 +229,10 @@ def matmul(a, b, out=None, alpha=_ONE, beta=_ZERO, *, precision=None, handle=Non
         key = (a.dtype, a.shape, a.strides, b.dtype, b.shape, b.strides, out.dtype,
                out.shape, out.strides)
         plan = _plans.get(key)
-        if plan is not None and not h._device_scalars and not h._multi:
+        if plan is not None and not h._device_scalars and not h.multi_device:
             return _replay(plan, h, a, b, out, alpha, beta, key)
-    stream = h._stream_ptr
-    multi = h._multi
+    stream = h.stream
+    multi = h.multi_device
     ab, a_type = _operand(a, "a", stream, multi)
     bb, b_type = _operand(b, "b", stream, multi)
     out_read = None if out is None else _operand(out, "out", stream, multi)
@@ -247,7 +247,7 @@ def matmul(a, b, out=None, alpha=_ONE, beta=_ZERO, *, precision=None, handle=Non
             return done if out is None else out
     if out is not None:
         if (precision is None and a_type is None and out_read[1] is None
-                and not h._device_scalars and not h._multi):
+                and not h._device_scalars and not h.multi_device):
             # Any array kind replays a plan checked before for the same layouts.
             ob = out_read[0]
             key = (ab.dtype, ab.shape, ab.strides, bb.dtype, bb.shape, bb.strides,
@@ -491,7 +491,7 @@ def _replay(plan, h, a, b, out, alpha, beta, key):
     its plan on a handle that has none for `key` yet.)"""
     fn, swap, op1, op2, mm, nn, k, ld1, ld2, ldc, letter, ex, spans, defaults = plan
     own = out.__class__ is DeviceBuffer  # else: layouts the intake layer read and checked
-    if own and (a._alloc._closed or b._alloc._closed or out._alloc._closed):
+    if own and (a.allocation.closed or b.allocation.closed or out.allocation.closed):
         V.device_array(a, "a"), V.device_array(b, "b"), V.device_array(out, "out")
     if out.readonly:
         raise ValueError("matmul: out is read-only")
@@ -516,7 +516,7 @@ def _replay(plan, h, a, b, out, alpha, beta, key):
         from . import lib
         lib.check(status)
     if own:
-        out._stream = h._stream_ptr
+        out.ordering_stream = h.stream
     if ex is None and _c_matmul is not None and key not in h._fast_plans:
         _fastgemm.remember(h, key, fn, swap=swap, alias=True, op1=op1, op2=op2, m=mm, n=nn,
                            k=k, ld1=ld1, ld2=ld2, ldc=ldc, letter=letter, ptrs=(p1, p2, po),
@@ -534,7 +534,7 @@ def _pointer_batched(h, prefix, route, big, op1, op2, mm, nn, k, pa, pb, ld1, ld
         for axis, stride in enumerate(strides):
             offsets += index[axis] * stride
         arrays.append(to_device((offsets + buf.ptr).astype(np.uint64),
-                                stream=h._stream_ptr))
+                                stream=h.stream))
     batch = index.shape[1]
     try:
         raw = h.ready()
@@ -553,11 +553,11 @@ def _pointer_batched(h, prefix, route, big, op1, op2, mm, nn, k, pa, pb, ld1, ld
             lib.check(status)
     finally:
         for arr in arrays:
-            arr.close(stream=h._stream_ptr)
+            arr.close(stream=h.stream)
 
 
 def _finish(ob, out, h):
     # Consumers of the result (CAI, DLPack) must order their reads after our stream.
     if type(ob) is DeviceBuffer:
-        ob._stream = h._stream_ptr
+        ob.ordering_stream = h.stream
     return ob if out is None or type(out) is DeviceBuffer else out

@@ -25,8 +25,8 @@ def dot(a, b, out=None, *, handle=None):
     `dot` and `matmul` differ there, use `matmul`.
     """
     h = resolve(handle)
-    ab, _ = _buffer(a, "a", h._stream_ptr)
-    bb, _ = _buffer(b, "b", h._stream_ptr)
+    ab, _ = _buffer(a, "a", h.stream)
+    bb, _ = _buffer(b, "b", h.stream)
     if ab.ndim == 1 and bb.ndim == 1:
         from .level1 import dot as blas_dot
         return blas_dot(ab, bb, out=out, handle=h)
@@ -40,8 +40,8 @@ def vdot(a, b, *, out=None, handle=None):
     """`numpy.vdot` of two vectors: ``sum(conj(a) * b)`` (``dotc``; ``dot`` for reals).
     Returns as `dot`."""
     h = resolve(handle)
-    ab, _ = _buffer(a, "a", h._stream_ptr)
-    bb, _ = _buffer(b, "b", h._stream_ptr)
+    ab, _ = _buffer(a, "a", h.stream)
+    bb, _ = _buffer(b, "b", h.stream)
     from .level1 import dot as blas_dot, dotc
     if ab.dtype.kind == "c":
         return dotc(ab, bb, out=out, handle=h)
@@ -52,8 +52,8 @@ def outer(a, b, out=None, *, handle=None):
     """`numpy.outer` of two vectors, ``out[i, j] = a[i] * b[j]``, as a GEMM with k = 1
     (strided vectors welcome)."""
     h = resolve(handle)
-    ab, _ = _buffer(a, "a", h._stream_ptr)
-    bb, _ = _buffer(b, "b", h._stream_ptr)
+    ab, _ = _buffer(a, "a", h.stream)
+    bb, _ = _buffer(b, "b", h.stream)
     for name, buf in (("a", ab), ("b", bb)):
         if buf.ndim != 1:
             raise ValueError(f"outer: {name} must be 1-d, got shape {buf.shape}")
@@ -64,7 +64,7 @@ def norm(x, *, handle=None) -> float:
     """Euclidean norm of a vector, or Frobenius norm of a contiguous array, as a Python
     float (``nrm2``; the call waits for the GPU)."""
     h = resolve(handle)
-    xb, _ = _buffer(x, "x", h._stream_ptr)
+    xb, _ = _buffer(x, "x", h.stream)
     if xb.ndim != 1:
         if not (xb.is_c_contiguous or xb.is_f_contiguous):
             raise ValueError("norm: a multi-dimensional array must be contiguous")
@@ -94,8 +94,8 @@ def solve_triangular(a, b, *, lower=False, trans="N", unit_diagonal=False,
     No singularity test: a zero on the diagonal gives inf/nan.
     """
     h = resolve(handle)
-    ab, _ = _buffer(a, "a", h._stream_ptr)
-    bb, _ = _buffer(b, "b", h._stream_ptr)
+    ab, _ = _buffer(a, "a", h.stream)
+    bb, _ = _buffer(b, "b", h.stream)
     op = V.trans_code(trans)
     if ab.ndim != 2 or ab.shape[0] != ab.shape[1]:
         raise ValueError(f"solve_triangular: a must be square, got shape {ab.shape}")
@@ -123,7 +123,7 @@ def solve_triangular(a, b, *, lower=False, trans="N", unit_diagonal=False,
             raise ValueError("solve_triangular: b is read-only")
         xb = bb
     else:
-        xb = bb.copy(stream=h._stream_ptr)
+        xb = bb.copy(stream=h.stream)
     nrhs = bb.shape[1] if bb.ndim == 2 else 1
     if n == 0 or nrhs == 0:
         return xb
@@ -132,7 +132,7 @@ def solve_triangular(a, b, *, lower=False, trans="N", unit_diagonal=False,
     invoke(V.routine_name("trsm", prefix, V.needs_64(n, nrhs, lda)), h.ready(), 1,
            V.uplo_code(uplo), eff_op, 1 if unit_diagonal else 0, nrhs, n, pa, ab.ptr, lda,
            xb.ptr, nrhs)
-    xb._stream = h._stream_ptr
+    xb.ordering_stream = h.stream
     return xb
 
 
@@ -158,8 +158,8 @@ def linear(x, weight, bias=None, *, activation=None, out=None, save_aux=False,
     """
     from .ltmatmul import aux_layout, lt_matmul
     h = resolve(handle)
-    xb, x_type = _buffer(x, "x", h._stream_ptr)
-    wb, w_type = _buffer(weight, "weight", h._stream_ptr)
+    xb, x_type = _buffer(x, "x", h.stream)
+    wb, w_type = _buffer(weight, "weight", h.stream)
     if activation not in (None, "relu", "gelu"):
         raise ValueError(f"activation must be None, 'relu' or 'gelu', got {activation!r}")
     if xb.ndim < 1 or wb.ndim != 2:
@@ -180,9 +180,9 @@ def linear(x, weight, bias=None, *, activation=None, out=None, save_aux=False,
         name = "bias" if name == "default" else name + "_bias"
     if out is None:
         from cupric.runtime.memory import empty
-        ob = empty(lead + (n,), xb.dtype, stream=h._stream_ptr)
+        ob = empty(lead + (n,), xb.dtype, stream=h.stream)
     else:
-        ob, _ = _buffer(out, "out", h._stream_ptr)
+        ob, _ = _buffer(out, "out", h.stream)
         if ob.shape != lead + (n,):
             raise ValueError(f"linear: out must have shape {lead + (n,)}, got {ob.shape}")
     o2 = ob.reshape(-1, n) if ob.ndim != 2 else ob
@@ -201,11 +201,11 @@ def linear(x, weight, bias=None, *, activation=None, out=None, save_aux=False,
         from .gemm_ex import data_type_of
         t_d = x_type or data_type_of(ob, None, "out")
         ld, nbytes = aux_layout(name, n, rows, t_d)
-        aux = empty(max(nbytes, 1), np.uint8, stream=h._stream_ptr)
+        aux = empty(max(nbytes, 1), np.uint8, stream=h.stream)
     ta = "N" if rw else "T"
     tb = "N" if rx else "T"
     lt_matmul(ta, tb, 1.0, a_cm if rw else wb, b_cm if rx else x2, 0.0, None, d_cm,
               epilogue=name, bias=bias, aux=aux, a_type=w_type, b_type=x_type,
               d_type=x_type, handle=h)
-    ob._stream = h._stream_ptr
+    ob.ordering_stream = h.stream
     return (ob, aux) if save_aux else ob

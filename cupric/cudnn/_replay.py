@@ -186,11 +186,11 @@ def _allocs(outs, out_tensors, allocated) -> tuple | None:
         buf = t.buf if hasattr(t, "buf") else t
         if buf.dtype == np.uint16:
             return None
-        base = buf._base
+        base = buf.base
         if base is None:
             specs.append((buf.shape, buf.dtype, None, None))
         else:
-            if base._base is not None or base.ptr != buf.ptr or base.nbytes != buf.nbytes:
+            if base.base is not None or base.ptr != buf.ptr or base.nbytes != buf.nbytes:
                 return None
             specs.append((base.shape, buf.dtype, buf.shape, buf.strides))
     return tuple(specs)
@@ -234,14 +234,14 @@ def remember_graph(h, head, arrays, outs, tensors, plan, uid_slots, *, allocated
     ws_obj = None
     ws = 0
     if plan.workspace_size > 0:
-        ws_obj = h._owned.workspace
+        ws_obj = h.owned.workspace
         if ws_obj is None or ws_obj.nbytes < plan.workspace_size:
             return
         ws = ws_obj.ptr
     uids = tuple(plan.uids)
     slots = tuple(uid_slots[u] for u in uids)
     entry = EXTENSION.module.make_entry(
-        KINDS["graph"], 0, h._ptr, (), (), (), plan.descriptor._ptr, uids, slots,
+        KINDS["graph"], 0, h.ptr, (), (), (), plan.descriptor._ptr, uids, slots,
         ws_obj, ws, n_in, _spans(tensors), tuple(inplace or (0,) * len(outs)), allocs,
         (plan.descriptor,), plan)
     h._replays[key] = entry
@@ -279,7 +279,7 @@ def remember_legacy(h, head, arrays, outs, tensors, kind, fn, template, *, doubl
             args.append(int(item))
             slots.append(-1)
     entry = EXTENSION.module.make_entry(
-        KINDS[kind], int(lib.ffi.cast("uintptr_t", fn)), h._ptr, tuple(args),
+        KINDS[kind], int(lib.ffi.cast("uintptr_t", fn)), h.ptr, tuple(args),
         tuple(slots), tuple(float(d) for d in doubles), 0, (), (), workspace,
         0 if workspace is None else workspace.ptr, n_in,
         _spans(tensors), tuple(inplace or (0,) * len(outs)), allocs, tuple(guards), keep)

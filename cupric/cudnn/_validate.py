@@ -182,7 +182,7 @@ def _foreign(obj):
 
 def _borrow(obj, name: str, stream) -> tuple[DeviceBuffer, str | None]:
     if isinstance(obj, DeviceBuffer):
-        if obj._alloc._closed:
+        if obj.allocation.closed:
             raise ClosedError(f"{name} is a closed DeviceBuffer (its memory was freed)")
         if obj.dtype == np.uint16 and obj in _BF16_BUFFERS:
             return obj, "bf16"

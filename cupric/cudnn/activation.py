@@ -177,7 +177,7 @@ def _forward(h, tx: V.Tensor, ty: V.Tensor, mode: str, coef: float, beta: float,
     fn = lib.lib.cudnnActivationForward
     lib.check(fn(h.ready(), d.raw, one, xd.raw, _ptr(tx), zero, yd.raw, _ptr(ty)))
     A = _replay.address
-    return (fn, (h._ptr, d._ptr, A(one), xd._ptr, ("t", 0), A(zero), yd._ptr, ("t", 1)),
+    return (fn, (h.ptr, d._ptr, A(one), xd._ptr, ("t", 0), A(zero), yd._ptr, ("t", 1)),
             {"guards": (d, xd, yd), "keep": (one, zero)})
 
 
@@ -254,7 +254,7 @@ def activation_backward(dy, x, y=None, mode: str = "relu", *, out=None,
         A = _replay.address
         _replay.remember_legacy(
             h, head, (dy, x, y), (out,), (tdy, tx, ty, tdx), "p12", fn,
-            (h._ptr, d._ptr, A(one), yd._ptr, ("t", 2), dyd._ptr, ("t", 0), xd._ptr,
+            (h.ptr, d._ptr, A(one), yd._ptr, ("t", 2), dyd._ptr, ("t", 0), xd._ptr,
              ("t", 1), A(zero), dxd._ptr, ("t", 3)),
             guards=(d, yd, dyd, xd, dxd), keep=(one, zero), inplace=(1,))
     return V.result(out, tdx)

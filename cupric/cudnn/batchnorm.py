@@ -234,7 +234,7 @@ def _training_spatial(h, head, arrays, outs, tx, tw, tb, ty, trm, trv, save_mean
     _replay.remember_legacy(
         h, head, arrays, outs, (tx, tw, tb, ty, trm, trv, save_mean, save_inv, None),
         "bn_train", fn,
-        (h._ptr, _SPATIAL, A(one), A(zero), xd._ptr, ("t", 0), yd._ptr, ("t", 3), bnd._ptr,
+        (h.ptr, _SPATIAL, A(one), A(zero), xd._ptr, ("t", 0), yd._ptr, ("t", 3), bnd._ptr,
          ("t", 1), ("t", 2), 0, ("t", 4), ("t", 5), 0, ("t", 6), ("t", 7)),
         doubles=(momentum, eps), guards=(xd, yd, bnd), keep=(one, zero),
         allocated=(True, False, False, True, True, False))
@@ -272,12 +272,12 @@ def _training_ex(h, head, arrays, outs, tx, tw, tb, ty, trm, trv, save_mean, sav
     _replay.remember_legacy(
         h, head, arrays, outs, (tx, tw, tb, ty, trm, trv, save_mean, save_inv, reserve),
         "bn_train_ex", fn,
-        (h._ptr, mode, _OPS_BN, A(one), A(zero), xd._ptr, ("t", 0), 0, 0, yd._ptr, ("t", 3),
+        (h.ptr, mode, _OPS_BN, A(one), A(zero), xd._ptr, ("t", 0), 0, 0, yd._ptr, ("t", 3),
          bnd._ptr, ("t", 1), ("t", 2), 0, ("t", 4), ("t", 5), 0, ("t", 6), ("t", 7), 0, ws,
          ws_bytes, ("t", 8), rs_bytes),
         doubles=(momentum, eps), guards=(xd, yd, bnd), keep=(one, zero),
         allocated=(True, False, False, True, True, reserve is not None),
-        workspace=h._owned.workspace if ws_bytes else None)
+        workspace=h.owned.workspace if ws_bytes else None)
     return BatchNormResult(V.result(out, ty), save_mean, save_inv, reserve)
 
 
@@ -324,7 +324,7 @@ def batch_norm_inference(x, weight, bias, running_mean, running_var, *, eps: flo
     _replay.remember_legacy(
         h, head, (x, weight, bias, running_mean, running_var), (out,),
         (tx, tw, tb, trm, trv, ty), "bn_infer", fn,
-        (h._ptr, _SPATIAL, A(one), A(zero), xd._ptr, ("t", 0), yd._ptr, ("t", 5), bnd._ptr,
+        (h.ptr, _SPATIAL, A(one), A(zero), xd._ptr, ("t", 0), yd._ptr, ("t", 5), bnd._ptr,
          ("t", 1), ("t", 2), ("t", 3), ("t", 4), 0),
         doubles=(eps,), guards=(xd, yd, bnd), keep=(one, zero))
     return V.result(out, ty)
@@ -414,7 +414,7 @@ def _backward_spatial(h, head, arrays, outs, tdy, tx, tw, tm, tv, trs, tdx, dwei
     A = _replay.address
     _replay.remember_legacy(
         h, head, arrays, outs, (tdy, tx, tw, tm, tv, trs, tdx, dweight, dbias), "bn_bwd", fn,
-        (h._ptr, _SPATIAL, A(one), A(zero), A(one), A(zero), xd._ptr, ("t", 1), dyd._ptr,
+        (h.ptr, _SPATIAL, A(one), A(zero), A(one), A(zero), xd._ptr, ("t", 1), dyd._ptr,
          ("t", 0), dxd._ptr, ("t", 6), bnd._ptr, ("t", 2), ("t", 7), ("t", 8), 0, ("t", 3),
          ("t", 4)),
         doubles=(eps,), guards=(xd, dyd, dxd, bnd), keep=(one, zero))
@@ -445,11 +445,11 @@ def _backward_ex(h, head, arrays, outs, tdy, tx, tw, tm, tv, trs, tdx, dweight, 
     _replay.remember_legacy(
         h, head, arrays, outs, (tdy, tx, tw, tm, tv, trs, tdx, dweight, dbias), "bn_bwd_ex",
         fn,
-        (h._ptr, mode, _OPS_BN, A(one), A(zero), A(one), A(zero), xd._ptr, ("t", 1), 0, 0,
+        (h.ptr, mode, _OPS_BN, A(one), A(zero), A(one), A(zero), xd._ptr, ("t", 1), 0, 0,
          dyd._ptr, ("t", 0), 0, 0, dxd._ptr, ("t", 6), bnd._ptr, ("t", 2), 0, ("t", 7),
          ("t", 8), 0, ("t", 3), ("t", 4), 0, ws, ws_bytes, ("t", 5), rs_bytes),
         doubles=(eps,), guards=(xd, dyd, dxd, bnd), keep=(one, zero),
-        workspace=h._owned.workspace if ws_bytes else None)
+        workspace=h.owned.workspace if ws_bytes else None)
     return True
 
 

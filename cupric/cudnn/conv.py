@@ -412,7 +412,7 @@ def conv_backward_bias(dy, *, out=None, handle=None, stream=None):
                  ffi.cast("void *", tdb.ptr)))
     A = _replay.address
     _replay.remember_legacy(h, head, (dy,), (out,), (tdy, tdb), "p7", fn,
-                            (h._ptr, A(one), dyd._ptr, ("t", 0), A(zero), bias_desc._ptr,
+                            (h.ptr, A(one), dyd._ptr, ("t", 0), A(zero), bias_desc._ptr,
                              ("t", 1)), guards=(dyd, bias_desc), keep=(one, zero))
     return V.result(out, tdb)
 

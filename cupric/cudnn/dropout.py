@@ -175,7 +175,7 @@ class Dropout:
                          int(size[0])))
         _replay.remember_legacy(
             h, head, (x,), (out, None), (tx, ty, reserve), "dropout", fn,
-            (h._ptr, dd._ptr, xd._ptr, ("t", 0), yd._ptr, ("t", 1), ("t", 2), int(size[0])),
+            (h.ptr, dd._ptr, xd._ptr, ("t", 0), yd._ptr, ("t", 1), ("t", 2), int(size[0])),
             guards=(dd, xd, yd))
         return V.result(out, ty), reserve
 
@@ -216,7 +216,7 @@ class Dropout:
                      ffi.cast("void *", tdx.ptr), ffi.cast("void *", rs.ptr), int(size[0])))
         _replay.remember_legacy(
             h, head, (dy, reserve), (out,), (tdy, rs, tdx), "dropout", fn,
-            (h._ptr, dd._ptr, dyd._ptr, ("t", 0), dxd._ptr, ("t", 2), ("t", 1), int(size[0])),
+            (h.ptr, dd._ptr, dyd._ptr, ("t", 0), dxd._ptr, ("t", 2), ("t", 1), int(size[0])),
             guards=(dd, dyd, dxd))
         return V.result(out, tdx)
 

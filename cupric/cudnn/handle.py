@@ -357,7 +357,7 @@ def default_handle(stream=None) -> Handle:
     """
     if stream is None:
         handle = getattr(_tls, "handle", None)
-        if handle is None or handle._closed or handle._multi:
+        if handle is None or handle.closed or handle.multi_device:
             handle = Handle.get()
             _tls.handle = handle
         return handle

@@ -160,7 +160,7 @@ def pool_forward(x, mode: str = "max", *, window, stride=None, padding=0, out=No
     A = _replay.address
     _replay.remember_legacy(h, head, (x,), (out,), (tx, ty), "p8",
                             lib.lib.cudnnPoolingForward,
-                            (h._ptr, pd._ptr, A(one), xd._ptr, ("t", 0), A(zero), yd._ptr,
+                            (h.ptr, pd._ptr, A(one), xd._ptr, ("t", 0), A(zero), yd._ptr,
                              ("t", 1)), guards=(pd, xd, yd), keep=(pd, xd, yd, one, zero))
     return V.result(out, ty)
 
@@ -215,7 +215,7 @@ def pool_backward(dy, x, y, mode: str = "max", *, window, stride=None, padding=0
     A = _replay.address
     _replay.remember_legacy(h, head, (dy, x, y), (out,), (tdy, tx, ty, tdx), "p12",
                             lib.lib.cudnnPoolingBackward,
-                            (h._ptr, pd._ptr, A(one), yd._ptr, ("t", 2), dyd._ptr, ("t", 0),
+                            (h.ptr, pd._ptr, A(one), yd._ptr, ("t", 2), dyd._ptr, ("t", 0),
                              xd._ptr, ("t", 1), A(zero), dxd._ptr, ("t", 3)),
                             guards=(pd, yd, dyd, xd, dxd), keep=(one, zero))
     return V.result(out, tdx)

@@ -122,7 +122,7 @@ def softmax_forward(x, axis: int = -1, *, log: bool = False, out=None, handle=No
                  _ptr(ty)))
     A = _replay.address
     _replay.remember_legacy(h, head, (x,), (out,), (tx, ty), "softmax_fwd", fn,
-                            (h._ptr, algo, _CHANNEL, A(one), xdesc._ptr, ("t", 0), A(zero),
+                            (h.ptr, algo, _CHANNEL, A(one), xdesc._ptr, ("t", 0), A(zero),
                              ydesc._ptr, ("t", 1)),
                             guards=(xdesc, ydesc), keep=(one, zero))
     return V.result(out, ty)
@@ -192,7 +192,7 @@ def softmax_backward(y, dy, axis: int = -1, *, log: bool = False, out=None, hand
                  _ptr(tdy), zero, descs[2].raw, _ptr(tdx)))
     A = _replay.address
     _replay.remember_legacy(h, head, (y, dy), (out,), (ty, tdy, tdx), "softmax_bwd", fn,
-                            (h._ptr, algo, _CHANNEL, A(one), descs[0]._ptr, ("t", 0),
+                            (h.ptr, algo, _CHANNEL, A(one), descs[0]._ptr, ("t", 0),
                              descs[1]._ptr, ("t", 1), A(zero), descs[2]._ptr, ("t", 2)),
                             guards=tuple(descs), keep=(one, zero))
     return V.result(out, tdx)

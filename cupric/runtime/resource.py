@@ -51,6 +51,21 @@ class StreamBoundHandle(Resource):
     `ready` returns) and `_setup` (binding the stream and options; run in a ``try`` that
     closes the handle on failure).
 
+    Attributes
+    ----------
+    stream : int
+        The raw stream handle calls are queued on (0: legacy default stream).
+    multi_device : bool
+        True where the machine had several GPUs when the handle was made: `ready` then
+        makes the handle's device current, and per-call shortcuts that skip `ready` must
+        not be taken.
+    owned
+        What the handle owns besides its raw handle (an ``_owned_type`` instance: its
+        workspace and the library's own state).
+
+    These three are plain slots (read them, never write them): the wrappers read them
+    on every call, where a property would cost a Python call.
+
     Thread safety
     -------------
     `get` may be called from any thread: two threads asking for a new pair get the same
@@ -169,11 +184,6 @@ class StreamBoundHandle(Resource):
         return self._device
 
     @property
-    def stream(self) -> int:
-        """The raw stream handle calls are queued on (0: legacy default stream)."""
-        return self._stream_ptr
-
-    @property
     def stream_object(self):
         """The stream object the handle was made with (None for raw handles)."""
         return self._stream_obj
@@ -232,3 +242,10 @@ class StreamBoundHandle(Resource):
             return
         self._shared.discard(self)
         super().close()
+
+
+# The public names of three slots (see the class docstring): the member descriptors
+# themselves, so reading them costs what reading the private names does.
+StreamBoundHandle.stream = StreamBoundHandle.__dict__["_stream_ptr"]
+StreamBoundHandle.multi_device = StreamBoundHandle.__dict__["_multi"]
+StreamBoundHandle.owned = StreamBoundHandle.__dict__["_owned"]
