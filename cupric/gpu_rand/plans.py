@@ -193,7 +193,7 @@ def make_plan(kind: str, algorithm, n_streams: int, target, args: tuple, out,
     else:
         array_kind, extra = _CUPY, adapter.current_stream
     fill = _fill_function(array_kind, launch, _blocks(n_streams), stream, head, low, high,
-                          states._alloc, flat.itemsize, extra, len(args) - 2)
+                          states.allocation, flat.itemsize, extra, len(args) - 2)
     return FillPlan(fill, dtype, stream)
 
 
@@ -224,10 +224,10 @@ def _fill_function(kind, launch, grid, stream, head, low, high, states_alloc, it
     sp, words, n_streams, s0, s1 = head
 
     def fill(out, args):
-        if states_alloc._closed or stream is not None and stream._closed:
+        if states_alloc.closed or stream is not None and stream.closed:
             return False
         if kind is _BUFFER:
-            if out._alloc._closed or out.readonly or \
+            if out.allocation.closed or out.readonly or \
                     not (out.ndim == 1 and out.strides[0] == itemsize or out.is_c_contiguous):
                 return False
             n = out.size
@@ -246,7 +246,7 @@ def _fill_function(kind, launch, grid, stream, head, low, high, states_alloc, it
         if not n or p & 15 or (p < high and low < p + n * itemsize):
             return False
         if stream is not None and kind is _BUFFER:
-            made_on = out._stream
+            made_on = out.ordering_stream
             if made_on is not None and made_on is not stream:
                 order_after(stream, (stream_handle(made_on) or 1,))
         elif kind is _CUPY and extra is not None:

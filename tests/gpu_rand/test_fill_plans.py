@@ -22,6 +22,7 @@ from cupric.gpu_rand import Generator, plans
 from cupric.gpu_rand.backends import CudaBackend, SimulatorBackend
 from cupric.runtime import array_adapters as aa
 from cupric.runtime import intake
+from cupric.runtime.allocation import _Allocation
 from cupric.runtime.errors import ClosedError
 from cupric.runtime.memory import DeviceBuffer
 from cupric.runtime.stream import Stream
@@ -38,6 +39,15 @@ def _view(ptr, shape, strides, dtype):
     return np.ndarray(shape, dtype, buffer=raw, strides=strides)
 
 
+def fake_allocation(device):
+    """A borrowed allocation record of `device` (it frees nothing): the runtime's own
+    type, so buffers over it answer every public name as real ones do."""
+    alloc = _Allocation.__new__(_Allocation)
+    alloc._init_resource(0, None)
+    alloc.device = device
+    return alloc
+
+
 class FakeGpu:
     """Device memory in host memory, kernels on the simulator, plans allowed."""
 
@@ -49,8 +59,8 @@ class FakeGpu:
     def buffer(self, host, alloc=None):
         host = np.ascontiguousarray(host)
         self.memory.append(host)
-        alloc = alloc or types.SimpleNamespace(device=0, _closed=False)
-        return DeviceBuffer._make(alloc, host.ctypes.data, host.shape, host.strides,
+        alloc = alloc or fake_allocation(0)
+        return DeviceBuffer.view_of(alloc, host.ctypes.data, host.shape, host.strides,
                                   host.dtype, False, None)
 
     def empty(self, n, dtype, align=16):
@@ -61,8 +71,8 @@ class FakeGpu:
         start = (-raw.ctypes.data) % 64 + (align % 64)
         host = raw[start:start + n * dtype.itemsize].view(dtype)
         self.memory.append(raw)
-        alloc = types.SimpleNamespace(device=0, _closed=False)
-        return DeviceBuffer._make(alloc, host.ctypes.data, (n,), (dtype.itemsize,), dtype,
+        alloc = fake_allocation(0)
+        return DeviceBuffer.view_of(alloc, host.ctypes.data, (n,), (dtype.itemsize,), dtype,
                                   False, None)
 
     @staticmethod
