@@ -6,6 +6,12 @@
   (`cupric._config`, `cupric._paths`, `cupric._cache`, `cupric._lazy`...) are the shared
   bottom layer and free to use. A package offers what others need under a public name
   (`cupric.runtime.native`, `cupric.runtime.resource`, ...).
+* No module under cupric/ reads a private member of another package's classes (the
+  names of `FOREIGN_MEMBERS`, which other packages used to read) as an attribute, in its
+  code or in the source it generates. A package that defines a member of the same name
+  for its own classes is free to use it (the check cannot tell the receivers apart), and
+  so is a subclass's own code (``self``, ``cls``, ``super()``): the hooks and slots the
+  public bases of `cupric.runtime.resource` document for their subclasses.
 * No module under cupric/ is longer than `MAX_LINES`, except the generated code and
   declaration tables of `LONG_MODULES`.
 """
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "cupric"
 
@@ -29,6 +36,34 @@ LONG_MODULES: dict[str, str] = {
 #: Cross-package private uses still in the tree: (importing module, what it uses), each
 #: with the issue that removes it. None today.
 KNOWN_PRIVATE_USES: set[tuple[str, str]] = set()
+
+#: Private members of the runtime's and the compiler's classes that other packages read
+#: before issue 16, each with the public name that replaced it.
+FOREIGN_MEMBERS: dict[str, dict[str, str]] = {
+    "runtime": {
+        "_alloc": "DeviceBuffer.allocation",
+        "_make": "DeviceBuffer.view_of",
+        "_check_open": "DeviceBuffer.check_open",
+        "_stream": "DeviceBuffer.ordering_stream (or the checked `stream`)",
+        "_base": "DeviceBuffer.base",
+        "_closed": "Resource.closed (an allocation's too)",
+        "_ptr": "DeviceResource.ptr, a library handle's ptr",
+        "_stream_ptr": "StreamBoundHandle.stream",
+        "_multi": "StreamBoundHandle.multi_device",
+        "_owned": "StreamBoundHandle.owned",
+        "_finalizer": "Resource.owns_handle",
+        "_dl_device_type": "issubclass(cls, ManagedBuffer)",
+    },
+    "compiler": {
+        "_fast": "compiler.launcher.launch_now / attempt",
+        "_launch": "compiler.launcher.launch_now",
+        "_cupric_device_function": "isinstance(obj, cupric.compiler.DeviceFunction)",
+    },
+}
+
+#: Reads of `FOREIGN_MEMBERS` still in the tree: (module, line text), with the reason.
+#: None today.
+KNOWN_MEMBER_READS: set[tuple[str, str]] = set()
 
 
 def _modules():
@@ -104,6 +139,104 @@ def private_uses(path: pathlib.Path, dotted: str) -> list[tuple[int, str]]:
                 and node.value.id in foreign_modules and _private(node.attr)):
             found.append((node.lineno, f"{foreign_modules[node.value.id]}.{node.attr}"))
     return found
+
+
+def own_members(package: str) -> set[str]:
+    """The member names a subpackage defines for its own classes (methods, class
+    attributes, ``__slots__`` entries, attributes set in ``__init__``), and the names of
+    its own modules and of their globals."""
+    names = set()
+    for path in (ROOT / package).rglob("*.py"):
+        names.add(path.stem)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    names.add(item.name)
+                    if item.name == "__init__":
+                        names.update(n.attr for n in ast.walk(item)
+                                     if isinstance(n, ast.Attribute)
+                                     and isinstance(n.ctx, ast.Store)
+                                     and isinstance(n.value, ast.Name)
+                                     and n.value.id == "self")
+                elif isinstance(item, (ast.Assign, ast.AnnAssign)):
+                    targets = item.targets if isinstance(item, ast.Assign) else [item.target]
+                    for target in targets:
+                        if isinstance(target, ast.Name):
+                            names.add(target.id)
+                            if target.id == "__slots__":
+                                names.update(c.value for c in ast.walk(item.value)
+                                             if isinstance(c, ast.Constant)
+                                             and isinstance(c.value, str))
+    return names
+
+
+def member_reads(path: pathlib.Path, forbidden: dict[str, str]) -> list[tuple[int, str]]:
+    """``(line, what)`` for every read of a `forbidden` member name in the module: as an
+    attribute of anything but ``self``, ``cls`` or ``super()``, or as ``.name`` in a
+    string (the source of generated code)."""
+    found: list[tuple[int, str]] = []
+    in_text = re.compile(r"\.(%s)\b" % "|".join(map(re.escape, sorted(forbidden))))
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Attribute) and node.attr in forbidden:
+            receiver = node.value
+            if isinstance(receiver, ast.Name) and receiver.id in ("self", "cls"):
+                continue
+            if (isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Name)
+                    and receiver.func.id == "super"):
+                continue
+            found.append((node.lineno, f"{ast.unparse(receiver)}.{node.attr} "
+                                       f"(use {forbidden[node.attr]})"))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            for match in in_text.finditer(node.value):
+                found.append((node.lineno, f"{match.group(0)!r} in a string "
+                                           f"(use {forbidden[match.group(1)]})"))
+    return found
+
+
+def test_no_module_reads_another_packages_private_members():
+    problems = []
+    packages = sorted(p.name for p in ROOT.iterdir()
+                      if p.is_dir() and (p / "__init__.py").is_file())
+    for owner, members in FOREIGN_MEMBERS.items():
+        for package in packages:
+            if package == owner:
+                continue
+            forbidden = {name: public for name, public in members.items()
+                         if name not in own_members(package)}
+            for path in sorted((ROOT / package).rglob("*.py")):
+                for line, what in member_reads(path, forbidden):
+                    text = path.read_text(encoding="utf-8").splitlines()[line - 1].strip()
+                    if (str(path.relative_to(ROOT.parent)), text) not in KNOWN_MEMBER_READS:
+                        problems.append(f"{path.relative_to(ROOT.parent)}:{line}: {what}")
+    assert not problems, (f"private members of another package's classes:\n"
+                          + "\n".join(problems))
+
+
+def test_the_member_check_sees_a_read(tmp_path):
+    """The member scanner: reads through any receiver and in generated source are
+    caught; a subclass's own ``self``/``cls``/``super()`` code is not."""
+    source = tmp_path / "probe.py"
+    source.write_text("def f(buf, h, s):\n"
+                      "    if buf._alloc._closed: return h._stream_ptr\n"
+                      "    code = f'if {s}._alloc._closed: slow()'\n"
+                      "class H:\n"
+                      "    def g(self):\n"
+                      "        return self._closed or super()._closed\n")
+    forbidden = {"_alloc": "allocation", "_closed": "closed", "_stream_ptr": "stream"}
+    found = [what.split(" ")[0] for _, what in member_reads(source, forbidden)]
+    assert sorted(found) == sorted(["buf._alloc", "buf._alloc._closed", "h._stream_ptr",
+                                    "'._alloc'", "'._closed'"])
+    assert {"_alloc", "_make", "_closed", "_stream_ptr"} <= own_members("runtime")
+    assert "_alloc" not in own_members("kernels")
 
 
 def test_no_module_uses_another_packages_private_names():
