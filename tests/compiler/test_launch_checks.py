@@ -21,7 +21,6 @@ import pytest
 
 import cupric
 from cupric.runtime import array_adapters as aa
-from cupric.runtime.allocation import _Allocation
 from cupric.runtime.errors import DeviceMismatchError
 from cupric.runtime.managed import ManagedBuffer
 from cupric.types import Array, f32
@@ -41,10 +40,8 @@ FLAGS = {BLOCKING_A: 0, BLOCKING_B: 0, FREE_A: NON_BLOCKING, FREE_B: NON_BLOCKIN
 
 
 def fake_allocation(device):
-    """A borrowed allocation record of `device` (it frees nothing): the runtime's own
-    type, so buffers over it answer every public name as real ones do."""
-    alloc = _Allocation.__new__(_Allocation)
-    alloc._init_resource(0, None)
+    """The allocation record of a borrow (it frees nothing), said to live on `device`."""
+    alloc = memory.borrow_validated(0, (0,), (1,), F32, False, None, None).allocation
     alloc.device = device
     return alloc
 

@@ -22,9 +22,8 @@ from cupric.gpu_rand import Generator, plans
 from cupric.gpu_rand.backends import CudaBackend, SimulatorBackend
 from cupric.runtime import array_adapters as aa
 from cupric.runtime import intake
-from cupric.runtime.allocation import _Allocation
 from cupric.runtime.errors import ClosedError
-from cupric.runtime.memory import DeviceBuffer
+from cupric.runtime.memory import DeviceBuffer, borrow_validated
 from cupric.runtime.stream import Stream
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -40,12 +39,11 @@ def _view(ptr, shape, strides, dtype):
 
 
 def fake_allocation(device):
-    """A borrowed allocation record of `device` (it frees nothing): the runtime's own
-    type, so buffers over it answer every public name as real ones do."""
-    alloc = _Allocation.__new__(_Allocation)
-    alloc._init_resource(0, None)
-    alloc.device = device
-    return alloc
+    """A borrow's allocation record (frees nothing) on `device`: buffers over it answer
+    every public name as real ones do."""
+    record = borrow_validated(0, (0,), (1,), F32, False, None, None).allocation
+    record.device = device
+    return record
 
 
 class FakeGpu:

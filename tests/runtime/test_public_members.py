@@ -9,9 +9,9 @@ import pytest
 
 from cupric.compiler import launcher
 from cupric.kernels import _common
-from cupric.runtime.allocation import _Allocation
 from cupric.runtime.buffer import DeviceBox, DeviceBuffer
 from cupric.runtime.errors import ClosedError
+from cupric.runtime.memory import borrow_validated
 from cupric.runtime.resource import Resource, StreamBoundHandle
 from cupric.runtime.stream import Stream
 
@@ -19,9 +19,8 @@ F32 = np.dtype(np.float32)
 
 
 def record(device=0):
-    """A borrowed allocation record (frees nothing) of `device`."""
-    alloc = _Allocation.__new__(_Allocation)
-    alloc._init_resource(0, None)
+    """The allocation record of a borrow (frees nothing) on `device`."""
+    alloc = borrow_validated(0, (0,), (1,), F32, False, None, None).allocation
     alloc.device = device
     return alloc
 
