@@ -45,7 +45,7 @@ FOREIGN_MEMBERS: dict[str, dict[str, str]] = {
         "_make": "DeviceBuffer.view_of",
         "_check_open": "DeviceBuffer.check_open",
         "_stream": "DeviceBuffer.ordering_stream (or the checked `stream`)",
-        "_base": "DeviceBuffer.base",
+        "_base": "DeviceBuffer.view_base (or the property `base`)",
         "_closed": "Resource.closed (an allocation's too)",
         "_ptr": "DeviceResource.ptr, a library handle's ptr",
         "_stream_ptr": "StreamBoundHandle.stream",

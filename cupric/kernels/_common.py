@@ -601,7 +601,7 @@ def vector(buf, dtype=None):
         dtype = buf.dtype
     elif dtype.itemsize != buf.itemsize:
         raise ValueError(f"cannot view {buf.dtype} items as {dtype}")
-    base = buf.base
+    base = buf.view_base
     return _DeviceBuffer.view_of(buf.allocation, buf.ptr, (buf.size,), (buf.itemsize,),
                                  dtype, buf.readonly, buf.ordering_stream,
                                  base=buf if base is None else base)
@@ -611,7 +611,7 @@ def vector_prefix(buf, count: int):
     """The first `count` items of 1-D contiguous DeviceBuffer `buf` (a workspace array
     grown past what one call needs), as a view."""
     buf.check_open()
-    base = buf.base
+    base = buf.view_base
     return _DeviceBuffer.view_of(buf.allocation, buf.ptr, (count,), (buf.itemsize,),
                                  buf.dtype, buf.readonly, buf.ordering_stream,
                                  base=buf if base is None else base)

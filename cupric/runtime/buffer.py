@@ -110,9 +110,9 @@ class DeviceBuffer:
         The runtime's record of the allocation the view belongs to, shared by every view;
         ``allocation.closed`` is its closed flag (what `closed` reads) and
         ``allocation.device`` its device ordinal (-1 while unknown).
-    ordering_stream
-        The same value as `stream`, read and written without the setter's check: for the
-        library wrappers that set it after queueing work on a stream they validated.
+    ordering_stream, view_base
+        `stream` (written with no check: for wrappers that validated the stream) and
+        `base`, as plain slots for other packages' per-call paths.
 
     Safety
     ------
@@ -673,10 +673,10 @@ class DeviceBuffer:
         return dlpack_device(self)
 
 
-# Public names of two slots (see the class docstring): the very member descriptors, so a
-# read or a write through them is a slot access, as fast as through the private names.
+# Public names of three slots (class docstring): the member descriptors themselves.
 DeviceBuffer.allocation = DeviceBuffer.__dict__["_alloc"]
 DeviceBuffer.ordering_stream = DeviceBuffer.__dict__["_stream"]
+DeviceBuffer.view_base = DeviceBuffer.__dict__["_base"]
 
 
 class DeviceBox(DeviceBuffer):

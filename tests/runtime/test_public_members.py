@@ -25,8 +25,9 @@ def record(device=0):
     return alloc
 
 
-def test_allocation_and_ordering_stream_are_the_private_slots():
-    for public, private in (("allocation", "_alloc"), ("ordering_stream", "_stream")):
+def test_allocation_ordering_stream_and_view_base_are_the_private_slots():
+    for public, private in (("allocation", "_alloc"), ("ordering_stream", "_stream"),
+                            ("view_base", "_base")):
         assert DeviceBuffer.__dict__[public] is DeviceBuffer.__dict__[private]
     alloc = record()
     buf = DeviceBuffer.view_of(alloc, 0x1000, (8,), (4,), F32, False, 7)
@@ -46,7 +47,8 @@ def test_view_of_is_what_make_was():
     view = DeviceBuffer.view_of(alloc, 0x2008, (6,), (4,), F32, True, 3, base=owner)
     assert (view.ptr, view.shape, view.strides, view.dtype) == (0x2008, (6,), (4,), F32)
     assert (view.size, view.nbytes, view.ndim, view.itemsize) == (6, 24, 1, 4)
-    assert view.readonly and view.stream == 3 and view.base is owner and view.device == 1
+    assert view.readonly and view.stream == 3 and view.device == 1
+    assert view.base is view.view_base is view._base is owner
     assert owner.base is None and owner.size == 24 and owner.nbytes == 96
     box = DeviceBuffer.view_of(alloc, 0x3000, (), (), F32, False, None, cls=DeviceBox)
     assert type(box) is DeviceBox and box.size == 1 and box.ndim == 0
