@@ -79,6 +79,31 @@ class EventTimer:
         return samples
 
 
+def device_samples(torch, fns: dict, samples: int, per_sample: int, stream) -> dict:
+    """Device seconds per call of each callable of `fns`, `samples` times each: name ->
+    list. The order rotates sample by sample, so that none always runs right after
+    another (clocks vary under sustained power). Each sample is a lead-in call, which
+    keeps the GPU busy while the host prepares the timed ones (their host work is the
+    host-cost tables' business, not GPU time), then `per_sample` calls between two events
+    on `stream`: each call's host work overlaps the GPU's work on the one before, as in a
+    training step, for every contender alike. Warm-up is the caller's."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    names = list(fns)
+    times: dict = {name: [] for name in names}
+    for i in range(samples):
+        k = i % len(names)
+        for name in names[k:] + names[:k]:
+            fn = fns[name]
+            fn()
+            start.record(stream)
+            for _ in range(per_sample):
+                fn()
+            end.record(stream)
+            end.synchronize()
+            times[name].append(start.elapsed_time(end) / 1e3 / per_sample)
+    return times
+
+
 def paired_ratio(ours: list, theirs: list) -> dict:
     """Per-round ratios theirs/ours of two contenders' times (above 1: ours faster):
     the median and the spread (min, quartiles, max). Both samples of a round saw the

@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from _common import assert_correct, ratio, table
+from _common import assert_correct, device_samples, ratio, table
 
 SIZE = 8192
 WARMUP, TIMED, PER_SAMPLE = 3, 10, 4
@@ -80,28 +80,12 @@ def _rate(torch, cb, handle, stream, name, dtype) -> dict:
                                   rtol=tol, atol=tol * scale)
               for key, fn, out in (("torch", run_torch, c_torch), ("cupric", run_ours, c_ours))}
     del reference
-    samples = {"torch": [], "cupric": []}
     for fn in (run_torch, run_ours):
         for _ in range(WARMUP):
             fn()
     torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    pair = (("torch", run_torch), ("cupric", run_ours))
-    for i in range(TIMED):
-        # Which library goes first alternates sample by sample, so that neither always
-        # runs right after the other (clocks vary under sustained power).
-        for key, fn in (pair if i % 2 == 0 else pair[::-1]):
-            # A few calls per sample: each library's host work for call i+1 overlaps the
-            # GPU's work on call i, as in a real training step, for both rows alike. A
-            # lead-in call keeps the GPU busy while the host prepares the first timed one
-            # (its host work is the host-cost table's business, not GPU time).
-            fn()
-            start.record(stream)
-            for _ in range(PER_SAMPLE):
-                fn()
-            end.record(stream)
-            end.synchronize()
-            samples[key].append(start.elapsed_time(end) / 1e3 / PER_SAMPLE)
+    samples = device_samples(torch, {"torch": run_torch, "cupric": run_ours}, TIMED,
+                             PER_SAMPLE, stream)
     flop = 2.0 * SIZE ** 3
     tf_torch = flop / statistics.median(samples["torch"]) / 1e12
     tf_ours = flop / statistics.median(samples["cupric"]) / 1e12

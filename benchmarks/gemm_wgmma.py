@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from _common import assert_correct, finish, print_tables, ratio, table
+from _common import assert_correct, device_samples, finish, print_tables, ratio, table
 
 SIZE = 8192
 WARMUP, TIMED, PER_SAMPLE = 3, 10, 4
@@ -74,19 +74,8 @@ def run(json_path: str | None = None, size: int = SIZE, quick: bool = False) -> 
         for _ in range(WARMUP):
             contenders[name][0]()
     torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples = {name: [] for name in timed}
-    for i in range(TIMED):
-        k = i % len(timed)
-        for name in timed[k:] + timed[:k]:
-            fn = contenders[name][0]
-            fn()
-            start.record(stream)
-            for _ in range(PER_SAMPLE):
-                fn()
-            end.record(stream)
-            end.synchronize()
-            samples[name].append(start.elapsed_time(end) / 1e3 / PER_SAMPLE)
+    samples = device_samples(torch, {name: contenders[name][0] for name in timed}, TIMED,
+                             PER_SAMPLE, stream)
     flop = 2.0 * size ** 3
     for name in timed:
         rows[name]["TFLOPs"] = flop / statistics.median(samples[name]) / 1e12

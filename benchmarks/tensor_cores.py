@@ -22,7 +22,7 @@ import statistics
 import sys
 import time
 
-from _common import CheckError, error_text, finish, print_tables, ratio, table
+from _common import CheckError, device_samples, error_text, finish, print_tables, ratio, table
 
 SIZE = 8192
 SHAPE = (8, 16, 4096, 128)
@@ -35,19 +35,7 @@ def _time(torch, fns: dict, samples: int = SAMPLES) -> dict:
     for fn in fns.values():
         fn()
     torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times: dict = {name: [] for name in fns}
-    names = list(fns)
-    for i in range(samples):
-        k = i % len(names)
-        for name in names[k:] + names[:k]:
-            fns[name]()  # lead-in: the GPU is busy while the timed calls are queued
-            start.record(stream)
-            for _ in range(PER_SAMPLE):
-                fns[name]()
-            end.record(stream)
-            end.synchronize()
-            times[name].append(start.elapsed_time(end) / 1e3 / PER_SAMPLE)
+    times = device_samples(torch, fns, samples, PER_SAMPLE, stream)
     return {name: statistics.median(t) for name, t in times.items()}
 
 
